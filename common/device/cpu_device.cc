@@ -1,0 +1,420 @@
+#include "common/device/cpu_device.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace aqueduct {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+size_t RoundUp(size_t bytes) {
+  return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment *
+         kAlignment;
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(const CpuDeviceOptions& options) : options_(options) {
+  if (options_.threads > 0) openblas_set_num_threads(options_.threads);
+}
+
+CpuDevice::~CpuDevice() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [bytes, data] : free_) std::free(data);
+}
+
+std::string CpuDevice::name() const {
+  return absl::StrCat("cpu (OpenBLAS ", openblas_get_num_threads(),
+                      " threads)");
+}
+
+absl::StatusOr<void*> CpuDevice::AllocateRaw(size_t bytes) {
+  const size_t rounded = RoundUp(bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = free_.find(rounded);
+    if (it != free_.end()) {
+      void* data = it->second;
+      free_.erase(it);
+      free_bytes_ -= rounded;
+      return data;
+    }
+  }
+  void* data = std::aligned_alloc(kAlignment, rounded);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+  }
+  return data;
+}
+
+void CpuDevice::FreeRaw(void* data, size_t bytes) {
+  const size_t rounded = RoundUp(bytes);
+  absl::MutexLock lock(&mu_);
+  if (free_bytes_ + rounded > options_.cache_bytes) {
+    std::free(data);
+    return;
+  }
+  free_.emplace(rounded, data);
+  free_bytes_ += rounded;
+}
+
+absl::Status CpuDevice::CopyFromHost(const void* src, const Tensor& dst) {
+  std::memcpy(dst.raw(), src, dst.nbytes());
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyToHost(const Tensor& src, void* dst) {
+  std::memcpy(dst, src.raw(), src.nbytes());
+  return absl::OkStatus();
+}
+
+void CpuDevice::Copy(const Tensor& src, const Tensor& dst) {
+  std::memcpy(dst.raw(), src.raw(), std::min(src.nbytes(), dst.nbytes()));
+}
+
+void CpuDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // BLAS would leave C untouched when k == 0 only for beta == 1.
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = c + i * ldc;
+      for (int64_t j = 0; j < n; ++j) row[j] = beta == 0 ? 0 : beta * row[j];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
+
+void CpuDevice::Fill(float* x, int64_t n, float value) {
+  std::fill(x, x + n, value);
+}
+
+void CpuDevice::Axpby(int64_t n, float a, const float* x, float b, float* y) {
+  if (b == 0) {
+    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
+  }
+}
+
+void CpuDevice::AddBias(float* y, const float* bias, int64_t rows,
+                        int64_t cols, bool relu) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * cols;
+    if (relu) {
+      for (int64_t c = 0; c < cols; ++c) {
+        row[c] = std::max(row[c] + bias[c], 0.0f);
+      }
+    } else {
+      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+    }
+  }
+}
+
+void CpuDevice::SumRows(const float* x, int64_t rows, int64_t cols,
+                        float beta, float* out) {
+  if (beta == 0) {
+    std::fill(out, out + cols, 0.0f);
+  } else if (beta != 1) {
+    for (int64_t c = 0; c < cols; ++c) out[c] *= beta;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  }
+}
+
+void CpuDevice::Relu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
+}
+
+void CpuDevice::ReluBackward(const float* y, const float* dy, float* dx,
+                             int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+void CpuDevice::Gelu(const float* x, float* y, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+  }
+}
+
+void CpuDevice::GeluBackward(const float* x, const float* dy, float* dx,
+                             int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+void CpuDevice::Dropout(const float* x, float* y, int64_t n, float p,
+                        uint64_t key) {
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = DropoutUniform(key, static_cast<uint64_t>(i)) >= p ? x[i] * scale
+                                                               : 0.0f;
+  }
+}
+
+void CpuDevice::SwapAxes01(const float* x, int64_t dim0, int64_t dim1,
+                           int64_t inner, const float* bias, float* y) {
+  for (int64_t a = 0; a < dim0; ++a) {
+    const float add = bias == nullptr ? 0.0f : bias[a];
+    for (int64_t b = 0; b < dim1; ++b) {
+      const float* src = x + (a * dim1 + b) * inner;
+      float* dst = y + (b * dim0 + a) * inner;
+      for (int64_t p = 0; p < inner; ++p) dst[p] = src[p] + add;
+    }
+  }
+}
+
+void CpuDevice::SumChannels(const float* x, int64_t outer, int64_t channels,
+                            int64_t inner, float beta, float* out) {
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0;
+    for (int64_t a = 0; a < outer; ++a) {
+      const float* plane = x + (a * channels + c) * inner;
+      float s = 0;
+      for (int64_t p = 0; p < inner; ++p) s += plane[p];
+      sum += s;
+    }
+    out[c] = static_cast<float>(sum) + (beta == 0 ? 0.0f : beta * out[c]);
+  }
+}
+
+void CpuDevice::Im2Col(const float* x, int64_t batch, const Window2d& w,
+                       float* col) {
+  const int64_t oh = w.out_height(), ow = w.out_width();
+  const int64_t plane = oh * ow;
+  const int64_t row_len = batch * plane;
+  for (int64_t c = 0; c < w.channels; ++c) {
+    for (int64_t ki = 0; ki < w.kernel; ++ki) {
+      for (int64_t kj = 0; kj < w.kernel; ++kj) {
+        float* out = col + ((c * w.kernel + ki) * w.kernel + kj) * row_len;
+        for (int64_t b = 0; b < batch; ++b) {
+          const float* img = x + (b * w.channels + c) * w.height * w.width;
+          float* dst = out + b * plane;
+          for (int64_t y = 0; y < oh; ++y) {
+            const int64_t iy = y * w.stride - w.padding + ki;
+            float* drow = dst + y * ow;
+            if (iy < 0 || iy >= w.height) {
+              std::fill(drow, drow + ow, 0.0f);
+              continue;
+            }
+            const float* srow = img + iy * w.width;
+            for (int64_t xo = 0; xo < ow; ++xo) {
+              const int64_t ix = xo * w.stride - w.padding + kj;
+              drow[xo] = (ix >= 0 && ix < w.width) ? srow[ix] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuDevice::Col2Im(const float* col, int64_t batch, const Window2d& w,
+                       float* dx) {
+  const int64_t oh = w.out_height(), ow = w.out_width();
+  const int64_t plane = oh * ow;
+  const int64_t row_len = batch * plane;
+  std::fill(dx, dx + batch * w.channels * w.height * w.width, 0.0f);
+  for (int64_t c = 0; c < w.channels; ++c) {
+    for (int64_t ki = 0; ki < w.kernel; ++ki) {
+      for (int64_t kj = 0; kj < w.kernel; ++kj) {
+        const float* in =
+            col + ((c * w.kernel + ki) * w.kernel + kj) * row_len;
+        for (int64_t b = 0; b < batch; ++b) {
+          float* img = dx + (b * w.channels + c) * w.height * w.width;
+          const float* src = in + b * plane;
+          for (int64_t y = 0; y < oh; ++y) {
+            const int64_t iy = y * w.stride - w.padding + ki;
+            if (iy < 0 || iy >= w.height) continue;
+            float* drow = img + iy * w.width;
+            const float* srow = src + y * ow;
+            for (int64_t xo = 0; xo < ow; ++xo) {
+              const int64_t ix = xo * w.stride - w.padding + kj;
+              if (ix >= 0 && ix < w.width) drow[ix] += srow[xo];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuDevice::MaxPool(const float* x, int64_t planes, const Window2d& w,
+                        float* y, int32_t* argmax) {
+  const int64_t oh = w.out_height(), ow = w.out_width();
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* img = x + p * w.height * w.width;
+    float* out = y + p * oh * ow;
+    int32_t* arg = argmax + p * oh * ow;
+    for (int64_t yo = 0; yo < oh; ++yo) {
+      for (int64_t xo = 0; xo < ow; ++xo) {
+        float best = -std::numeric_limits<float>::infinity();
+        int32_t best_index = -1;
+        for (int64_t ki = 0; ki < w.kernel; ++ki) {
+          const int64_t iy = yo * w.stride - w.padding + ki;
+          if (iy < 0 || iy >= w.height) continue;
+          for (int64_t kj = 0; kj < w.kernel; ++kj) {
+            const int64_t ix = xo * w.stride - w.padding + kj;
+            if (ix < 0 || ix >= w.width) continue;
+            const float v = img[iy * w.width + ix];
+            // NaN propagates as in PyTorch.
+            if (v > best || best_index < 0 || std::isnan(v)) {
+              best = v;
+              best_index = static_cast<int32_t>(iy * w.width + ix);
+            }
+          }
+        }
+        out[yo * ow + xo] = best;
+        arg[yo * ow + xo] = best_index;
+      }
+    }
+  }
+}
+
+void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* argmax,
+                                int64_t planes, const Window2d& w,
+                                float* dx) {
+  const int64_t oh = w.out_height(), ow = w.out_width();
+  std::fill(dx, dx + planes * w.height * w.width, 0.0f);
+  for (int64_t p = 0; p < planes; ++p) {
+    float* img = dx + p * w.height * w.width;
+    const float* g = dy + p * oh * ow;
+    const int32_t* arg = argmax + p * oh * ow;
+    for (int64_t i = 0; i < oh * ow; ++i) {
+      if (arg[i] >= 0) img[arg[i]] += g[i];
+    }
+  }
+}
+
+void CpuDevice::LayerNorm(const float* x, const float* gamma,
+                          const float* beta, int64_t rows, int64_t cols,
+                          float eps, float* y, float* mean, float* rstd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+    const float mu = sum / static_cast<float>(cols);
+    float sq = 0;
+    for (int64_t c = 0; c < cols; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
+    const float rs = 1.0f / std::sqrt(sq / static_cast<float>(cols) + eps);
+    for (int64_t c = 0; c < cols; ++c) {
+      yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    }
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+void CpuDevice::LayerNormBackward(const float* dy, const float* x,
+                                  const float* gamma, const float* mean,
+                                  const float* rstd, int64_t rows,
+                                  int64_t cols, float* dx, float* dgamma,
+                                  float* dbeta, bool accumulate) {
+  if (!accumulate) {
+    std::fill(dgamma, dgamma + cols, 0.0f);
+    std::fill(dbeta, dbeta + cols, 0.0f);
+  }
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    const float mu = mean[r], rs = rstd[r];
+    float sum_g = 0, sum_gx = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - mu) * rs;
+      const float g = dyr[c] * gamma[c];
+      dgamma[c] += dyr[c] * xhat;
+      dbeta[c] += dyr[c];
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+    if (dx == nullptr) continue;
+    float* dxr = dx + r * cols;
+    const float mean_g = sum_g * inv_cols, mean_gx = sum_gx * inv_cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - mu) * rs;
+      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+void CpuDevice::SoftmaxCrossEntropy(const float* logits,
+                                    const int32_t* labels, int64_t rows,
+                                    int64_t classes, float grad_scale,
+                                    float* losses, float* dlogits) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * classes;
+    float* d = dlogits + r * classes;
+    float m = l[0];
+    for (int64_t c = 1; c < classes; ++c) m = std::max(m, l[c]);
+    float sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(l[c] - m);
+    const float log_sum = std::log(sum);
+    const int32_t label = labels[r];
+    losses[r] = m + log_sum - l[label];
+    const float inv_sum = 1.0f / sum;
+    // Read l[c] before writing d[c]: they may alias.
+    for (int64_t c = 0; c < classes; ++c) {
+      const float softmax = std::exp(l[c] - m) * inv_sum;
+      d[c] = (softmax - (c == label ? 1.0f : 0.0f)) * grad_scale;
+    }
+  }
+}
+
+void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
+                        const SgdParams& p) {
+  const float wd = p.weight_decay, mom = p.momentum, lr = p.lr;
+  const float damp = 1.0f - p.dampening;
+  if (mom == 0) {
+    for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = g[i] + wd * w[i];
+    const float b = p.first_step ? d : mom * buf[i] + damp * d;
+    buf[i] = b;
+    w[i] -= lr * (p.nesterov ? d + mom * b : b);
+  }
+}
+
+void CpuDevice::AdamStep(float* w, const float* g, float* m, float* v,
+                         int64_t n, const AdamParams& p) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
+  const float step_size = static_cast<float>(p.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float b1 = p.beta1, b2 = p.beta2, wd = p.weight_decay, eps = p.eps;
+  for (int64_t i = 0; i < n; ++i) {
+    const float grad = g[i] + wd * w[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * grad;
+    v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
+    const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
+    w[i] -= step_size * m[i] / denom;
+  }
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,100 @@
+// CpuDevice: the Device on the host. GEMM through OpenBLAS (its thread count
+// set from CpuDeviceOptions), every other kernel a plain loop written so the
+// compiler vectorises it. Memory comes from a small caching allocator (64-byte
+// aligned blocks kept per size), so steady-state training allocates nothing.
+//
+// Thread-safety: kernels run synchronously on the calling thread (plus
+// OpenBLAS's pool); one owner thread at a time. AllocateRaw/FreeRaw are
+// thread-safe.
+#ifndef AQUEDUCT_COMMON_DEVICE_CPU_DEVICE_H_
+#define AQUEDUCT_COMMON_DEVICE_CPU_DEVICE_H_
+
+#include <cstddef>
+#include <map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/device/device.h"
+
+namespace aqueduct {
+
+struct CpuDeviceOptions {
+  // OpenBLAS threads; 0 leaves OpenBLAS's own default. Note that OpenBLAS's
+  // thread count is process-wide: the last CpuDevice created sets it.
+  int threads = 0;
+  // Bytes of freed blocks kept for reuse before they go back to the system.
+  size_t cache_bytes = size_t{2} << 30;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options = {});
+  ~CpuDevice() override;
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string name() const override;
+
+  absl::StatusOr<void*> AllocateRaw(size_t bytes) override;
+  void FreeRaw(void* data, size_t bytes) override;
+  absl::Status CopyFromHost(const void* src, const Tensor& dst) override;
+  absl::Status CopyToHost(const Tensor& src, void* dst) override;
+  void Copy(const Tensor& src, const Tensor& dst) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+            float alpha, const float* a, int64_t lda, const float* b,
+            int64_t ldb, float beta, float* c, int64_t ldc) override;
+
+  void Fill(float* x, int64_t n, float value) override;
+  void Axpby(int64_t n, float a, const float* x, float b, float* y) override;
+  void AddBias(float* y, const float* bias, int64_t rows, int64_t cols,
+               bool relu) override;
+  void SumRows(const float* x, int64_t rows, int64_t cols, float beta,
+               float* out) override;
+  void Relu(const float* x, float* y, int64_t n) override;
+  void ReluBackward(const float* y, const float* dy, float* dx,
+                    int64_t n) override;
+  void Gelu(const float* x, float* y, int64_t n) override;
+  void GeluBackward(const float* x, const float* dy, float* dx,
+                    int64_t n) override;
+  void Dropout(const float* x, float* y, int64_t n, float p,
+               uint64_t key) override;
+  void SwapAxes01(const float* x, int64_t dim0, int64_t dim1, int64_t inner,
+                  const float* bias, float* y) override;
+  void SumChannels(const float* x, int64_t outer, int64_t channels,
+                   int64_t inner, float beta, float* out) override;
+  void Im2Col(const float* x, int64_t batch, const Window2d& w,
+              float* col) override;
+  void Col2Im(const float* col, int64_t batch, const Window2d& w,
+              float* dx) override;
+  void MaxPool(const float* x, int64_t planes, const Window2d& w, float* y,
+               int32_t* argmax) override;
+  void MaxPoolBackward(const float* dy, const int32_t* argmax, int64_t planes,
+                       const Window2d& w, float* dx) override;
+  void LayerNorm(const float* x, const float* gamma, const float* beta,
+                 int64_t rows, int64_t cols, float eps, float* y, float* mean,
+                 float* rstd) override;
+  void LayerNormBackward(const float* dy, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, int64_t rows,
+                         int64_t cols, float* dx, float* dgamma, float* dbeta,
+                         bool accumulate) override;
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                           int64_t rows, int64_t classes, float grad_scale,
+                           float* losses, float* dlogits) override;
+  void SgdStep(float* w, const float* g, float* momentum_buf, int64_t n,
+               const SgdParams& p) override;
+  void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
+                const AdamParams& p) override;
+
+ private:
+  const CpuDeviceOptions options_;
+  absl::Mutex mu_;
+  // Free blocks by exact size.
+  std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
+  size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COMMON_DEVICE_CPU_DEVICE_H_

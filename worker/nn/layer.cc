@@ -1,0 +1,633 @@
+#include "worker/nn/layer.h"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace aqueduct {
+
+namespace {
+
+// Mixes a seed with integers into a key for DropoutUniform.
+uint64_t MixKey(uint64_t seed, uint64_t a, uint64_t b) {
+  uint64_t z = seed ^ 0x6A09E667F3BCC909ull;
+  for (uint64_t v : {a, b}) {
+    z += v * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  }
+  return z;
+}
+
+// Fills `out` with U(-bound, bound) from (seed, layer, param).
+void UniformInit(uint64_t seed, int layer, int param, float bound,
+                 std::vector<float>* out) {
+  const uint64_t key = MixKey(seed, static_cast<uint64_t>(layer) + 1,
+                              static_cast<uint64_t>(param) + 1);
+  for (size_t i = 0; i < out->size(); ++i) {
+    (*out)[i] = (2.0f * DropoutUniform(key, i) - 1.0f) * bound;
+  }
+}
+
+std::string Field(int index, absl::string_view kind) {
+  return absl::StrCat("model.layers[", index, "].", kind);
+}
+
+absl::Status CheckRank(const Shape& in, int rank, int index,
+                       absl::string_view kind, absl::string_view what) {
+  if (in.rank() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Field(index, kind), " expects ", what,
+        " per sample; the previous layer's output is ", in.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositive(int64_t value, int index, absl::string_view field) {
+  if (value <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers[", index, "].", field, "=", value,
+                     " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+// Rows of a tensor whose last dimension is `cols`.
+int64_t RowsOf(const Tensor& t, int64_t cols) { return t.numel() / cols; }
+
+// ---------------------------------------------------------------- Linear
+
+class LinearLayer final : public Layer {
+ public:
+  LinearLayer(int index, Shape in, Shape out, int64_t in_features,
+              int64_t out_features, bool bias)
+      : Layer(index, std::move(in), std::move(out)),
+        in_(in_features),
+        out_(out_features),
+        bias_(bias) {}
+
+  std::string kind() const override { return "linear"; }
+
+  std::vector<ParamSpec> Params() const override {
+    std::vector<ParamSpec> p = {{"weight", Shape({out_, in_})}};
+    if (bias_) p.push_back({"bias", Shape({out_})});
+    return p;
+  }
+
+  void InitParams(uint64_t seed,
+                  std::vector<std::vector<float>>* values) const override {
+    // PyTorch: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)),
+    // and the same bound for the bias.
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
+    for (size_t i = 0; i < values->size(); ++i) {
+      UniformInit(seed, index(), static_cast<int>(i), bound, &(*values)[i]);
+    }
+  }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    const int64_t rows = RowsOf(x, in_);
+    std::vector<int64_t> dims = x.shape().dims();
+    dims.back() = out_;
+    ASSIGN_OR_RETURN(*y, dev.Allocate(Shape(std::move(dims)), DType::kF32));
+    dev.Gemm(false, true, rows, out_, in_, 1.0f, x.f32(), in_,
+             params[0].f32(), in_, 0.0f, y->f32(), out_);
+    if (bias_) dev.AddBias(y->f32(), params[1].f32(), rows, out_, false);
+    if (ctx.training) cache->tensors = {x};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor> params,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor> grads,
+                        bool accumulate) const override {
+    const Tensor& x = cache.tensors[0];
+    const int64_t rows = RowsOf(x, in_);
+    const float beta = accumulate ? 1.0f : 0.0f;
+    // dW[out, in] = dy^T x.
+    dev.Gemm(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x.f32(), in_,
+             beta, grads[0].f32(), in_);
+    if (bias_) dev.SumRows(dy.f32(), rows, out_, beta, grads[1].f32());
+    if (dx != nullptr) {
+      ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
+      dev.Gemm(false, false, rows, in_, out_, 1.0f, dy.f32(), out_,
+               params[0].f32(), in_, 0.0f, dx->f32(), in_);
+    }
+    return absl::OkStatus();
+  }
+
+  double ForwardFlopsPerSample() const override {
+    return 2.0 * static_cast<double>(input_shape().numel() / in_) * in_ * out_;
+  }
+
+ private:
+  int64_t in_, out_;
+  bool bias_;
+};
+
+// ---------------------------------------------------------------- ReLU
+
+class ReluLayer final : public Layer {
+ public:
+  ReluLayer(int index, Shape shape) : Layer(index, shape, shape) {}
+  std::string kind() const override { return "relu"; }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor>, const Tensor& x,
+                       const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    // In place: a layer's output is saved for backward only by ReLU itself,
+    // whose saved values max(x, 0) this leaves unchanged.
+    *y = x;
+    dev.Relu(x.f32(), y->f32(), x.numel());
+    if (ctx.training) cache->tensors = {*y};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor>,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor>, bool) const override {
+    if (dx == nullptr) return absl::OkStatus();
+    *dx = dy;
+    dev.ReluBackward(cache.tensors[0].f32(), dy.f32(), dx->f32(), dy.numel());
+    return absl::OkStatus();
+  }
+};
+
+// ---------------------------------------------------------------- GELU
+
+class GeluLayer final : public Layer {
+ public:
+  GeluLayer(int index, Shape shape) : Layer(index, shape, shape) {}
+  std::string kind() const override { return "gelu"; }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor>, const Tensor& x,
+                       const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
+    dev.Gelu(x.f32(), y->f32(), x.numel());
+    if (ctx.training) cache->tensors = {x};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor>,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor>, bool) const override {
+    if (dx == nullptr) return absl::OkStatus();
+    *dx = dy;
+    dev.GeluBackward(cache.tensors[0].f32(), dy.f32(), dx->f32(), dy.numel());
+    return absl::OkStatus();
+  }
+};
+
+// ---------------------------------------------------------------- Dropout
+
+class DropoutLayer final : public Layer {
+ public:
+  DropoutLayer(int index, Shape shape, float p, uint64_t seed)
+      : Layer(index, shape, shape), p_(p), seed_(seed) {}
+  std::string kind() const override { return "dropout"; }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor>, const Tensor& x,
+                       const PassContext& ctx, Tensor* y,
+                       LayerCache*) const override {
+    if (!ctx.training || p_ == 0) {
+      *y = x;
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
+    dev.Dropout(x.f32(), y->f32(), x.numel(), p_, Key(ctx));
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor>,
+                        const LayerCache&, const Tensor& dy,
+                        const PassContext& ctx, Tensor* dx,
+                        absl::Span<const Tensor>, bool) const override {
+    if (dx == nullptr) return absl::OkStatus();
+    *dx = dy;
+    // The mask is a function of the key: d(x*mask*s)/dx = mask*s.
+    if (p_ != 0) dev.Dropout(dy.f32(), dx->f32(), dy.numel(), p_, Key(ctx));
+    return absl::OkStatus();
+  }
+
+ private:
+  uint64_t Key(const PassContext& ctx) const {
+    return MixKey(seed_, static_cast<uint64_t>(index()) + 0x100000,
+                  ctx.minibatch);
+  }
+  float p_;
+  uint64_t seed_;
+};
+
+// ---------------------------------------------------------------- Flatten
+
+class FlattenLayer final : public Layer {
+ public:
+  FlattenLayer(int index, Shape in)
+      : Layer(index, in, Shape({in.numel()})) {}
+  std::string kind() const override { return "flatten"; }
+
+  absl::Status Forward(Device&, absl::Span<const Tensor>, const Tensor& x,
+                       const PassContext&, Tensor* y,
+                       LayerCache*) const override {
+    *y = x.Reshape(output_shape().WithLeading(x.shape()[0]));
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device&, absl::Span<const Tensor>, const LayerCache&,
+                        const Tensor& dy, const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor>, bool) const override {
+    if (dx != nullptr) {
+      *dx = dy.Reshape(input_shape().WithLeading(dy.shape()[0]));
+    }
+    return absl::OkStatus();
+  }
+};
+
+// ---------------------------------------------------------------- Conv2d
+
+class Conv2dLayer final : public Layer {
+ public:
+  Conv2dLayer(int index, Shape in, Shape out, Window2d window,
+              int64_t out_channels, bool bias)
+      : Layer(index, std::move(in), std::move(out)),
+        w_(window),
+        out_channels_(out_channels),
+        bias_(bias) {}
+
+  std::string kind() const override { return "conv2d"; }
+
+  std::vector<ParamSpec> Params() const override {
+    std::vector<ParamSpec> p = {
+        {"weight", Shape({out_channels_, w_.channels, w_.kernel, w_.kernel})}};
+    if (bias_) p.push_back({"bias", Shape({out_channels_})});
+    return p;
+  }
+
+  void InitParams(uint64_t seed,
+                  std::vector<std::vector<float>>* values) const override {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(Patch()));
+    for (size_t i = 0; i < values->size(); ++i) {
+      UniformInit(seed, index(), static_cast<int>(i), bound, &(*values)[i]);
+    }
+  }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    const int64_t batch = x.shape()[0];
+    const int64_t plane = w_.out_height() * w_.out_width();
+    ASSIGN_OR_RETURN(Tensor col,
+                     dev.Allocate(Shape({Patch(), batch * plane}),
+                                  DType::kF32));
+    dev.Im2Col(x.f32(), batch, w_, col.f32());
+    ASSIGN_OR_RETURN(Tensor ycb,
+                     dev.Allocate(Shape({out_channels_, batch * plane}),
+                                  DType::kF32));
+    dev.Gemm(false, false, out_channels_, batch * plane, Patch(), 1.0f,
+             params[0].f32(), Patch(), col.f32(), batch * plane, 0.0f,
+             ycb.f32(), batch * plane);
+    ASSIGN_OR_RETURN(*y, dev.Allocate(output_shape().WithLeading(batch),
+                                      DType::kF32));
+    dev.SwapAxes01(ycb.f32(), out_channels_, batch, plane,
+                   bias_ ? params[1].f32() : nullptr, y->f32());
+    if (ctx.training) cache->tensors = {x};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor> params,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor> grads,
+                        bool accumulate) const override {
+    const Tensor& x = cache.tensors[0];
+    const int64_t batch = x.shape()[0];
+    const int64_t plane = w_.out_height() * w_.out_width();
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (bias_) {
+      dev.SumChannels(dy.f32(), batch, out_channels_, plane, beta,
+                      grads[1].f32());
+    }
+    // dy [B, Cout, P] -> [Cout, B*P].
+    ASSIGN_OR_RETURN(Tensor dycb,
+                     dev.Allocate(Shape({out_channels_, batch * plane}),
+                                  DType::kF32));
+    dev.SwapAxes01(dy.f32(), batch, out_channels_, plane, nullptr,
+                   dycb.f32());
+    // The columns are recomputed rather than kept: memory for in-flight
+    // minibatches matters more than one im2col.
+    ASSIGN_OR_RETURN(Tensor col,
+                     dev.Allocate(Shape({Patch(), batch * plane}),
+                                  DType::kF32));
+    dev.Im2Col(x.f32(), batch, w_, col.f32());
+    // dW[Cout, Patch] = dycb col^T.
+    dev.Gemm(false, true, out_channels_, Patch(), batch * plane, 1.0f,
+             dycb.f32(), batch * plane, col.f32(), batch * plane, beta,
+             grads[0].f32(), Patch());
+    if (dx != nullptr) {
+      // dcol[Patch, B*P] = W^T dycb, written over col.
+      dev.Gemm(true, false, Patch(), batch * plane, out_channels_, 1.0f,
+               params[0].f32(), Patch(), dycb.f32(), batch * plane, 0.0f,
+               col.f32(), batch * plane);
+      ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
+      dev.Col2Im(col.f32(), batch, w_, dx->f32());
+    }
+    return absl::OkStatus();
+  }
+
+  double ForwardFlopsPerSample() const override {
+    return 2.0 * Patch() * out_channels_ * w_.out_height() * w_.out_width();
+  }
+
+ private:
+  int64_t Patch() const { return w_.channels * w_.kernel * w_.kernel; }
+  Window2d w_;
+  int64_t out_channels_;
+  bool bias_;
+};
+
+// ---------------------------------------------------------------- MaxPool2d
+
+class MaxPool2dLayer final : public Layer {
+ public:
+  MaxPool2dLayer(int index, Shape in, Shape out, Window2d window)
+      : Layer(index, std::move(in), std::move(out)), w_(window) {}
+  std::string kind() const override { return "max_pool2d"; }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor>, const Tensor& x,
+                       const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    const int64_t batch = x.shape()[0];
+    const Shape out = output_shape().WithLeading(batch);
+    ASSIGN_OR_RETURN(*y, dev.Allocate(out, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor argmax, dev.Allocate(out, DType::kI32));
+    dev.MaxPool(x.f32(), batch * w_.channels, w_, y->f32(), argmax.i32());
+    if (ctx.training) cache->tensors = {argmax};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor>,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor>, bool) const override {
+    if (dx == nullptr) return absl::OkStatus();
+    const int64_t batch = dy.shape()[0];
+    ASSIGN_OR_RETURN(*dx, dev.Allocate(input_shape().WithLeading(batch),
+                                       DType::kF32));
+    dev.MaxPoolBackward(dy.f32(), cache.tensors[0].i32(), batch * w_.channels,
+                        w_, dx->f32());
+    return absl::OkStatus();
+  }
+
+ private:
+  Window2d w_;
+};
+
+// ---------------------------------------------------------------- LayerNorm
+
+class LayerNormLayer final : public Layer {
+ public:
+  LayerNormLayer(int index, Shape shape, int64_t cols, float eps)
+      : Layer(index, shape, shape), cols_(cols), eps_(eps) {}
+  std::string kind() const override { return "layer_norm"; }
+
+  std::vector<ParamSpec> Params() const override {
+    return {{"weight", Shape({cols_})}, {"bias", Shape({cols_})}};
+  }
+
+  void InitParams(uint64_t,
+                  std::vector<std::vector<float>>* values) const override {
+    std::fill((*values)[0].begin(), (*values)[0].end(), 1.0f);
+    std::fill((*values)[1].begin(), (*values)[1].end(), 0.0f);
+  }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    const int64_t rows = RowsOf(x, cols_);
+    ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
+    ASSIGN_OR_RETURN(Tensor mean, dev.Allocate(Shape({rows}), DType::kF32));
+    ASSIGN_OR_RETURN(Tensor rstd, dev.Allocate(Shape({rows}), DType::kF32));
+    dev.LayerNorm(x.f32(), params[0].f32(), params[1].f32(), rows, cols_,
+                  eps_, y->f32(), mean.f32(), rstd.f32());
+    if (ctx.training) cache->tensors = {x, mean, rstd};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor> params,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor> grads,
+                        bool accumulate) const override {
+    const Tensor& x = cache.tensors[0];
+    const int64_t rows = RowsOf(x, cols_);
+    float* dx_data = nullptr;
+    if (dx != nullptr) {
+      ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
+      dx_data = dx->f32();
+    }
+    dev.LayerNormBackward(dy.f32(), x.f32(), params[0].f32(),
+                          cache.tensors[1].f32(), cache.tensors[2].f32(), rows,
+                          cols_, dx_data, grads[0].f32(), grads[1].f32(),
+                          accumulate);
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t cols_;
+  float eps_;
+};
+
+// ---------------------------------------------------------------- Delay
+
+class DelayLayer final : public Layer {
+ public:
+  DelayLayer(int index, Shape shape, double forward_ms, double backward_ms)
+      : Layer(index, shape, shape),
+        forward_ms_(forward_ms),
+        backward_ms_(backward_ms) {}
+  std::string kind() const override { return "delay"; }
+
+  absl::Status Forward(Device&, absl::Span<const Tensor>, const Tensor& x,
+                       const PassContext&, Tensor* y,
+                       LayerCache*) const override {
+    Sleep(forward_ms_);
+    *y = x;
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device&, absl::Span<const Tensor>, const LayerCache&,
+                        const Tensor& dy, const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor>, bool) const override {
+    Sleep(backward_ms_);
+    if (dx != nullptr) *dx = dy;
+    return absl::OkStatus();
+  }
+
+ private:
+  static void Sleep(double ms) {
+    if (ms > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    }
+  }
+  double forward_ms_, backward_ms_;
+};
+
+}  // namespace
+
+void Layer::InitParams(uint64_t, std::vector<std::vector<float>>*) const {}
+
+absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
+                                                   int index,
+                                                   const Shape& in,
+                                                   uint64_t seed) {
+  for (int64_t d : in.dims()) {
+    if (d <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Field(index, "kind"), ": the previous layer's output ",
+          in.ToString(), " is empty"));
+    }
+  }
+  switch (spec.kind_case()) {
+    case LayerSpec::kLinear: {
+      const LinearSpec& s = spec.linear();
+      RETURN_IF_ERROR(CheckPositive(s.in_features(), index,
+                                    "linear.in_features"));
+      RETURN_IF_ERROR(CheckPositive(s.out_features(), index,
+                                    "linear.out_features"));
+      if (in.rank() < 1 || in.dims().back() != s.in_features()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "linear.in_features"), "=", s.in_features(),
+            " does not match the previous layer's output ",
+            in.rank() == 1 ? absl::StrCat(in[0])
+                           : absl::StrCat(in.ToString(),
+                                          " (linear applies to the last "
+                                          "dimension; add a flatten layer)")));
+      }
+      std::vector<int64_t> out = in.dims();
+      out.back() = s.out_features();
+      return std::unique_ptr<Layer>(std::make_unique<LinearLayer>(
+          index, in, Shape(std::move(out)), s.in_features(), s.out_features(),
+          !s.has_bias() || s.bias()));
+    }
+    case LayerSpec::kRelu:
+      return std::unique_ptr<Layer>(std::make_unique<ReluLayer>(index, in));
+    case LayerSpec::kGelu:
+      return std::unique_ptr<Layer>(std::make_unique<GeluLayer>(index, in));
+    case LayerSpec::kDropout: {
+      const float p = spec.dropout().p();
+      if (!(p >= 0 && p < 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "dropout.p"), "=", p, " must be in [0, 1)"));
+      }
+      return std::unique_ptr<Layer>(
+          std::make_unique<DropoutLayer>(index, in, p, seed));
+    }
+    case LayerSpec::kFlatten:
+      return std::unique_ptr<Layer>(std::make_unique<FlattenLayer>(index, in));
+    case LayerSpec::kConv2D: {
+      const Conv2dSpec& s = spec.conv2d();
+      RETURN_IF_ERROR(CheckRank(in, 3, index, "conv2d",
+                                "[channels, height, width]"));
+      RETURN_IF_ERROR(CheckPositive(s.in_channels(), index,
+                                    "conv2d.in_channels"));
+      RETURN_IF_ERROR(CheckPositive(s.out_channels(), index,
+                                    "conv2d.out_channels"));
+      RETURN_IF_ERROR(CheckPositive(s.kernel_size(), index,
+                                    "conv2d.kernel_size"));
+      const int64_t stride = s.has_stride() ? s.stride() : 1;
+      RETURN_IF_ERROR(CheckPositive(stride, index, "conv2d.stride"));
+      if (s.padding() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "conv2d.padding"), "=", s.padding(),
+            " must not be negative"));
+      }
+      if (in[0] != s.in_channels()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "conv2d.in_channels"), "=", s.in_channels(),
+            " does not match the previous layer's output channels ", in[0],
+            " (shape ", in.ToString(), ")"));
+      }
+      Window2d w{in[0], in[1], in[2], s.kernel_size(), stride, s.padding()};
+      if (w.height + 2 * w.padding < w.kernel ||
+          w.width + 2 * w.padding < w.kernel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "conv2d.kernel_size"), "=", s.kernel_size(),
+            " is larger than the padded input ", in.ToString()));
+      }
+      Shape out({s.out_channels(), w.out_height(), w.out_width()});
+      return std::unique_ptr<Layer>(std::make_unique<Conv2dLayer>(
+          index, in, out, w, s.out_channels(), !s.has_bias() || s.bias()));
+    }
+    case LayerSpec::kMaxPool2D: {
+      const MaxPool2dSpec& s = spec.max_pool2d();
+      RETURN_IF_ERROR(CheckRank(in, 3, index, "max_pool2d",
+                                "[channels, height, width]"));
+      RETURN_IF_ERROR(CheckPositive(s.kernel_size(), index,
+                                    "max_pool2d.kernel_size"));
+      const int64_t stride = s.has_stride() ? s.stride() : s.kernel_size();
+      RETURN_IF_ERROR(CheckPositive(stride, index, "max_pool2d.stride"));
+      if (s.padding() < 0 || s.padding() > s.kernel_size() / 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "max_pool2d.padding"), "=", s.padding(),
+            " must be in [0, kernel_size/2]"));
+      }
+      Window2d w{in[0], in[1], in[2], s.kernel_size(), stride, s.padding()};
+      if (w.height + 2 * w.padding < w.kernel ||
+          w.width + 2 * w.padding < w.kernel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "max_pool2d.kernel_size"), "=", s.kernel_size(),
+            " is larger than the padded input ", in.ToString()));
+      }
+      Shape out({in[0], w.out_height(), w.out_width()});
+      return std::unique_ptr<Layer>(
+          std::make_unique<MaxPool2dLayer>(index, in, out, w));
+    }
+    case LayerSpec::kLayerNorm: {
+      const LayerNormSpec& s = spec.layer_norm();
+      if (in.dims().back() != s.normalized_shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "layer_norm.normalized_shape"), "=",
+            s.normalized_shape(),
+            " does not match the last dimension of the previous layer's "
+            "output ",
+            in.ToString()));
+      }
+      const float eps = s.has_eps() ? s.eps() : 1e-5f;
+      if (!(eps > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "layer_norm.eps"), "=", eps, " must be positive"));
+      }
+      return std::unique_ptr<Layer>(std::make_unique<LayerNormLayer>(
+          index, in, s.normalized_shape(), eps));
+    }
+    case LayerSpec::kDelay: {
+      const DelaySpec& s = spec.delay();
+      if (!(s.forward_ms() >= 0 && s.forward_ms() <= 60000) ||
+          !(s.backward_ms() >= 0 && s.backward_ms() <= 60000)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(index, "delay"), ": forward_ms=", s.forward_ms(),
+            " and backward_ms=", s.backward_ms(),
+            " must be in [0, 60000]"));
+      }
+      return std::unique_ptr<Layer>(std::make_unique<DelayLayer>(
+          index, in, s.forward_ms(), s.backward_ms()));
+    }
+    case LayerSpec::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.layers[", index,
+                   "] has no layer kind (set one of linear, relu, gelu, "
+                   "dropout, flatten, conv2d, max_pool2d, layer_norm, delay)"));
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,113 @@
+// Layers: the kernels of a pipeline stage, each with forward and backward.
+//
+// A Layer holds only its configuration and shapes; parameters, gradients and
+// the tensors saved for backward are passed in and out explicitly. That is
+// what lets one stage keep several weight versions (weight stashing) and
+// several minibatches in flight with the same Layer objects. Layers are
+// immutable after construction and so thread-safe; the Device they run on is
+// not (one owner thread at a time).
+//
+// Shapes: a layer's input_shape()/output_shape() are per-sample; tensors
+// passed to Forward/Backward carry a leading batch dimension.
+#ifndef AQUEDUCT_WORKER_NN_LAYER_H_
+#define AQUEDUCT_WORKER_NN_LAYER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/device/device.h"
+#include "common/tensor.h"
+#include "proto/types.h"
+
+namespace aqueduct {
+
+// One learnable tensor of a layer, e.g. {"weight", [out, in]}.
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+};
+
+// What a forward or backward pass is for.
+struct PassContext {
+  // Training (dropout active, tensors saved for backward) or evaluation.
+  bool training = true;
+  // The global minibatch number; keys dropout masks so that every worker
+  // and train-local draw the same mask for the same minibatch.
+  uint64_t minibatch = 0;
+};
+
+// Tensors a layer saved in Forward for its Backward. One per (layer,
+// minibatch in flight).
+struct LayerCache {
+  std::vector<Tensor> tensors;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // Index of the layer in its model; names its parameters
+  // ("layers.<index>.<param>").
+  int index() const { return index_; }
+  // Lower-case kind, as in the spec: "linear", "relu", ...
+  virtual std::string kind() const = 0;
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+
+  // Learnable tensors, in a fixed order (weight before bias).
+  virtual std::vector<ParamSpec> Params() const { return {}; }
+  // Seeded initial values for Params(), PyTorch's default schemes. Each
+  // vector is filled with the element count of the matching ParamSpec.
+  virtual void InitParams(uint64_t seed,
+                          std::vector<std::vector<float>>* values) const;
+
+  // y = f(x). With ctx.training, fills `cache` for Backward (cache may be
+  // null when !ctx.training). `y` may share x's buffer (in-place layers).
+  virtual absl::Status Forward(Device& device, absl::Span<const Tensor> params,
+                               const Tensor& x, const PassContext& ctx,
+                               Tensor* y, LayerCache* cache) const = 0;
+
+  // From dy (may be overwritten), computes dx (when dx is not null) and the
+  // parameter gradients: written, or added to when `accumulate` (gradient
+  // accumulation over microbatches). `params` must be the version the
+  // forward used.
+  virtual absl::Status Backward(Device& device,
+                                absl::Span<const Tensor> params,
+                                const LayerCache& cache, const Tensor& dy,
+                                const PassContext& ctx, Tensor* dx,
+                                absl::Span<const Tensor> grads,
+                                bool accumulate) const = 0;
+
+  // Floating point operations of one forward pass per sample (for planning
+  // and benchmarks); backward is counted as twice this where it has weights.
+  virtual double ForwardFlopsPerSample() const { return 0; }
+
+ protected:
+  Layer(int index, Shape input_shape, Shape output_shape)
+      : index_(index),
+        input_shape_(std::move(input_shape)),
+        output_shape_(std::move(output_shape)) {}
+
+ private:
+  int index_;
+  Shape input_shape_;
+  Shape output_shape_;
+};
+
+// Builds layer `index` of a model from its spec, given the per-sample output
+// shape of the previous layer (or the data). INVALID_ARGUMENT naming the
+// field ("model.layers[3].linear.in_features=512 does not match the previous
+// layer's output 1024") when the spec does not fit.
+absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
+                                                   int index,
+                                                   const Shape& input_shape,
+                                                   uint64_t seed);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_NN_LAYER_H_

@@ -1,0 +1,96 @@
+// Models and their parameters.
+//
+// A Model is the chain of layers a ModelSpec describes, with shapes inferred
+// from the data's sample shape. A ParameterSet holds one tensor per learnable
+// parameter of a run of layers (a whole model, or one pipeline stage), and is
+// also used for gradients and optimizer state. Sequential forward/backward
+// over a layer range lives here too: it is what a stage executes.
+//
+// Thread-safety: Model is immutable after Build() and thread-safe.
+// ParameterSet is a plain value (not thread-safe).
+#ifndef AQUEDUCT_WORKER_NN_MODEL_H_
+#define AQUEDUCT_WORKER_NN_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/device/device.h"
+#include "proto/types.h"
+#include "worker/nn/layer.h"
+
+namespace aqueduct {
+
+class Model {
+ public:
+  // Builds the layers of `spec` for samples of `input_shape`. Validates every
+  // layer; INVALID_ARGUMENT naming the field on a problem.
+  static absl::StatusOr<std::unique_ptr<Model>> Build(const ModelSpec& spec,
+                                                      const Shape& input_shape,
+                                                      uint64_t seed);
+
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  const Layer& layer(int i) const { return *layers_[i]; }
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const {
+    return layers_.empty() ? input_shape_ : layers_.back()->output_shape();
+  }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  Model() = default;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Shape input_shape_;
+  uint64_t seed_ = 0;
+};
+
+// One tensor per parameter of layers [begin, end) of a model, in layer order.
+struct ParameterSet {
+  int begin = 0;
+  int end = 0;
+  // Full names, "layers.<i>.<param>", as in safetensors files.
+  std::vector<std::string> names;
+  std::vector<Tensor> tensors;
+  // tensors[offsets[l - begin] .. offsets[l - begin + 1]) belong to layer l.
+  std::vector<int> offsets;
+
+  // The tensors of layer `l` (begin <= l < end).
+  absl::Span<const Tensor> ForLayer(int l) const;
+  int64_t numel() const;
+  size_t size() const { return tensors.size(); }
+};
+
+// Allocates parameters for layers [begin, end) of `model` on `device` and
+// fills them with the seeded initialisation (the model's seed).
+absl::StatusOr<ParameterSet> InitParameters(const Model& model, int begin,
+                                            int end, Device* device);
+
+// A set of the same names and shapes as `like`, zero-filled.
+absl::StatusOr<ParameterSet> ZerosLike(const ParameterSet& like,
+                                       Device* device);
+
+// The saved tensors of one minibatch's forward through a layer range.
+struct RangeCache {
+  std::vector<LayerCache> layers;
+};
+
+// Forward through layers [params.begin, params.end) of `model`. `cache` may
+// be null when !ctx.training.
+absl::Status ForwardRange(const Model& model, Device& device,
+                          const ParameterSet& params, const Tensor& x,
+                          const PassContext& ctx, Tensor* y,
+                          RangeCache* cache);
+
+// Backward through the same range: gradients into `grads` (written, or added
+// to when `accumulate`); dx (if not null) receives the gradient of the
+// range's input. `params` must be the version the forward used.
+absl::Status BackwardRange(const Model& model, Device& device,
+                           const ParameterSet& params, const RangeCache& cache,
+                           const Tensor& dy, const PassContext& ctx,
+                           Tensor* dx, const ParameterSet& grads,
+                           bool accumulate);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_NN_MODEL_H_

@@ -1,0 +1,43 @@
+// Optimizers: SGD (momentum, dampening, Nesterov, weight decay) and Adam,
+// with PyTorch's torch.optim semantics, one fused device kernel per
+// parameter tensor.
+//
+// Not thread-safe: owned by the stage that owns the parameters.
+#ifndef AQUEDUCT_WORKER_NN_OPTIMIZER_H_
+#define AQUEDUCT_WORKER_NN_OPTIMIZER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/device/device.h"
+#include "proto/types.h"
+#include "worker/nn/model.h"
+
+namespace aqueduct {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // Applies one update to `params` from `grads` (same names and shapes as
+  // the set the optimizer was created for).
+  virtual absl::Status Step(const ParameterSet& params,
+                            const ParameterSet& grads) = 0;
+  // Number of steps applied so far.
+  virtual int64_t steps() const = 0;
+  // The optimizer's state tensors (momentum buffers; Adam's m and v), named
+  // "<param>.<state>", for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor>> State() const = 0;
+};
+
+// Builds the optimizer of `spec` for `params` (state allocated on `device`,
+// zero-filled). INVALID_ARGUMENT naming the field on bad hyper-parameters.
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
+    const OptimizerSpec& spec, const ParameterSet& params, Device* device);
+
+// Checks an OptimizerSpec without building anything ("optimizer.sgd.lr=...").
+absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_NN_OPTIMIZER_H_

@@ -1,0 +1,37 @@
+// Parameters to and from safetensors files. Names are "layers.<i>.<param>"
+// with PyTorch's layouts (docs/weights.md), so a state_dict of an
+// nn.Sequential with the same layers loads directly.
+//
+// Thread-safety: as the Device (one owner at a time).
+#ifndef AQUEDUCT_WORKER_NN_WEIGHTS_H_
+#define AQUEDUCT_WORKER_NN_WEIGHTS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/safetensors.h"
+#include "worker/nn/model.h"
+
+namespace aqueduct {
+
+// Copies `params` (and `extra` named tensors, e.g. optimizer state) to host
+// F32 tensors.
+absl::StatusOr<SafetensorsFile> ExportParameters(Device& device,
+                                                 const ParameterSet& params);
+
+// Overwrites `params` from `file`. Every parameter must be present with its
+// exact shape; F32, BF16 and F16 are accepted (converted to F32). Tensors in
+// the file for layers outside the set's range are ignored, others that the
+// model does not have are an error, as is any missing one.
+absl::Status ImportParameters(const SafetensorsFile& file, Device& device,
+                              const ParameterSet& params);
+
+// File wrappers; errors name the path.
+absl::Status SaveParametersFile(const std::string& path, Device& device,
+                                const ParameterSet& params);
+absl::Status LoadParametersFile(const std::string& path, Device& device,
+                                const ParameterSet& params);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_NN_WEIGHTS_H_

@@ -1,0 +1,77 @@
+// Single-process training: the whole model as one stage on one device. This
+// is `aq train-local`, and the reference the pipeline schedules are checked
+// against (same minibatches, same dropout masks, same initialisation).
+//
+// Not thread-safe: one call runs on the calling thread.
+#ifndef AQUEDUCT_WORKER_TRAIN_LOCAL_TRAINER_H_
+#define AQUEDUCT_WORKER_TRAIN_LOCAL_TRAINER_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/device/device.h"
+#include "proto/types.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/model.h"
+
+namespace aqueduct {
+
+struct StepReport {
+  int64_t step = 0;  // 1-based steps done.
+  int64_t total_steps = 0;
+  int64_t epoch = 0;  // 0-based epoch of this step.
+  double loss = 0;
+  // Over the steps since the throughput window began.
+  double samples_per_second = 0;
+};
+
+struct LocalTrainOptions {
+  // Overrides of the spec's max_steps / epochs when set.
+  std::optional<int64_t> max_steps;
+  std::optional<int64_t> epochs;
+  // Overrides spec.init_weights when not empty.
+  std::string init_weights;
+  // Where to write the trained parameters (safetensors); empty for none.
+  std::string save_weights;
+  // Steps excluded from samples_per_second (warm-up of caches and threads).
+  int64_t warmup_steps = 5;
+  // Evaluate on the test split at the end, if there is one.
+  bool evaluate = true;
+  // Called after every step.
+  std::function<void(const StepReport&)> on_step;
+};
+
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+  int64_t samples = 0;
+};
+
+struct LocalTrainResult {
+  int64_t steps = 0;
+  int64_t epochs = 0;  // Epochs begun.
+  std::vector<double> losses;
+  double samples_per_second = 0;
+  std::optional<EvalResult> test;
+  double wall_seconds = 0;
+  int64_t parameters = 0;
+};
+
+// Trains `spec` on `device`. Errors: INVALID_ARGUMENT for a bad spec or
+// weights file, the loader's errors for bad data.
+absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
+                                            Device* device,
+                                            const LocalTrainOptions& options);
+
+// Accuracy and mean loss of `params` (all layers of `model`) on `data`, in
+// batches of `batch_size` (the last one may be smaller).
+absl::StatusOr<EvalResult> Evaluate(const Model& model, Device* device,
+                                    const ParameterSet& params,
+                                    const Dataset& data, int64_t batch_size);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_TRAIN_LOCAL_TRAINER_H_
