@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Process-level test of `aq train-local` as a user runs it: exit codes, error
+# messages naming the bad field, JSON output, and the safetensors round trip.
+set -uo pipefail
+AQ="$1"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+cat >"$tmp/job.textproto" <<'SPEC'
+name: "cli-test"
+model {
+  layers { flatten {} }
+  layers { linear { in_features: 12 out_features: 16 } }
+  layers { relu {} }
+  layers { linear { in_features: 16 out_features: 3 } }
+}
+data { synthetic { sample_shape: [3, 4] num_classes: 3 train_samples: 256
+                   test_samples: 64 seed: 2 } }
+optimizer { sgd { lr: 0.1 momentum: 0.9 } }
+batch_size: 16
+epochs: 2
+seed: 3
+SPEC
+
+# No arguments: usage, exit 2.
+"$AQ" >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "no args: exit $rc, want 2"
+grep -q "usage: aq" "$tmp/err" || fail "no args: no usage text"
+
+# Unknown flag.
+"$AQ" train-local "$tmp/job.textproto" --bogus 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "bad flag: exit $rc"
+grep -q "unknown or incomplete flag '--bogus'" "$tmp/err" || fail "bad flag message"
+
+# Missing file.
+"$AQ" train-local "$tmp/nope.textproto" 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "missing file: exit $rc"
+grep -q "nope.textproto: cannot open" "$tmp/err" || fail "missing file message: $(cat "$tmp/err")"
+
+# A spec whose layer does not fit names the field.
+sed 's/in_features: 16 out_features: 3/in_features: 15 out_features: 3/' \
+  "$tmp/job.textproto" >"$tmp/bad.textproto"
+"$AQ" train-local "$tmp/bad.textproto" 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "bad spec: exit $rc"
+grep -q "model.layers\[3\].linear.in_features=15 does not match the previous layer's output 16" \
+  "$tmp/err" || fail "bad spec message: $(cat "$tmp/err")"
+
+# JSON output with the documented keys; weights saved.
+"$AQ" train-local "$tmp/job.textproto" --output json --threads 1 \
+  --save-weights "$tmp/w.safetensors" >"$tmp/out.json" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 0 ] || fail "train: exit $rc: $(cat "$tmp/err")"
+for key in steps samples_per_second loss test_accuracy wall_seconds; do
+  grep -q "\"$key\":" "$tmp/out.json" || fail "json lacks $key: $(cat "$tmp/out.json")"
+done
+grep -q '"steps":32,' "$tmp/out.json" || fail "json steps: $(cat "$tmp/out.json")"
+[ -s "$tmp/w.safetensors" ] || fail "no weights file"
+acc=$(sed -E 's/.*"test_accuracy":([0-9.e-]+).*/\1/' "$tmp/out.json")
+awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy $acc <= 0.5"
+
+# --max-steps overrides; init from the saved weights.
+"$AQ" train-local "$tmp/job.textproto" --output json --max-steps 3 \
+  --init-weights "$tmp/w.safetensors" >"$tmp/out2.json" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 0 ] || fail "resume: exit $rc: $(cat "$tmp/err")"
+grep -q '"steps":3,' "$tmp/out2.json" || fail "max-steps: $(cat "$tmp/out2.json")"
+
+# A corrupt weights file is refused with the path.
+printf 'garbage!' >"$tmp/bad.safetensors"
+"$AQ" train-local "$tmp/job.textproto" --init-weights "$tmp/bad.safetensors" \
+  2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -ne 0 ] || fail "bad weights accepted"
+grep -q "bad.safetensors" "$tmp/err" || fail "bad weights message: $(cat "$tmp/err")"
+
+# Text output ends with the test accuracy line.
+"$AQ" train-local "$tmp/job.textproto" --max-steps 4 >"$tmp/out.txt" 2>&1; rc=$?
+[ "$rc" -eq 0 ] || fail "text: exit $rc"
+grep -q "^test accuracy " "$tmp/out.txt" || fail "text output: $(cat "$tmp/out.txt")"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails check(s) failed" >&2
+  exit 1
+fi
+echo "all aq CLI checks passed"

@@ -1,0 +1,200 @@
+// Optimizers and the loss against values computed by hand (and, for the
+// optimizers, against torch.optim's update rules written out in doubles).
+#include "worker/nn/optimizer.h"
+
+#include <cmath>
+
+#include "common/device/cpu_device.h"
+#include "gtest/gtest.h"
+#include "worker/nn/loss.h"
+
+namespace aqueduct {
+namespace {
+
+ParameterSet OneParam(Device& device, std::vector<float> values) {
+  ParameterSet set;
+  set.end = 1;
+  set.names = {"layers.0.weight"};
+  Tensor t = *device.Allocate(Shape({static_cast<int64_t>(values.size())}),
+                              DType::kF32);
+  EXPECT_TRUE(device.CopyFromHost(values.data(), t).ok());
+  set.tensors = {t};
+  set.offsets = {0, 1};
+  return set;
+}
+
+void SetValues(Device& device, const ParameterSet& set,
+               std::vector<float> values) {
+  ASSERT_TRUE(device.CopyFromHost(values.data(), set.tensors[0]).ok());
+}
+
+TEST(SgdTest, MomentumAndWeightDecayByHand) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {1.0f, -2.0f});
+  ParameterSet g = OneParam(device, {0.5f, 0.25f});
+  OptimizerSpec spec;
+  spec.mutable_sgd()->set_lr(0.1f);
+  spec.mutable_sgd()->set_momentum(0.9f);
+  spec.mutable_sgd()->set_weight_decay(0.01f);
+  auto opt = CreateOptimizer(spec, w, &device);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  // Step 1: d = g + 0.01 w = [0.51, 0.23]; buf = d; w -= 0.1 d.
+  ASSERT_TRUE((*opt)->Step(w, g).ok());
+  EXPECT_NEAR(w.tensors[0].f32()[0], 1.0 - 0.051, 1e-6);
+  EXPECT_NEAR(w.tensors[0].f32()[1], -2.0 - 0.023, 1e-6);
+  // Step 2 with g = [1, 1]: d = 1 + 0.01 w; buf = 0.9 buf + d.
+  SetValues(device, g, {1.0f, 1.0f});
+  ASSERT_TRUE((*opt)->Step(w, g).ok());
+  const double w0 = 0.949, w1 = -2.023;
+  const double b0 = 0.9 * 0.51 + (1 + 0.01 * w0);
+  const double b1 = 0.9 * 0.23 + (1 + 0.01 * w1);
+  EXPECT_NEAR(w.tensors[0].f32()[0], w0 - 0.1 * b0, 1e-6);
+  EXPECT_NEAR(w.tensors[0].f32()[1], w1 - 0.1 * b1, 1e-6);
+  EXPECT_EQ((*opt)->steps(), 2);
+  ASSERT_EQ((*opt)->State().size(), 1u);
+  EXPECT_NEAR((*opt)->State()[0].second.f32()[0], b0, 1e-6);
+}
+
+TEST(SgdTest, NesterovAndDampening) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {1.0f});
+  ParameterSet g = OneParam(device, {2.0f});
+  OptimizerSpec spec;
+  spec.mutable_sgd()->set_lr(0.5f);
+  spec.mutable_sgd()->set_momentum(0.5f);
+  spec.mutable_sgd()->set_nesterov(true);
+  auto opt = CreateOptimizer(spec, w, &device);
+  ASSERT_TRUE(opt.ok());
+  // buf = 2; update = g + 0.5 buf = 3; w = 1 - 1.5.
+  ASSERT_TRUE((*opt)->Step(w, g).ok());
+  EXPECT_NEAR(w.tensors[0].f32()[0], -0.5, 1e-6);
+  // buf = 0.5*2 + 2 = 3; update = 2 + 1.5 = 3.5; w = -0.5 - 1.75.
+  ASSERT_TRUE((*opt)->Step(w, g).ok());
+  EXPECT_NEAR(w.tensors[0].f32()[0], -2.25, 1e-6);
+
+  OptimizerSpec damp;
+  damp.mutable_sgd()->set_lr(1.0f);
+  damp.mutable_sgd()->set_momentum(0.5f);
+  damp.mutable_sgd()->set_dampening(0.5f);
+  ParameterSet w2 = OneParam(device, {0.0f});
+  auto opt2 = CreateOptimizer(damp, w2, &device);
+  ASSERT_TRUE(opt2.ok());
+  ASSERT_TRUE((*opt2)->Step(w2, g).ok());  // buf = 2 (no damping at first).
+  ASSERT_TRUE((*opt2)->Step(w2, g).ok());  // buf = 1 + 0.5*2 = 2.
+  EXPECT_NEAR(w2.tensors[0].f32()[0], -4.0, 1e-6);
+}
+
+TEST(SgdTest, PlainSgd) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {3.0f});
+  ParameterSet g = OneParam(device, {1.0f});
+  OptimizerSpec spec;
+  spec.mutable_sgd()->set_lr(0.25f);
+  auto opt = CreateOptimizer(spec, w, &device);
+  ASSERT_TRUE(opt.ok());
+  ASSERT_TRUE((*opt)->Step(w, g).ok());
+  ASSERT_TRUE((*opt)->Step(w, g).ok());
+  EXPECT_FLOAT_EQ(w.tensors[0].f32()[0], 2.5f);
+  EXPECT_TRUE((*opt)->State().empty());
+}
+
+TEST(AdamTest, TwoStepsByHand) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {1.0f, 0.0f});
+  ParameterSet g = OneParam(device, {0.1f, -3.0f});
+  OptimizerSpec spec;
+  spec.mutable_adam()->set_lr(0.01f);
+  spec.mutable_adam()->set_weight_decay(0.1f);
+  auto opt = CreateOptimizer(spec, w, &device);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  double wv[2] = {1.0, 0.0}, m[2] = {0, 0}, v[2] = {0, 0};
+  const double gv[2][2] = {{0.1, -3.0}, {0.5, 0.5}};
+  for (int t = 1; t <= 2; ++t) {
+    if (t == 2) SetValues(device, g, {0.5f, 0.5f});
+    ASSERT_TRUE((*opt)->Step(w, g).ok());
+    for (int i = 0; i < 2; ++i) {
+      const double grad = gv[t - 1][i] + 0.1 * wv[i];
+      m[i] = 0.9 * m[i] + 0.1 * grad;
+      v[i] = 0.999 * v[i] + 0.001 * grad * grad;
+      const double mhat = m[i] / (1 - std::pow(0.9, t));
+      const double vhat = v[i] / (1 - std::pow(0.999, t));
+      wv[i] -= 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+      EXPECT_NEAR(w.tensors[0].f32()[i], wv[i], 1e-6) << "step " << t;
+    }
+  }
+  // First Adam step moves every weight by about lr, whatever the gradient.
+  EXPECT_EQ((*opt)->State().size(), 2u);
+}
+
+TEST(OptimizerSpecTest, Rejections) {
+  OptimizerSpec none;
+  EXPECT_EQ(ValidateOptimizerSpec(none).message(),
+            "optimizer is not set (set optimizer.sgd or optimizer.adam)");
+  OptimizerSpec neg;
+  neg.mutable_sgd()->set_lr(-1);
+  EXPECT_EQ(ValidateOptimizerSpec(neg).message(),
+            "optimizer.sgd.lr=-1 must be positive and finite");
+  OptimizerSpec mom;
+  mom.mutable_sgd()->set_lr(0.1f);
+  mom.mutable_sgd()->set_momentum(1.5f);
+  EXPECT_NE(ValidateOptimizerSpec(mom).message().find("sgd.momentum=1.5"),
+            std::string::npos);
+  OptimizerSpec beta;
+  beta.mutable_adam()->set_lr(0.1f);
+  beta.mutable_adam()->set_beta2(1.0f);
+  EXPECT_NE(ValidateOptimizerSpec(beta).message().find("adam.beta2=1"),
+            std::string::npos);
+}
+
+TEST(LossTest, SoftmaxCrossEntropyByHand) {
+  CpuDevice device;
+  Tensor logits = *device.Allocate(Shape({2, 3}), DType::kF32);
+  const float lv[] = {1.0f, 2.0f, 3.0f, 1000.0f, 0.0f, -1000.0f};
+  ASSERT_TRUE(device.CopyFromHost(lv, logits).ok());
+  Tensor labels = *device.Allocate(Shape({2}), DType::kI32);
+  const int32_t yv[] = {2, 1};
+  ASSERT_TRUE(device.CopyFromHost(yv, labels).ok());
+  auto out = SoftmaxCrossEntropy(device, logits, labels, 0.5f);
+  ASSERT_TRUE(out.ok());
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(out->losses.f32()[0], std::log(z) - 3.0, 1e-6);
+  // Stable for huge logits: log(e^1000 + 1 + e^-1000) - 0 = 1000.
+  EXPECT_NEAR(out->losses.f32()[1], 1000.0, 1e-3);
+  EXPECT_TRUE(std::isfinite(out->losses.f32()[1]));
+  EXPECT_NEAR(out->dlogits.f32()[0], 0.5 * std::exp(1.0) / z, 1e-6);
+  EXPECT_NEAR(out->dlogits.f32()[2], 0.5 * (std::exp(3.0) / z - 1), 1e-6);
+  EXPECT_NEAR(out->dlogits.f32()[3], 0.5, 1e-6);
+  EXPECT_NEAR(out->dlogits.f32()[4], -0.5, 1e-6);
+
+  Tensor wrong = *device.Allocate(Shape({3}), DType::kI32);
+  EXPECT_FALSE(SoftmaxCrossEntropy(device, logits, wrong, 1.0f).ok());
+}
+
+TEST(LossTest, GradientMatchesFiniteDifferences) {
+  CpuDevice device;
+  const float lv[] = {0.3f, -1.2f, 2.0f, 0.7f};
+  Tensor logits = *device.Allocate(Shape({1, 4}), DType::kF32);
+  ASSERT_TRUE(device.CopyFromHost(lv, logits).ok());
+  Tensor labels = *device.Allocate(Shape({1}), DType::kI32);
+  const int32_t y = 1;
+  ASSERT_TRUE(device.CopyFromHost(&y, labels).ok());
+  auto out = SoftmaxCrossEntropy(device, logits, labels, 1.0f);
+  ASSERT_TRUE(out.ok());
+  for (int c = 0; c < 4; ++c) {
+    float hi[4], lo[4];
+    std::copy(lv, lv + 4, hi);
+    std::copy(lv, lv + 4, lo);
+    hi[c] += 1e-2f;
+    lo[c] -= 1e-2f;
+    ASSERT_TRUE(device.CopyFromHost(hi, logits).ok());
+    const double lh = SoftmaxCrossEntropy(device, logits, labels, 1.0f)
+                          ->losses.f32()[0];
+    ASSERT_TRUE(device.CopyFromHost(lo, logits).ok());
+    const double ll = SoftmaxCrossEntropy(device, logits, labels, 1.0f)
+                          ->losses.f32()[0];
+    EXPECT_NEAR(out->dlogits.f32()[c], (lh - ll) / 2e-2, 1e-3);
+  }
+}
+
+}  // namespace
+}  // namespace aqueduct
