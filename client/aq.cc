@@ -152,15 +152,14 @@ int TrainLocalMain(const std::vector<std::string>& args) {
       if (r.step % 10 != 0 && r.step != r.total_steps) return;
       const int width = 30;
       const int filled = static_cast<int>(width * r.step / r.total_steps);
-      std::fprintf(stderr,
-                   "\r[%s%s] epoch %lld step %lld/%lld loss %.4f %.0f "
-                   "samples/s ",
-                   std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(),
-                   static_cast<long long>(r.epoch + 1),
-                   static_cast<long long>(r.step),
-                   static_cast<long long>(r.total_steps), r.loss,
-                   r.samples_per_second);
+      std::fprintf(
+          stderr,
+          "\r[%s%s] epoch %lld step %lld/%lld loss %.4f %.0f "
+          "samples/s ",
+          std::string(filled, '#').c_str(),
+          std::string(width - filled, '.').c_str(),
+          static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step),
+          static_cast<long long>(r.total_steps), r.loss, r.samples_per_second);
       std::fflush(stderr);
     };
   }
@@ -169,8 +168,7 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   if (!result.ok()) {
     std::cerr << "aq: train-local " << parsed.job << ": "
               << result.status().message() << "\n";
-    return result.status().code() == absl::StatusCode::kInvalidArgument ? 2
-                                                                          : 1;
+    return result.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   const LocalTrainResult& r = *result;
   if (parsed.json) {
@@ -180,8 +178,7 @@ int TrainLocalMain(const std::vector<std::string>& args) {
         ",\"threads\":", device_options.threads,
         ",\"parameters\":", r.parameters,
         ",\"samples_per_second\":", JsonNumber(r.samples_per_second),
-        ",\"wall_seconds\":", JsonNumber(r.wall_seconds),
-        ",\"final_loss\":",
+        ",\"wall_seconds\":", JsonNumber(r.wall_seconds), ",\"final_loss\":",
         JsonNumber(r.losses.empty() ? 0.0 : r.losses.back()));
     if (r.test.has_value()) {
       absl::StrAppend(&out, ",\"test_accuracy\":", JsonNumber(r.test->accuracy),

@@ -29,8 +29,8 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
           break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
-            const char esc[] = {'\\', 'u', '0', '0', kHex[(c >> 4) & 0xf],
-                                kHex[c & 0xf]};
+            const char esc[] = {
+                '\\', 'u', '0', '0', kHex[(c >> 4) & 0xf], kHex[c & 0xf]};
             dest.append(esc, esc + sizeof(esc));
           } else {
             dest.push_back(c);

@@ -73,9 +73,8 @@ absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {
     const uint64_t bytes = t.shape.numel() * DTypeSize(t.dtype);
     if (bytes != t.data.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: tensor '", name, "' has ", t.data.size(),
-          " bytes but ", DTypeName(t.dtype), " ", t.shape.ToString(),
-          " needs ", bytes));
+          "safetensors: tensor '", name, "' has ", t.data.size(), " bytes but ",
+          DTypeName(t.dtype), " ", t.shape.ToString(), " needs ", bytes));
     }
     if (!file.metadata.empty() || !first) header += ",";
     first = false;
@@ -104,28 +103,28 @@ absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {
 
 absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
   if (bytes.size() < 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors: file of ", bytes.size(),
-        " bytes is shorter than the 8-byte header length"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors: file of ", bytes.size(),
+                     " bytes is shorter than the 8-byte header length"));
   }
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) {
     n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
   }
   if (n > bytes.size() - 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("safetensors: header length ", n,
-                     " is larger than the file's remaining ",
-                     bytes.size() - 8, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "safetensors: header length ", n,
+        " is larger than the file's remaining ", bytes.size() - 8, " bytes"));
   }
   if (n > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors: header length ", n, " exceeds the limit of ",
-        kMaxHeaderBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors: header length ", n, " exceeds the limit of ",
+                     kMaxHeaderBytes));
   }
   const std::string header = bytes.substr(8, n);
   google::protobuf::Struct root;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(header, &root);
+  const auto parsed =
+      google::protobuf::util::JsonStringToMessage(header, &root);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "safetensors: header is not a JSON object: ", parsed.ToString()));
@@ -165,8 +164,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
     HostTensor t;
     auto dtype = DTypeFromName(dtype_it->second.string_value());
     if (!dtype.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: ", what, ": ", dtype.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: ", what, ": ", dtype.status().message()));
     }
     t.dtype = *dtype;
     if (shape_it->second.kind_case() != google::protobuf::Value::kListValue) {
@@ -190,9 +189,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
     ASSIGN_OR_RETURN(int64_t end, AsCount(offsets.list_value().values(1),
                                           what + " data_offsets[1]"));
     if (begin > end || static_cast<uint64_t>(end) > data_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "safetensors: ", what, ": data_offsets [", begin, ", ", end,
-          "] are outside the ", data_size, " data bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: ", what, ": data_offsets [", begin, ", ",
+                       end, "] are outside the ", data_size, " data bytes"));
     }
     const uint64_t want = t.shape.numel() * DTypeSize(t.dtype);
     if (static_cast<uint64_t>(end - begin) != want) {
@@ -257,8 +256,8 @@ absl::Status WriteSafetensorsFile(const std::string& path,
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(
-        path, ": cannot rename into place: ", std::strerror(err)));
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot rename into place: ", std::strerror(err)));
   }
   return absl::OkStatus();
 }

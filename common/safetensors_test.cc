@@ -84,8 +84,8 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
       {huge + "{", "is larger than the file's remaining 1 bytes"},
       {WithHeader("[1, 2]", ""), "header is not a JSON object"},
       {WithHeader("{not json", ""), "header is not a JSON object"},
-      {WithHeader(
-           R"({"w":{"dtype":"F64x","shape":[2],"data_offsets":[0,8]}})", data),
+      {WithHeader(R"({"w":{"dtype":"F64x","shape":[2],"data_offsets":[0,8]}})",
+                  data),
        "unknown dtype 'F64x'"},
       {WithHeader(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})",
                   data),

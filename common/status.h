@@ -18,20 +18,21 @@
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function
 // if it is not OK.
-#define RETURN_IF_ERROR(expr)                                           \
-  do {                                                                  \
-    ::absl::Status aq_status_ = (expr);                                 \
-    if (!aq_status_.ok()) return aq_status_;                            \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::absl::Status aq_status_ = (expr);      \
+    if (!aq_status_.ok()) return aq_status_; \
   } while (0)
 
 // ASSIGN_OR_RETURN(lhs, expr): evaluates `expr` (an absl::StatusOr<T>);
 // returns its status if not OK, else moves the value into `lhs`, which may be
 // a declaration (`auto x`) or an existing variable.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  AQ_ASSIGN_OR_RETURN_IMPL_(AQ_STATUS_CONCAT_(aq_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr)                                         \
+  AQ_ASSIGN_OR_RETURN_IMPL_(AQ_STATUS_CONCAT_(aq_statusor_, __LINE__), lhs, \
+                            expr)
 
-#define AQ_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
-  auto statusor = (expr);                              \
+#define AQ_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr)     \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -1,9 +1,8 @@
 #include "common/tensor.h"
 
-#include "common/check.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 #include "common/device/device.h"
 
 namespace aqueduct {

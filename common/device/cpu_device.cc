@@ -112,8 +112,8 @@ void CpuDevice::Axpby(int64_t n, float a, const float* x, float b, float* y) {
   }
 }
 
-void CpuDevice::AddBias(float* y, const float* bias, int64_t rows,
-                        int64_t cols, bool relu) {
+void CpuDevice::AddBias(float* y, const float* bias, int64_t rows, int64_t cols,
+                        bool relu) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * cols;
     if (relu) {
@@ -126,8 +126,8 @@ void CpuDevice::AddBias(float* y, const float* bias, int64_t rows,
   }
 }
 
-void CpuDevice::SumRows(const float* x, int64_t rows, int64_t cols,
-                        float beta, float* out) {
+void CpuDevice::SumRows(const float* x, int64_t rows, int64_t cols, float beta,
+                        float* out) {
   if (beta == 0) {
     std::fill(out, out + cols, 0.0f);
   } else if (beta != 1) {
@@ -171,7 +171,7 @@ void CpuDevice::Dropout(const float* x, float* y, int64_t n, float p,
   const float scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; ++i) {
     y[i] = DropoutUniform(key, static_cast<uint64_t>(i)) >= p ? x[i] * scale
-                                                               : 0.0f;
+                                                              : 0.0f;
   }
 }
 
@@ -241,8 +241,7 @@ void CpuDevice::Col2Im(const float* col, int64_t batch, const Window2d& w,
   for (int64_t c = 0; c < w.channels; ++c) {
     for (int64_t ki = 0; ki < w.kernel; ++ki) {
       for (int64_t kj = 0; kj < w.kernel; ++kj) {
-        const float* in =
-            col + ((c * w.kernel + ki) * w.kernel + kj) * row_len;
+        const float* in = col + ((c * w.kernel + ki) * w.kernel + kj) * row_len;
         for (int64_t b = 0; b < batch; ++b) {
           float* img = dx + (b * w.channels + c) * w.height * w.width;
           const float* src = in + b * plane;
@@ -295,8 +294,7 @@ void CpuDevice::MaxPool(const float* x, int64_t planes, const Window2d& w,
 }
 
 void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* argmax,
-                                int64_t planes, const Window2d& w,
-                                float* dx) {
+                                int64_t planes, const Window2d& w, float* dx) {
   const int64_t oh = w.out_height(), ow = w.out_width();
   std::fill(dx, dx + planes * w.height * w.width, 0.0f);
   for (int64_t p = 0; p < planes; ++p) {
@@ -309,9 +307,9 @@ void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* argmax,
   }
 }
 
-void CpuDevice::LayerNorm(const float* x, const float* gamma,
-                          const float* beta, int64_t rows, int64_t cols,
-                          float eps, float* y, float* mean, float* rstd) {
+void CpuDevice::LayerNorm(const float* x, const float* gamma, const float* beta,
+                          int64_t rows, int64_t cols, float eps, float* y,
+                          float* mean, float* rstd) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -331,9 +329,9 @@ void CpuDevice::LayerNorm(const float* x, const float* gamma,
 
 void CpuDevice::LayerNormBackward(const float* dy, const float* x,
                                   const float* gamma, const float* mean,
-                                  const float* rstd, int64_t rows,
-                                  int64_t cols, float* dx, float* dgamma,
-                                  float* dbeta, bool accumulate) {
+                                  const float* rstd, int64_t rows, int64_t cols,
+                                  float* dx, float* dgamma, float* dbeta,
+                                  bool accumulate) {
   if (!accumulate) {
     std::fill(dgamma, dgamma + cols, 0.0f);
     std::fill(dbeta, dbeta + cols, 0.0f);
@@ -362,10 +360,10 @@ void CpuDevice::LayerNormBackward(const float* dy, const float* x,
   }
 }
 
-void CpuDevice::SoftmaxCrossEntropy(const float* logits,
-                                    const int32_t* labels, int64_t rows,
-                                    int64_t classes, float grad_scale,
-                                    float* losses, float* dlogits) {
+void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                                    int64_t rows, int64_t classes,
+                                    float grad_scale, float* losses,
+                                    float* dlogits) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* l = logits + r * classes;
     float* d = dlogits + r * classes;

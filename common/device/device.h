@@ -32,8 +32,12 @@ struct Window2d {
   int64_t kernel = 1;
   int64_t stride = 1;
   int64_t padding = 0;
-  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
+  int64_t out_height() const {
+    return (height + 2 * padding - kernel) / stride + 1;
+  }
+  int64_t out_width() const {
+    return (width + 2 * padding - kernel) / stride + 1;
+  }
 };
 
 // Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics).
@@ -89,19 +93,17 @@ class Device {
   // ---- Dense linear algebra ----
   // C[m,n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is m x k and
   // op(B) is k x n. lda/ldb/ldc are row strides of the stored matrices.
-  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
-                    int64_t k, float alpha, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) = 0;
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float beta, float* c, int64_t ldc) = 0;
 
   // ---- Elementwise and reductions ----
   virtual void Fill(float* x, int64_t n, float value) = 0;
   // y = a * x + b * y.
-  virtual void Axpby(int64_t n, float a, const float* x, float b,
-                     float* y) = 0;
+  virtual void Axpby(int64_t n, float a, const float* x, float b, float* y) = 0;
   // y[r, c] += bias[c] for a rows x cols matrix; if relu, then y = max(y, 0).
-  virtual void AddBias(float* y, const float* bias, int64_t rows,
-                       int64_t cols, bool relu) = 0;
+  virtual void AddBias(float* y, const float* bias, int64_t rows, int64_t cols,
+                       bool relu) = 0;
   // out[c] = sum_r x[r, c] + beta * out[c].
   virtual void SumRows(const float* x, int64_t rows, int64_t cols, float beta,
                        float* out) = 0;
@@ -173,10 +175,10 @@ class Device {
                                    float* dlogits) = 0;
 
   // ---- Optimizers (fused per parameter tensor) ----
-  virtual void SgdStep(float* w, const float* g, float* momentum_buf,
-                       int64_t n, const SgdParams& p) = 0;
-  virtual void AdamStep(float* w, const float* g, float* m, float* v,
-                        int64_t n, const AdamParams& p) = 0;
+  virtual void SgdStep(float* w, const float* g, float* momentum_buf, int64_t n,
+                       const SgdParams& p) = 0;
+  virtual void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
+                        const AdamParams& p) = 0;
 };
 
 // The uniform [0, 1) draw behind Device::Dropout, for reference

@@ -87,9 +87,9 @@ absl::StatusOr<Dataset> LoadIdxSplit(const std::string& images_path,
         labels.dims.size()));
   }
   if (images.dims[0] != labels.dims[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        images_path, " holds ", images.dims[0], " samples but ", labels_path,
-        " holds ", labels.dims[0], " labels"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, " holds ", images.dims[0], " samples but ",
+                     labels_path, " holds ", labels.dims[0], " labels"));
   }
   Dataset d;
   ASSIGN_OR_RETURN(d.sample_shape, ImageSampleShape(images, images_path));
@@ -115,8 +115,8 @@ absl::StatusOr<Dataset> LoadIdxSplit(const std::string& images_path,
 // Gaussian-ish inputs and labels from a random linear teacher.
 Dataset MakeSynthetic(const SyntheticData& s, int64_t size, uint64_t stream) {
   Dataset d;
-  d.sample_shape = Shape(std::vector<int64_t>(s.sample_shape().begin(),
-                                              s.sample_shape().end()));
+  d.sample_shape = Shape(
+      std::vector<int64_t>(s.sample_shape().begin(), s.sample_shape().end()));
   d.size = size;
   d.num_classes = static_cast<int>(s.num_classes());
   const int64_t per = d.sample_shape.numel();
@@ -200,8 +200,8 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
     case DataSpec::kSynthetic: {
       const SyntheticData& s = spec.synthetic();
       RETURN_IF_ERROR(ValidateSynthetic(s));
-      info.sample_shape = Shape(std::vector<int64_t>(
-          s.sample_shape().begin(), s.sample_shape().end()));
+      info.sample_shape = Shape(std::vector<int64_t>(s.sample_shape().begin(),
+                                                     s.sample_shape().end()));
       info.num_classes = static_cast<int>(s.num_classes());
       return info;
     }
@@ -262,10 +262,10 @@ absl::StatusOr<DataSplits> LoadData(const DataSpec& spec) {
     test.num_classes = splits.train.num_classes;
     for (int64_t i = 0; i < test.size; ++i) {
       if (test.labels[i] >= splits.train.num_classes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            paths.test_labels, ": label ", test.labels[i], " of sample ", i,
-            " is not among the training set's ", splits.train.num_classes,
-            " classes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(paths.test_labels, ": label ", test.labels[i],
+                         " of sample ", i, " is not among the training set's ",
+                         splits.train.num_classes, " classes"));
       }
     }
     splits.test = std::move(test);

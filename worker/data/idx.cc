@@ -75,9 +75,9 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
   auto got = ReadSome(file.get(), path, 0, magic, 4);
   if (!got.ok()) return got.status();
   if (*got < 4) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": truncated at offset ", *got,
-        ": the 4-byte IDX magic number is incomplete"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated at offset ", *got,
+                     ": the 4-byte IDX magic number is incomplete"));
   }
   if (magic[0] != 0 || magic[1] != 0) {
     return absl::DataLossError(absl::StrFormat(
@@ -93,9 +93,9 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
   }
   const int rank = magic[3];
   if (rank < 1 || rank > 4) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": IDX dimension count ", rank,
-        " at offset 3 is outside [1, 4]"));
+    return absl::DataLossError(absl::StrCat(path, ": IDX dimension count ",
+                                            rank,
+                                            " at offset 3 is outside [1, 4]"));
   }
   IdxArray array;
   int64_t elements = 1;
@@ -117,31 +117,31 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
     }
     elements *= dim;
     if (elements > kMaxElements) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": dimensions at offset 4 describe more than ", kMaxElements,
-          " elements (corrupt header?)"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": dimensions at offset 4 describe more than ",
+                       kMaxElements, " elements (corrupt header?)"));
     }
     array.dims.push_back(dim);
   }
   if (header_only) return array;
   const int64_t header = 4 + 4 * rank;
   array.data.resize(static_cast<size_t>(elements));
-  auto n = ReadSome(file.get(), path, header, array.data.data(),
-                    array.data.size());
+  auto n =
+      ReadSome(file.get(), path, header, array.data.data(), array.data.size());
   if (!n.ok()) return n.status();
   if (static_cast<int64_t>(*n) < elements) {
     return absl::DataLossError(absl::StrCat(
         path, ": truncated at offset ", header + static_cast<int64_t>(*n),
-        ": the header promises ", elements, " data bytes from offset ",
-        header, ", found ", *n));
+        ": the header promises ", elements, " data bytes from offset ", header,
+        ", found ", *n));
   }
   uint8_t extra;
   auto more = ReadSome(file.get(), path, header + elements, &extra, 1);
   if (!more.ok()) return more.status();
   if (*more != 0) {
     return absl::DataLossError(absl::StrCat(
-        path, ": unexpected data at offset ", header + elements,
-        " after the ", elements, " elements the header describes"));
+        path, ": unexpected data at offset ", header + elements, " after the ",
+        elements, " elements the header describes"));
   }
   return array;
 }

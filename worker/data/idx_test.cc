@@ -63,8 +63,9 @@ TEST(IdxTest, TruncatedDataNamesPathAndOffset) {
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(a.status().message(),
-            path + ": truncated at offset 23: the header promises 12 data "
-                   "bytes from offset 16, found 7");
+            path +
+                ": truncated at offset 23: the header promises 12 data "
+                "bytes from offset 16, found 7");
 }
 
 TEST(IdxTest, TruncatedGzip) {
@@ -114,9 +115,9 @@ TEST(IdxTest, BadHeaders) {
                 "truncated at offset 6: dimension 0 of 2"),
             std::string::npos);
   WriteBytes(path, Images() + "zz");
-  EXPECT_NE(ReadIdxFile(path).status().message().find(
-                "unexpected data at offset 28"),
-            std::string::npos);
+  EXPECT_NE(
+      ReadIdxFile(path).status().message().find("unexpected data at offset 28"),
+      std::string::npos);
   EXPECT_EQ(ReadIdxFile(TempPath("missing.idx")).status().code(),
             absl::StatusCode::kNotFound);
 }

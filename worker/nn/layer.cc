@@ -49,9 +49,8 @@ absl::Status CheckRank(const Shape& in, int rank, int index,
 
 absl::Status CheckPositive(int64_t value, int index, absl::string_view field) {
   if (value <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.layers[", index, "].", field, "=", value,
-                     " must be positive"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", index, "].", field, "=", value, " must be positive"));
   }
   return absl::OkStatus();
 }
@@ -95,8 +94,8 @@ class LinearLayer final : public Layer {
     std::vector<int64_t> dims = x.shape().dims();
     dims.back() = out_;
     ASSIGN_OR_RETURN(*y, dev.Allocate(Shape(std::move(dims)), DType::kF32));
-    dev.Gemm(false, true, rows, out_, in_, 1.0f, x.f32(), in_,
-             params[0].f32(), in_, 0.0f, y->f32(), out_);
+    dev.Gemm(false, true, rows, out_, in_, 1.0f, x.f32(), in_, params[0].f32(),
+             in_, 0.0f, y->f32(), out_);
     if (bias_) dev.AddBias(y->f32(), params[1].f32(), rows, out_, false);
     if (ctx.training) cache->tensors = {x};
     return absl::OkStatus();
@@ -231,8 +230,7 @@ class DropoutLayer final : public Layer {
 
 class FlattenLayer final : public Layer {
  public:
-  FlattenLayer(int index, Shape in)
-      : Layer(index, in, Shape({in.numel()})) {}
+  FlattenLayer(int index, Shape in) : Layer(index, in, Shape({in.numel()})) {}
   std::string kind() const override { return "flatten"; }
 
   absl::Status Forward(Device&, absl::Span<const Tensor>, const Tensor& x,
@@ -285,18 +283,17 @@ class Conv2dLayer final : public Layer {
                        LayerCache* cache) const override {
     const int64_t batch = x.shape()[0];
     const int64_t plane = w_.out_height() * w_.out_width();
-    ASSIGN_OR_RETURN(Tensor col,
-                     dev.Allocate(Shape({Patch(), batch * plane}),
-                                  DType::kF32));
+    ASSIGN_OR_RETURN(
+        Tensor col, dev.Allocate(Shape({Patch(), batch * plane}), DType::kF32));
     dev.Im2Col(x.f32(), batch, w_, col.f32());
-    ASSIGN_OR_RETURN(Tensor ycb,
-                     dev.Allocate(Shape({out_channels_, batch * plane}),
-                                  DType::kF32));
+    ASSIGN_OR_RETURN(
+        Tensor ycb,
+        dev.Allocate(Shape({out_channels_, batch * plane}), DType::kF32));
     dev.Gemm(false, false, out_channels_, batch * plane, Patch(), 1.0f,
              params[0].f32(), Patch(), col.f32(), batch * plane, 0.0f,
              ycb.f32(), batch * plane);
-    ASSIGN_OR_RETURN(*y, dev.Allocate(output_shape().WithLeading(batch),
-                                      DType::kF32));
+    ASSIGN_OR_RETURN(
+        *y, dev.Allocate(output_shape().WithLeading(batch), DType::kF32));
     dev.SwapAxes01(ycb.f32(), out_channels_, batch, plane,
                    bias_ ? params[1].f32() : nullptr, y->f32());
     if (ctx.training) cache->tensors = {x};
@@ -317,16 +314,14 @@ class Conv2dLayer final : public Layer {
                       grads[1].f32());
     }
     // dy [B, Cout, P] -> [Cout, B*P].
-    ASSIGN_OR_RETURN(Tensor dycb,
-                     dev.Allocate(Shape({out_channels_, batch * plane}),
-                                  DType::kF32));
-    dev.SwapAxes01(dy.f32(), batch, out_channels_, plane, nullptr,
-                   dycb.f32());
+    ASSIGN_OR_RETURN(
+        Tensor dycb,
+        dev.Allocate(Shape({out_channels_, batch * plane}), DType::kF32));
+    dev.SwapAxes01(dy.f32(), batch, out_channels_, plane, nullptr, dycb.f32());
     // The columns are recomputed rather than kept: memory for in-flight
     // minibatches matters more than one im2col.
-    ASSIGN_OR_RETURN(Tensor col,
-                     dev.Allocate(Shape({Patch(), batch * plane}),
-                                  DType::kF32));
+    ASSIGN_OR_RETURN(
+        Tensor col, dev.Allocate(Shape({Patch(), batch * plane}), DType::kF32));
     dev.Im2Col(x.f32(), batch, w_, col.f32());
     // dW[Cout, Patch] = dycb col^T.
     dev.Gemm(false, true, out_channels_, Patch(), batch * plane, 1.0f,
@@ -380,8 +375,8 @@ class MaxPool2dLayer final : public Layer {
                         absl::Span<const Tensor>, bool) const override {
     if (dx == nullptr) return absl::OkStatus();
     const int64_t batch = dy.shape()[0];
-    ASSIGN_OR_RETURN(*dx, dev.Allocate(input_shape().WithLeading(batch),
-                                       DType::kF32));
+    ASSIGN_OR_RETURN(
+        *dx, dev.Allocate(input_shape().WithLeading(batch), DType::kF32));
     dev.MaxPoolBackward(dy.f32(), cache.tensors[0].i32(), batch * w_.channels,
                         w_, dx->f32());
     return absl::OkStatus();
@@ -416,8 +411,8 @@ class LayerNormLayer final : public Layer {
     ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
     ASSIGN_OR_RETURN(Tensor mean, dev.Allocate(Shape({rows}), DType::kF32));
     ASSIGN_OR_RETURN(Tensor rstd, dev.Allocate(Shape({rows}), DType::kF32));
-    dev.LayerNorm(x.f32(), params[0].f32(), params[1].f32(), rows, cols_,
-                  eps_, y->f32(), mean.f32(), rstd.f32());
+    dev.LayerNorm(x.f32(), params[0].f32(), params[1].f32(), rows, cols_, eps_,
+                  y->f32(), mean.f32(), rstd.f32());
     if (ctx.training) cache->tensors = {x, mean, rstd};
     return absl::OkStatus();
   }
@@ -475,7 +470,8 @@ class DelayLayer final : public Layer {
  private:
   static void Sleep(double ms) {
     if (ms > 0) {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double, std::milli>(ms));
     }
   }
   double forward_ms_, backward_ms_;
@@ -486,23 +482,22 @@ class DelayLayer final : public Layer {
 void Layer::InitParams(uint64_t, std::vector<std::vector<float>>*) const {}
 
 absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
-                                                   int index,
-                                                   const Shape& in,
+                                                   int index, const Shape& in,
                                                    uint64_t seed) {
   for (int64_t d : in.dims()) {
     if (d <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Field(index, "kind"), ": the previous layer's output ",
-          in.ToString(), " is empty"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(index, "kind"), ": the previous layer's output ",
+                       in.ToString(), " is empty"));
     }
   }
   switch (spec.kind_case()) {
     case LayerSpec::kLinear: {
       const LinearSpec& s = spec.linear();
-      RETURN_IF_ERROR(CheckPositive(s.in_features(), index,
-                                    "linear.in_features"));
-      RETURN_IF_ERROR(CheckPositive(s.out_features(), index,
-                                    "linear.out_features"));
+      RETURN_IF_ERROR(
+          CheckPositive(s.in_features(), index, "linear.in_features"));
+      RETURN_IF_ERROR(
+          CheckPositive(s.out_features(), index, "linear.out_features"));
       if (in.rank() < 1 || in.dims().back() != s.in_features()) {
         return absl::InvalidArgumentError(absl::StrCat(
             Field(index, "linear.in_features"), "=", s.in_features(),
@@ -535,20 +530,20 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
       return std::unique_ptr<Layer>(std::make_unique<FlattenLayer>(index, in));
     case LayerSpec::kConv2D: {
       const Conv2dSpec& s = spec.conv2d();
-      RETURN_IF_ERROR(CheckRank(in, 3, index, "conv2d",
-                                "[channels, height, width]"));
-      RETURN_IF_ERROR(CheckPositive(s.in_channels(), index,
-                                    "conv2d.in_channels"));
-      RETURN_IF_ERROR(CheckPositive(s.out_channels(), index,
-                                    "conv2d.out_channels"));
-      RETURN_IF_ERROR(CheckPositive(s.kernel_size(), index,
-                                    "conv2d.kernel_size"));
+      RETURN_IF_ERROR(
+          CheckRank(in, 3, index, "conv2d", "[channels, height, width]"));
+      RETURN_IF_ERROR(
+          CheckPositive(s.in_channels(), index, "conv2d.in_channels"));
+      RETURN_IF_ERROR(
+          CheckPositive(s.out_channels(), index, "conv2d.out_channels"));
+      RETURN_IF_ERROR(
+          CheckPositive(s.kernel_size(), index, "conv2d.kernel_size"));
       const int64_t stride = s.has_stride() ? s.stride() : 1;
       RETURN_IF_ERROR(CheckPositive(stride, index, "conv2d.stride"));
       if (s.padding() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Field(index, "conv2d.padding"), "=", s.padding(),
-            " must not be negative"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(Field(index, "conv2d.padding"), "=", s.padding(),
+                         " must not be negative"));
       }
       if (in[0] != s.in_channels()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -569,16 +564,16 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
     }
     case LayerSpec::kMaxPool2D: {
       const MaxPool2dSpec& s = spec.max_pool2d();
-      RETURN_IF_ERROR(CheckRank(in, 3, index, "max_pool2d",
-                                "[channels, height, width]"));
-      RETURN_IF_ERROR(CheckPositive(s.kernel_size(), index,
-                                    "max_pool2d.kernel_size"));
+      RETURN_IF_ERROR(
+          CheckRank(in, 3, index, "max_pool2d", "[channels, height, width]"));
+      RETURN_IF_ERROR(
+          CheckPositive(s.kernel_size(), index, "max_pool2d.kernel_size"));
       const int64_t stride = s.has_stride() ? s.stride() : s.kernel_size();
       RETURN_IF_ERROR(CheckPositive(stride, index, "max_pool2d.stride"));
       if (s.padding() < 0 || s.padding() > s.kernel_size() / 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Field(index, "max_pool2d.padding"), "=", s.padding(),
-            " must be in [0, kernel_size/2]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(Field(index, "max_pool2d.padding"), "=", s.padding(),
+                         " must be in [0, kernel_size/2]"));
       }
       Window2d w{in[0], in[1], in[2], s.kernel_size(), stride, s.padding()};
       if (w.height + 2 * w.padding < w.kernel ||
@@ -615,8 +610,7 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
           !(s.backward_ms() >= 0 && s.backward_ms() <= 60000)) {
         return absl::InvalidArgumentError(absl::StrCat(
             Field(index, "delay"), ": forward_ms=", s.forward_ms(),
-            " and backward_ms=", s.backward_ms(),
-            " must be in [0, 60000]"));
+            " and backward_ms=", s.backward_ms(), " must be in [0, 60000]"));
       }
       return std::unique_ptr<Layer>(std::make_unique<DelayLayer>(
           index, in, s.forward_ms(), s.backward_ms()));

@@ -76,8 +76,7 @@ class Layer {
   // parameter gradients: written, or added to when `accumulate` (gradient
   // accumulation over microbatches). `params` must be the version the
   // forward used.
-  virtual absl::Status Backward(Device& device,
-                                absl::Span<const Tensor> params,
+  virtual absl::Status Backward(Device& device, absl::Span<const Tensor> params,
                                 const LayerCache& cache, const Tensor& dy,
                                 const PassContext& ctx, Tensor* dx,
                                 absl::Span<const Tensor> grads,

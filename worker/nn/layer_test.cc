@@ -80,13 +80,14 @@ class GradCheck {
     ctx.minibatch = 3;
     Tensor y;
     LayerCache cache;
-    ASSERT_TRUE(layer_->Forward(device_, param_tensors, x, ctx, &y, &cache)
-                    .ok());
+    ASSERT_TRUE(
+        layer_->Forward(device_, param_tensors, x, ctx, &y, &cache).ok());
     ASSERT_EQ(y.shape(), out_shape);
     Tensor dy = UploadOne(r, out_shape);
     Tensor dx;
-    ASSERT_TRUE(layer_->Backward(device_, param_tensors, cache, dy, ctx, &dx,
-                                 grad_tensors, false)
+    ASSERT_TRUE(layer_
+                    ->Backward(device_, param_tensors, cache, dy, ctx, &dx,
+                               grad_tensors, false)
                     .ok());
     ASSERT_EQ(dx.shape(), in_shape);
     std::vector<double> analytic_dx = Download(dx);
@@ -119,11 +120,11 @@ class GradCheck {
       LayerCache cache2;
       Tensor x2 = UploadOne(x_, in_shape);
       Tensor y2;
-      ASSERT_TRUE(layer_->Forward(device_, param_tensors, x2, ctx, &y2,
-                                  &cache2)
-                      .ok());
-      ASSERT_TRUE(layer_->Backward(device_, param_tensors, cache2, dy2, ctx,
-                                   nullptr, grad_tensors, true)
+      ASSERT_TRUE(
+          layer_->Forward(device_, param_tensors, x2, ctx, &y2, &cache2).ok());
+      ASSERT_TRUE(layer_
+                      ->Backward(device_, param_tensors, cache2, dy2, ctx,
+                                 nullptr, grad_tensors, true)
                       .ok());
       std::vector<double> twice = Download(grad_tensors[0]);
       for (size_t i = 0; i < once.size(); ++i) {
@@ -215,9 +216,7 @@ TEST(LayerGradTest, Relu) {
   check.Run();
 }
 
-TEST(LayerGradTest, Gelu) {
-  GradCheck("gelu {}", Shape({6}), 4, 1e-2f).Run();
-}
+TEST(LayerGradTest, Gelu) { GradCheck("gelu {}", Shape({6}), 4, 1e-2f).Run(); }
 
 TEST(LayerGradTest, Dropout) {
   GradCheck("dropout { p: 0.3 }", Shape({20}), 4).Run();
@@ -274,8 +273,8 @@ TEST(LayerGradTest, Delay) {
 
 TEST(LayerTest, DropoutIsDeterministicAndScales) {
   CpuDevice device;
-  auto layer = CreateLayer(ParseLayer("dropout { p: 0.5 }"), 2, Shape({1000}),
-                           9);
+  auto layer =
+      CreateLayer(ParseLayer("dropout { p: 0.5 }"), 2, Shape({1000}), 9);
   ASSERT_TRUE(layer.ok());
   Tensor x = *device.Allocate(Shape({1, 1000}), DType::kF32);
   device.Fill(x.f32(), 1000, 1.0f);
@@ -349,9 +348,9 @@ TEST(LayerTest, ConvMatchesDirectConvolution) {
 }
 
 TEST(LayerSpecTest, ErrorsNameTheField) {
-  auto bad = CreateLayer(
-      ParseLayer("linear { in_features: 512 out_features: 10 }"), 3,
-      Shape({1024}), 0);
+  auto bad =
+      CreateLayer(ParseLayer("linear { in_features: 512 out_features: 10 }"), 3,
+                  Shape({1024}), 0);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(),
@@ -359,8 +358,8 @@ TEST(LayerSpecTest, ErrorsNameTheField) {
             "previous layer's output 1024");
 
   auto conv = CreateLayer(
-      ParseLayer("conv2d { in_channels: 3 out_channels: 4 kernel_size: 3 }"),
-      0, Shape({1, 28, 28}), 0);
+      ParseLayer("conv2d { in_channels: 3 out_channels: 4 kernel_size: 3 }"), 0,
+      Shape({1, 28, 28}), 0);
   ASSERT_FALSE(conv.ok());
   EXPECT_NE(conv.status().message().find("conv2d.in_channels=3"),
             std::string::npos)

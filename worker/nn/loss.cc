@@ -10,8 +10,8 @@ absl::StatusOr<LossOutput> SoftmaxCrossEntropy(Device& device,
                                                const Tensor& labels,
                                                float grad_scale) {
   if (logits.shape().rank() != 2 || labels.shape().rank() != 1 ||
-      labels.shape()[0] != logits.shape()[0] ||
-      labels.dtype() != DType::kI32 || logits.dtype() != DType::kF32) {
+      labels.shape()[0] != logits.shape()[0] || labels.dtype() != DType::kI32 ||
+      logits.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
         "softmax cross-entropy needs F32 logits [batch, classes] and I32 "
         "labels [batch]; got logits ",

@@ -39,10 +39,9 @@ int64_t ParameterSet::numel() const {
 absl::StatusOr<ParameterSet> InitParameters(const Model& model, int begin,
                                             int end, Device* device) {
   if (begin < 0 || end > model.num_layers() || begin > end) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer range [", begin, ", ", end,
-                     ") is not within the model's ", model.num_layers(),
-                     " layers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer range [", begin, ", ", end, ") is not within the model's ",
+        model.num_layers(), " layers"));
   }
   ParameterSet set;
   set.begin = begin;
@@ -96,9 +95,8 @@ absl::Status ForwardRange(const Model& model, Device& device,
 
 absl::Status BackwardRange(const Model& model, Device& device,
                            const ParameterSet& params, const RangeCache& cache,
-                           const Tensor& dy, const PassContext& ctx,
-                           Tensor* dx, const ParameterSet& grads,
-                           bool accumulate) {
+                           const Tensor& dy, const PassContext& ctx, Tensor* dx,
+                           const ParameterSet& grads, bool accumulate) {
   // Layer l needs to produce its input gradient only if someone below it
   // uses it: a layer with parameters in the range, or the caller.
   std::vector<bool> want(params.end - params.begin, dx != nullptr);

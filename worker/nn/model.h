@@ -79,17 +79,15 @@ struct RangeCache {
 // be null when !ctx.training.
 absl::Status ForwardRange(const Model& model, Device& device,
                           const ParameterSet& params, const Tensor& x,
-                          const PassContext& ctx, Tensor* y,
-                          RangeCache* cache);
+                          const PassContext& ctx, Tensor* y, RangeCache* cache);
 
 // Backward through the same range: gradients into `grads` (written, or added
 // to when `accumulate`); dx (if not null) receives the gradient of the
 // range's input. `params` must be the version the forward used.
 absl::Status BackwardRange(const Model& model, Device& device,
                            const ParameterSet& params, const RangeCache& cache,
-                           const Tensor& dy, const PassContext& ctx,
-                           Tensor* dx, const ParameterSet& grads,
-                           bool accumulate);
+                           const Tensor& dy, const PassContext& ctx, Tensor* dx,
+                           const ParameterSet& grads, bool accumulate);
 
 }  // namespace aqueduct
 

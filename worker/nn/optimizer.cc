@@ -15,8 +15,8 @@ absl::Status CheckRange(absl::string_view field, double value, double lo,
                   (hi_open ? value < hi : value <= hi);
   if (!ok) {
     return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.", field, "=", value, " must be in [", lo,
-                     ", ", hi, hi_open ? ")" : "]"));
+        absl::StrCat("optimizer.", field, "=", value, " must be in [", lo, ", ",
+                     hi, hi_open ? ")" : "]"));
   }
   return absl::OkStatus();
 }
@@ -43,8 +43,7 @@ class Sgd final : public Optimizer {
     p.nesterov = spec_.nesterov();
     p.first_step = steps_ == 0;
     for (size_t i = 0; i < params.size(); ++i) {
-      float* buf =
-          spec_.momentum() != 0 ? momentum_.tensors[i].f32() : nullptr;
+      float* buf = spec_.momentum() != 0 ? momentum_.tensors[i].f32() : nullptr;
       device_->SgdStep(params.tensors[i].f32(), grads.tensors[i].f32(), buf,
                        params.tensors[i].numel(), p);
     }
@@ -150,8 +149,8 @@ absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
         RETURN_IF_ERROR(CheckRange("adam.beta2", s.beta2(), 0, 1, true));
       }
       if (s.has_eps() && !(s.eps() > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "optimizer.adam.eps=", s.eps(), " must be positive"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer.adam.eps=", s.eps(), " must be positive"));
       }
       RETURN_IF_ERROR(
           CheckRange("adam.weight_decay", s.weight_decay(), 0, 1, true));

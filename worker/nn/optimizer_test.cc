@@ -187,11 +187,11 @@ TEST(LossTest, GradientMatchesFiniteDifferences) {
     hi[c] += 1e-2f;
     lo[c] -= 1e-2f;
     ASSERT_TRUE(device.CopyFromHost(hi, logits).ok());
-    const double lh = SoftmaxCrossEntropy(device, logits, labels, 1.0f)
-                          ->losses.f32()[0];
+    const double lh =
+        SoftmaxCrossEntropy(device, logits, labels, 1.0f)->losses.f32()[0];
     ASSERT_TRUE(device.CopyFromHost(lo, logits).ok());
-    const double ll = SoftmaxCrossEntropy(device, logits, labels, 1.0f)
-                          ->losses.f32()[0];
+    const double ll =
+        SoftmaxCrossEntropy(device, logits, labels, 1.0f)->losses.f32()[0];
     EXPECT_NEAR(out->dlogits.f32()[c], (lh - ll) / 2e-2, 1e-3);
   }
 }

@@ -40,10 +40,12 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
   JobSpec spec;
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') {
-    const auto status = google::protobuf::util::JsonStringToMessage(text, &spec);
+    const auto status =
+        google::protobuf::util::JsonStringToMessage(text, &spec);
     if (!status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ": not a valid JSON JobSpec: ", status.message().as_string()));
+          source,
+          ": not a valid JSON JobSpec: ", status.message().as_string()));
     }
     return spec;
   }
@@ -70,13 +72,13 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
 
 absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
   if (spec.batch_size() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size=", spec.batch_size(), " must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size=", spec.batch_size(), " must be positive"));
   }
   if (spec.epochs() < 0 || spec.max_steps() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epochs=", spec.epochs(), " and max_steps=",
-                     spec.max_steps(), " must not be negative"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epochs=", spec.epochs(), " and max_steps=", spec.max_steps(),
+        " must not be negative"));
   }
   if (spec.epochs() == 0 && spec.max_steps() == 0) {
     return absl::InvalidArgumentError(
@@ -85,8 +87,8 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateOptimizerSpec(spec.optimizer()));
   ValidatedJob job;
   ASSIGN_OR_RETURN(job.data, DescribeData(spec.data()));
-  ASSIGN_OR_RETURN(job.model, Model::Build(spec.model(),
-                                           job.data.sample_shape, spec.seed()));
+  ASSIGN_OR_RETURN(job.model, Model::Build(spec.model(), job.data.sample_shape,
+                                           spec.seed()));
   const Shape& out = job.model->output_shape();
   const int last = job.model->num_layers() - 1;
   if (out.rank() != 1) {

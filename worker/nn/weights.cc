@@ -83,9 +83,10 @@ absl::Status ImportParameters(const SafetensorsFile& file, Device& device,
     if (wanted.count(name)) continue;
     const int layer = LayerIndexOf(name);
     if (layer >= 0 && (layer < params.begin || layer >= params.end)) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' is not a parameter of the model (expected names "
-        "like 'layers.<i>.weight'; see docs/weights.md)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name,
+                     "' is not a parameter of the model (expected names "
+                     "like 'layers.<i>.weight'; see docs/weights.md)"));
   }
   std::vector<float> values;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -94,14 +95,14 @@ absl::Status ImportParameters(const SafetensorsFile& file, Device& device,
     auto it = file.tensors.find(name);
     if (it == file.tensors.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' of shape ",
-                       dst.shape().ToString(), " is missing"));
+          absl::StrCat("tensor '", name, "' of shape ", dst.shape().ToString(),
+                       " is missing"));
     }
     const HostTensor& src = it->second;
     if (src.shape != dst.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "' has shape ", src.shape.ToString(),
-          " but the model needs ", dst.shape().ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has shape ", src.shape.ToString(),
+                       " but the model needs ", dst.shape().ToString()));
     }
     const int64_t n = dst.numel();
     values.resize(n);
@@ -119,8 +120,8 @@ absl::Status ImportParameters(const SafetensorsFile& file, Device& device,
         break;
       default:
         return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' has dtype ",
-                         DTypeName(src.dtype), "; parameters must be F32, "
+            absl::StrCat("tensor '", name, "' has dtype ", DTypeName(src.dtype),
+                         "; parameters must be F32, "
                          "BF16 or F16"));
     }
     RETURN_IF_ERROR(device.CopyFromHost(values.data(), dst));

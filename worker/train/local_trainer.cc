@@ -37,13 +37,12 @@ absl::StatusOr<EvalResult> Evaluate(const Model& model, Device* device,
   ctx.training = false;
   for (int64_t start = 0; start < data.size; start += batch_size) {
     const int64_t n = std::min(batch_size, data.size - start);
-    ASSIGN_OR_RETURN(Tensor x, device->Allocate(
-                                   data.sample_shape.WithLeading(n),
-                                   DType::kF32));
+    ASSIGN_OR_RETURN(
+        Tensor x,
+        device->Allocate(data.sample_shape.WithLeading(n), DType::kF32));
     ASSIGN_OR_RETURN(Tensor labels, device->Allocate(Shape({n}), DType::kI32));
     RETURN_IF_ERROR(device->CopyFromHost(data.inputs.data() + start * per, x));
-    RETURN_IF_ERROR(
-        device->CopyFromHost(data.labels.data() + start, labels));
+    RETURN_IF_ERROR(device->CopyFromHost(data.labels.data() + start, labels));
     Tensor logits;
     RETURN_IF_ERROR(
         ForwardRange(model, *device, params, x, ctx, &logits, nullptr));
@@ -72,8 +71,7 @@ absl::StatusOr<EvalResult> Evaluate(const Model& model, Device* device,
   return result;
 }
 
-absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
-                                            Device* device,
+absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
                                             const LocalTrainOptions& options) {
   const Clock::time_point start = Clock::now();
   ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec));
@@ -82,16 +80,15 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
   if (data.train.num_classes > model.output_shape()[0]) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the training data has ", data.train.num_classes,
-        " classes but the model outputs ", model.output_shape()[0],
-        " logits"));
+        " classes but the model outputs ", model.output_shape()[0], " logits"));
   }
   const int64_t batch = spec.batch_size();
   const bool shuffle = !spec.data().has_shuffle() || spec.data().shuffle();
   EpochSampler sampler(data.train.size, batch, shuffle, spec.seed());
   if (sampler.batches_per_epoch() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size=", batch, " is larger than the training set (",
-        data.train.size, " samples)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size=", batch, " is larger than the training set (",
+                     data.train.size, " samples)"));
   }
   const int64_t epochs = options.epochs.value_or(spec.epochs());
   const int64_t max_steps = options.max_steps.value_or(spec.max_steps());
@@ -109,8 +106,8 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
   const std::string& init =
       options.init_weights.empty() ? spec.init_weights() : options.init_weights;
   if (!init.empty()) {
-    RETURN_IF_ERROR(Annotate(LoadParametersFile(init, *device, params),
-                             "init_weights"));
+    RETURN_IF_ERROR(
+        Annotate(LoadParametersFile(init, *device, params), "init_weights"));
   }
   ASSIGN_OR_RETURN(ParameterSet grads, ZerosLike(params, device));
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
@@ -123,7 +120,8 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
   std::vector<float> host_inputs(batch_shape.numel());
   std::vector<int32_t> host_labels(batch);
   std::vector<float> host_losses(batch);
-  ASSIGN_OR_RETURN(Tensor labels, device->Allocate(Shape({batch}), DType::kI32));
+  ASSIGN_OR_RETURN(Tensor labels,
+                   device->Allocate(Shape({batch}), DType::kI32));
   Clock::time_point window_start = Clock::now();
   int64_t window_steps = 0;
   for (int64_t step = 0; step < total; ++step) {
@@ -156,9 +154,9 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
     for (float l : host_losses) sum += l;
     const double mean = sum / batch;
     if (!std::isfinite(mean)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the training loss became ", mean, " at step ", step + 1,
-          " (learning rate too high?)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the training loss became ", mean, " at step ", step + 1,
+                       " (learning rate too high?)"));
     }
     result.losses.push_back(mean);
     ++window_steps;
@@ -176,16 +174,15 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
   }
   const double window = Seconds(Clock::now() - window_start);
   result.steps = total;
-  result.epochs = (total + sampler.batches_per_epoch() - 1) /
-                  sampler.batches_per_epoch();
+  result.epochs =
+      (total + sampler.batches_per_epoch() - 1) / sampler.batches_per_epoch();
   result.samples_per_second = window > 0 ? window_steps * batch / window : 0;
   if (options.evaluate && data.test.has_value()) {
     ASSIGN_OR_RETURN(result.test,
                      Evaluate(model, device, params, *data.test, batch));
   }
   if (!options.save_weights.empty()) {
-    RETURN_IF_ERROR(
-        SaveParametersFile(options.save_weights, *device, params));
+    RETURN_IF_ERROR(SaveParametersFile(options.save_weights, *device, params));
   }
   result.wall_seconds = Seconds(Clock::now() - start);
   return result;

@@ -62,8 +62,7 @@ struct LocalTrainResult {
 
 // Trains `spec` on `device`. Errors: INVALID_ARGUMENT for a bad spec or
 // weights file, the loader's errors for bad data.
-absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec,
-                                            Device* device,
+absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
                                             const LocalTrainOptions& options);
 
 // Accuracy and mean loss of `params` (all layers of `model`) on `data`, in

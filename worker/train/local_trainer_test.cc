@@ -102,8 +102,8 @@ TEST(LocalTrainerTest, OverridesAndWeightsRoundTrip) {
   // Evaluating the saved weights reproduces the reported test accuracy.
   auto job = ValidateJobSpec(spec);
   ASSERT_TRUE(job.ok());
-  auto params = InitParameters(*job->model, 0, job->model->num_layers(),
-                               &device);
+  auto params =
+      InitParameters(*job->model, 0, job->model->num_layers(), &device);
   ASSERT_TRUE(params.ok());
   ASSERT_TRUE(LoadParametersFile(options.save_weights, device, *params).ok());
   auto data = LoadData(spec.data());
@@ -129,8 +129,8 @@ TEST(LocalTrainerTest, BadWeightsFilesAreRejectedWithTheTensorName) {
   const JobSpec spec = Parse(kMlp);
   auto job = ValidateJobSpec(spec);
   ASSERT_TRUE(job.ok());
-  auto params = InitParameters(*job->model, 0, job->model->num_layers(),
-                               &device);
+  auto params =
+      InitParameters(*job->model, 0, job->model->num_layers(), &device);
   ASSERT_TRUE(params.ok());
   auto file = ExportParameters(device, *params);
   ASSERT_TRUE(file.ok());
@@ -216,26 +216,24 @@ TEST(SpecTest, ValidationNamesTheField) {
             "model.layers[7] outputs 3 logits but the data has 4 classes");
   spec = Parse(kMlp);
   spec.mutable_model()->mutable_layers(0)->Clear();
-  spec.mutable_model()->mutable_layers(0)->mutable_linear()->set_in_features(
-      4);
+  spec.mutable_model()->mutable_layers(0)->mutable_linear()->set_in_features(4);
   spec.mutable_model()->mutable_layers(0)->mutable_linear()->set_out_features(
       4);
-  EXPECT_NE(ValidateJobSpec(spec).status().message().find(
-                "add a flatten layer"),
-            std::string::npos);
+  EXPECT_NE(
+      ValidateJobSpec(spec).status().message().find("add a flatten layer"),
+      std::string::npos);
 }
 
 TEST(SpecTest, ExamplesParseAndValidate) {
-  for (const char* name :
-       {"fmnist_mlp", "fmnist_cnn", "delay_4stage"}) {
+  for (const char* name : {"fmnist_mlp", "fmnist_cnn", "delay_4stage"}) {
     const std::string path = std::string("examples/") + name + ".textproto";
     auto spec = LoadJobSpecFile(path);
     ASSERT_TRUE(spec.ok()) << spec.status();
     if (spec->data().has_fashion_mnist_dir() &&
-        std::fopen((spec->data().fashion_mnist_dir() +
-                    "/train-labels-idx1-ubyte.gz")
-                       .c_str(),
-                   "r") == nullptr) {
+        std::fopen(
+            (spec->data().fashion_mnist_dir() + "/train-labels-idx1-ubyte.gz")
+                .c_str(),
+            "r") == nullptr) {
       GTEST_FAIL() << "Fashion-MNIST is not installed (apt-get install "
                       "dataset-fashion-mnist): cannot validate "
                    << path;

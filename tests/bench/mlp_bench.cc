@@ -1,0 +1,132 @@
+// Training-step throughput of an MLP on the CPU device: forward, softmax
+// cross-entropy, backward and an SGD-momentum step on a fixed random batch,
+// the loss read back every step (as a training loop does). Prints one JSON
+// line. The PyTorch counterpart is tests/bench/torch_mlp.py; run both side
+// by side with tests/bench/mlp_vs_torch.sh.
+//
+//   mlp_bench [--hidden 1024,1024,1024] [--batch 128] [--threads 2]
+//             [--warmup 20] [--steps 200]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/device/cpu_device.h"
+#include "worker/nn/loss.h"
+#include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
+
+namespace aqueduct {
+namespace {
+
+int Main(int argc, char** argv) {
+  std::vector<int64_t> hidden = {1024, 1024, 1024};
+  int64_t batch = 128, warmup = 20, steps = 200, in = 784, classes = 10;
+  int threads = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    bool ok = true;
+    if (flag == "--hidden") {
+      hidden.clear();
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int64_t h;
+        ok = ok && absl::SimpleAtoi(part, &h) && h > 0;
+        hidden.push_back(h);
+      }
+    } else if (flag == "--batch") {
+      ok = absl::SimpleAtoi(value, &batch) && batch > 0;
+    } else if (flag == "--threads") {
+      ok = absl::SimpleAtoi(value, &threads) && threads > 0;
+    } else if (flag == "--warmup") {
+      ok = absl::SimpleAtoi(value, &warmup) && warmup >= 0;
+    } else if (flag == "--steps") {
+      ok = absl::SimpleAtoi(value, &steps) && steps > 0;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "mlp_bench: bad flag %s %s\n", flag.c_str(),
+                   value.c_str());
+      return 2;
+    }
+  }
+
+  ModelSpec spec;
+  int64_t prev = in;
+  for (int64_t h : hidden) {
+    auto* linear = spec.add_layers()->mutable_linear();
+    linear->set_in_features(prev);
+    linear->set_out_features(h);
+    spec.add_layers()->mutable_relu();
+    prev = h;
+  }
+  auto* last = spec.add_layers()->mutable_linear();
+  last->set_in_features(prev);
+  last->set_out_features(classes);
+
+  CpuDevice device(CpuDeviceOptions{threads});
+  auto model = Model::Build(spec, Shape({in}), 1);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  auto params = InitParameters(**model, 0, (*model)->num_layers(), &device);
+  auto grads = ZerosLike(*params, &device);
+  OptimizerSpec opt_spec;
+  opt_spec.mutable_sgd()->set_lr(0.01f);
+  opt_spec.mutable_sgd()->set_momentum(0.9f);
+  auto optimizer = CreateOptimizer(opt_spec, *params, &device);
+  if (!params.ok() || !grads.ok() || !optimizer.ok()) return 1;
+
+  std::vector<float> xs(batch * in);
+  std::vector<int32_t> ys(batch);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = DropoutUniform(99, i) * 2 - 1;
+  }
+  for (int64_t i = 0; i < batch; ++i) ys[i] = static_cast<int32_t>(i % classes);
+  Tensor labels = *device.Allocate(Shape({batch}), DType::kI32);
+  (void)device.CopyFromHost(ys.data(), labels);
+  std::vector<float> losses(batch);
+
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start;
+  double last_loss = 0;
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) start = Clock::now();
+    Tensor x = *device.Allocate(Shape({batch, in}), DType::kF32);
+    (void)device.CopyFromHost(xs.data(), x);
+    PassContext ctx;
+    ctx.minibatch = static_cast<uint64_t>(step);
+    RangeCache cache;
+    Tensor logits;
+    absl::Status s =
+        ForwardRange(**model, device, *params, x, ctx, &logits, &cache);
+    auto loss = SoftmaxCrossEntropy(device, logits, labels, 1.0f / batch);
+    if (!s.ok() || !loss.ok()) return 1;
+    s = BackwardRange(**model, device, *params, cache, loss->dlogits, ctx,
+                      nullptr, *grads, false);
+    if (!s.ok() || !(*optimizer)->Step(*params, *grads).ok()) return 1;
+    (void)device.CopyToHost(loss->losses, losses.data());
+    double sum = 0;
+    for (float l : losses) sum += l;
+    last_loss = sum / batch;
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf(
+      "{\"impl\":\"aqueduct\",\"batch\":%lld,\"threads\":%d,\"steps\":%lld,"
+      "\"samples_per_second\":%.1f,\"ms_per_step\":%.3f,\"final_loss\":%.4f}"
+      "\n",
+      static_cast<long long>(batch), threads, static_cast<long long>(steps),
+      steps * batch / seconds, 1000 * seconds / steps, last_loss);
+  return 0;
+}
+
+}  // namespace
+}  // namespace aqueduct
+
+int main(int argc, char** argv) { return aqueduct::Main(argc, argv); }
