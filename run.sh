@@ -13,4 +13,5 @@ if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then
   job="$1"
   shift
 fi
-exec bazel-bin/client/aq train-local "$job" "$@"
+bin="$(bazel info --config=opt bazel-bin 2>/dev/null)"
+exec "$bin/client/aq" train-local "$job" "$@"

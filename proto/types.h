@@ -16,6 +16,7 @@ using v1::JobSpec;
 using v1::LayerNormSpec;
 using v1::LayerSpec;
 using v1::LinearSpec;
+using v1::LrSchedule;
 using v1::MaxPool2dSpec;
 using v1::ModelSpec;
 using v1::OptimizerSpec;

@@ -79,7 +79,7 @@ int Main(int argc, char** argv) {
   OptimizerSpec opt_spec;
   opt_spec.mutable_sgd()->set_lr(0.01f);
   opt_spec.mutable_sgd()->set_momentum(0.9f);
-  auto optimizer = CreateOptimizer(opt_spec, *params, &device);
+  auto optimizer = CreateOptimizer(opt_spec, *params, &device, warmup + steps);
   if (!params.ok() || !grads.ok() || !optimizer.ok()) return 1;
 
   std::vector<float> xs(batch * in);

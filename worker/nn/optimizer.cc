@@ -21,9 +21,32 @@ absl::Status CheckRange(absl::string_view field, double value, double lo,
   return absl::OkStatus();
 }
 
-class Sgd final : public Optimizer {
+// What both optimizers share: the schedule and the step count.
+class ScheduledOptimizer : public Optimizer {
  public:
-  Sgd(const SgdSpec& spec, Device* device) : spec_(spec), device_(device) {}
+  ScheduledOptimizer(const LrSchedule& schedule, int64_t total_steps)
+      : schedule_(schedule), total_steps_(total_steps) {}
+  int64_t steps() const override { return steps_; }
+
+ protected:
+  float ScaledLr(float lr) const {
+    return static_cast<float>(
+        lr * LearningRateFactor(schedule_, steps_, total_steps_));
+  }
+  int64_t steps_ = 0;
+
+ private:
+  LrSchedule schedule_;
+  int64_t total_steps_;
+};
+
+class Sgd final : public ScheduledOptimizer {
+ public:
+  Sgd(const SgdSpec& spec, const LrSchedule& schedule, int64_t total_steps,
+      Device* device)
+      : ScheduledOptimizer(schedule, total_steps),
+        spec_(spec),
+        device_(device) {}
 
   absl::Status Init(const ParameterSet& params) {
     if (spec_.momentum() != 0) {
@@ -36,7 +59,7 @@ class Sgd final : public Optimizer {
   absl::Status Step(const ParameterSet& params,
                     const ParameterSet& grads) override {
     SgdParams p;
-    p.lr = spec_.lr();
+    p.lr = ScaledLr(spec_.lr());
     p.momentum = spec_.momentum();
     p.dampening = spec_.dampening();
     p.weight_decay = spec_.weight_decay();
@@ -51,8 +74,6 @@ class Sgd final : public Optimizer {
     return absl::OkStatus();
   }
 
-  int64_t steps() const override { return steps_; }
-
   std::vector<std::pair<std::string, Tensor>> State() const override {
     std::vector<std::pair<std::string, Tensor>> state;
     for (size_t i = 0; i < momentum_.size(); ++i) {
@@ -66,12 +87,15 @@ class Sgd final : public Optimizer {
   SgdSpec spec_;
   Device* device_;
   ParameterSet momentum_;
-  int64_t steps_ = 0;
 };
 
-class Adam final : public Optimizer {
+class Adam final : public ScheduledOptimizer {
  public:
-  Adam(const AdamSpec& spec, Device* device) : spec_(spec), device_(device) {}
+  Adam(const AdamSpec& spec, const LrSchedule& schedule, int64_t total_steps,
+       Device* device)
+      : ScheduledOptimizer(schedule, total_steps),
+        spec_(spec),
+        device_(device) {}
 
   absl::Status Init(const ParameterSet& params) {
     ASSIGN_OR_RETURN(m_, ZerosLike(params, device_));
@@ -82,7 +106,7 @@ class Adam final : public Optimizer {
   absl::Status Step(const ParameterSet& params,
                     const ParameterSet& grads) override {
     AdamParams p;
-    p.lr = spec_.lr();
+    p.lr = ScaledLr(spec_.lr());
     if (spec_.has_beta1()) p.beta1 = spec_.beta1();
     if (spec_.has_beta2()) p.beta2 = spec_.beta2();
     if (spec_.has_eps()) p.eps = spec_.eps();
@@ -97,8 +121,6 @@ class Adam final : public Optimizer {
     return absl::OkStatus();
   }
 
-  int64_t steps() const override { return steps_; }
-
   std::vector<std::pair<std::string, Tensor>> State() const override {
     std::vector<std::pair<std::string, Tensor>> state;
     for (size_t i = 0; i < m_.size(); ++i) {
@@ -112,12 +134,53 @@ class Adam final : public Optimizer {
   AdamSpec spec_;
   Device* device_;
   ParameterSet m_, v_;
-  int64_t steps_ = 0;
 };
+
+absl::Status ValidateSchedule(const LrSchedule& s) {
+  if (s.warmup_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.schedule.warmup_steps=", s.warmup_steps(),
+                     " must not be negative"));
+  }
+  if (s.has_cosine()) {
+    RETURN_IF_ERROR(CheckRange("schedule.cosine.final_fraction",
+                               s.cosine().final_fraction(), 0, 1, false));
+  }
+  if (s.has_step()) {
+    if (s.step().every_steps() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.schedule.step.every_steps=", s.step().every_steps(),
+          " must be positive"));
+    }
+    RETURN_IF_ERROR(
+        CheckRange("schedule.step.gamma", s.step().gamma(), 0, 1, false));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
+double LearningRateFactor(const LrSchedule& s, int64_t step,
+                          int64_t total_steps) {
+  const int64_t warmup = s.warmup_steps();
+  if (step < warmup) return static_cast<double>(step + 1) / warmup;
+  const int64_t t = step - warmup;
+  const int64_t span = std::max<int64_t>(1, total_steps - warmup);
+  if (s.has_cosine()) {
+    const double progress =
+        std::min(1.0, static_cast<double>(t) / std::max<int64_t>(1, span - 1));
+    const double f = s.cosine().final_fraction();
+    return f + (1 - f) * 0.5 * (1 + std::cos(M_PI * progress));
+  }
+  if (s.has_step()) {
+    return std::pow(static_cast<double>(s.step().gamma()),
+                    static_cast<double>(t / s.step().every_steps()));
+  }
+  return 1.0;
+}
+
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
+  RETURN_IF_ERROR(ValidateSchedule(spec.schedule()));
   switch (spec.kind_case()) {
     case OptimizerSpec::kSgd: {
       const SgdSpec& s = spec.sgd();
@@ -164,14 +227,17 @@ absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
-    const OptimizerSpec& spec, const ParameterSet& params, Device* device) {
+    const OptimizerSpec& spec, const ParameterSet& params, Device* device,
+    int64_t total_steps) {
   RETURN_IF_ERROR(ValidateOptimizerSpec(spec));
   if (spec.has_sgd()) {
-    auto sgd = std::make_unique<Sgd>(spec.sgd(), device);
+    auto sgd =
+        std::make_unique<Sgd>(spec.sgd(), spec.schedule(), total_steps, device);
     RETURN_IF_ERROR(sgd->Init(params));
     return std::unique_ptr<Optimizer>(std::move(sgd));
   }
-  auto adam = std::make_unique<Adam>(spec.adam(), device);
+  auto adam =
+      std::make_unique<Adam>(spec.adam(), spec.schedule(), total_steps, device);
   RETURN_IF_ERROR(adam->Init(params));
   return std::unique_ptr<Optimizer>(std::move(adam));
 }

@@ -31,9 +31,17 @@ class Optimizer {
 };
 
 // Builds the optimizer of `spec` for `params` (state allocated on `device`,
-// zero-filled). INVALID_ARGUMENT naming the field on bad hyper-parameters.
+// zero-filled). `total_steps` is the length of the job, over which the
+// learning-rate schedule runs. INVALID_ARGUMENT naming the field on bad
+// hyper-parameters.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
-    const OptimizerSpec& spec, const ParameterSet& params, Device* device);
+    const OptimizerSpec& spec, const ParameterSet& params, Device* device,
+    int64_t total_steps);
+
+// The factor the schedule applies to the base learning rate at 0-based step
+// `step` of `total_steps` (1 when the schedule is unset).
+double LearningRateFactor(const LrSchedule& schedule, int64_t step,
+                          int64_t total_steps);
 
 // Checks an OptimizerSpec without building anything ("optimizer.sgd.lr=...").
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec);

@@ -36,7 +36,7 @@ TEST(SgdTest, MomentumAndWeightDecayByHand) {
   spec.mutable_sgd()->set_lr(0.1f);
   spec.mutable_sgd()->set_momentum(0.9f);
   spec.mutable_sgd()->set_weight_decay(0.01f);
-  auto opt = CreateOptimizer(spec, w, &device);
+  auto opt = CreateOptimizer(spec, w, &device, 100);
   ASSERT_TRUE(opt.ok()) << opt.status();
   // Step 1: d = g + 0.01 w = [0.51, 0.23]; buf = d; w -= 0.1 d.
   ASSERT_TRUE((*opt)->Step(w, g).ok());
@@ -63,7 +63,7 @@ TEST(SgdTest, NesterovAndDampening) {
   spec.mutable_sgd()->set_lr(0.5f);
   spec.mutable_sgd()->set_momentum(0.5f);
   spec.mutable_sgd()->set_nesterov(true);
-  auto opt = CreateOptimizer(spec, w, &device);
+  auto opt = CreateOptimizer(spec, w, &device, 100);
   ASSERT_TRUE(opt.ok());
   // buf = 2; update = g + 0.5 buf = 3; w = 1 - 1.5.
   ASSERT_TRUE((*opt)->Step(w, g).ok());
@@ -77,7 +77,7 @@ TEST(SgdTest, NesterovAndDampening) {
   damp.mutable_sgd()->set_momentum(0.5f);
   damp.mutable_sgd()->set_dampening(0.5f);
   ParameterSet w2 = OneParam(device, {0.0f});
-  auto opt2 = CreateOptimizer(damp, w2, &device);
+  auto opt2 = CreateOptimizer(damp, w2, &device, 100);
   ASSERT_TRUE(opt2.ok());
   ASSERT_TRUE((*opt2)->Step(w2, g).ok());  // buf = 2 (no damping at first).
   ASSERT_TRUE((*opt2)->Step(w2, g).ok());  // buf = 1 + 0.5*2 = 2.
@@ -90,7 +90,7 @@ TEST(SgdTest, PlainSgd) {
   ParameterSet g = OneParam(device, {1.0f});
   OptimizerSpec spec;
   spec.mutable_sgd()->set_lr(0.25f);
-  auto opt = CreateOptimizer(spec, w, &device);
+  auto opt = CreateOptimizer(spec, w, &device, 100);
   ASSERT_TRUE(opt.ok());
   ASSERT_TRUE((*opt)->Step(w, g).ok());
   ASSERT_TRUE((*opt)->Step(w, g).ok());
@@ -105,7 +105,7 @@ TEST(AdamTest, TwoStepsByHand) {
   OptimizerSpec spec;
   spec.mutable_adam()->set_lr(0.01f);
   spec.mutable_adam()->set_weight_decay(0.1f);
-  auto opt = CreateOptimizer(spec, w, &device);
+  auto opt = CreateOptimizer(spec, w, &device, 100);
   ASSERT_TRUE(opt.ok()) << opt.status();
   double wv[2] = {1.0, 0.0}, m[2] = {0, 0}, v[2] = {0, 0};
   const double gv[2][2] = {{0.1, -3.0}, {0.5, 0.5}};
@@ -194,6 +194,52 @@ TEST(LossTest, GradientMatchesFiniteDifferences) {
         SoftmaxCrossEntropy(device, logits, labels, 1.0f)->losses.f32()[0];
     EXPECT_NEAR(out->dlogits.f32()[c], (lh - ll) / 2e-2, 1e-3);
   }
+}
+
+}  // namespace
+}  // namespace aqueduct
+
+namespace aqueduct {
+namespace {
+
+TEST(ScheduleTest, Factors) {
+  LrSchedule none;
+  EXPECT_EQ(LearningRateFactor(none, 50, 100), 1.0);
+  LrSchedule cosine;
+  cosine.set_warmup_steps(10);
+  cosine.mutable_cosine()->set_final_fraction(0.1f);
+  EXPECT_NEAR(LearningRateFactor(cosine, 0, 110), 0.1, 1e-12);
+  EXPECT_NEAR(LearningRateFactor(cosine, 9, 110), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRateFactor(cosine, 10, 110), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRateFactor(cosine, 109, 110), 0.1, 1e-6);
+  // Half way through the decay: 0.1 + 0.9 * 0.5.
+  EXPECT_NEAR(LearningRateFactor(cosine, 10 + 99 / 2.0, 110), 0.55, 1e-2);
+  LrSchedule step;
+  step.mutable_step()->set_every_steps(30);
+  step.mutable_step()->set_gamma(0.5f);
+  EXPECT_EQ(LearningRateFactor(step, 29, 100), 1.0);
+  EXPECT_EQ(LearningRateFactor(step, 30, 100), 0.5);
+  EXPECT_EQ(LearningRateFactor(step, 95, 100), 0.125);
+}
+
+TEST(ScheduleTest, AppliedBySgdAndValidated) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {0.0f});
+  ParameterSet g = OneParam(device, {1.0f});
+  OptimizerSpec spec;
+  spec.mutable_sgd()->set_lr(1.0f);
+  spec.mutable_schedule()->set_warmup_steps(4);
+  auto opt = CreateOptimizer(spec, w, &device, 10);
+  ASSERT_TRUE(opt.ok());
+  ASSERT_TRUE((*opt)->Step(w, g).ok());  // lr 0.25
+  ASSERT_TRUE((*opt)->Step(w, g).ok());  // lr 0.5
+  EXPECT_NEAR(w.tensors[0].f32()[0], -0.75, 1e-6);
+
+  OptimizerSpec bad;
+  bad.mutable_sgd()->set_lr(1.0f);
+  bad.mutable_schedule()->mutable_step()->set_every_steps(0);
+  EXPECT_EQ(ValidateOptimizerSpec(bad).message(),
+            "optimizer.schedule.step.every_steps=0 must be positive");
 }
 
 }  // namespace

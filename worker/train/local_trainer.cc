@@ -111,7 +111,7 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   }
   ASSIGN_OR_RETURN(ParameterSet grads, ZerosLike(params, device));
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                   CreateOptimizer(spec.optimizer(), params, device));
+                   CreateOptimizer(spec.optimizer(), params, device, total));
 
   LocalTrainResult result;
   result.parameters = params.numel();
