@@ -3,6 +3,7 @@
 #define AQUEDUCT_PROTO_TYPES_H_
 
 #include "proto/job.pb.h"
+#include "proto/plan.pb.h"
 
 namespace aqueduct {
 
@@ -17,11 +18,17 @@ using v1::LayerNormSpec;
 using v1::LayerSpec;
 using v1::LinearSpec;
 using v1::LrSchedule;
+using v1::LayerProfile;
 using v1::MaxPool2dSpec;
+using v1::ModelProfile;
 using v1::ModelSpec;
 using v1::OptimizerSpec;
+using v1::PartitionPlan;
+using v1::PlanStage;
+using v1::ProfileEdge;
 using v1::SgdSpec;
 using v1::SyntheticData;
+using v1::TopologyLevel;
 
 }  // namespace aqueduct
 

@@ -44,8 +44,7 @@ absl::StatusOr<absl::string_view> ValueOf(absl::string_view field,
   field = absl::StripAsciiWhitespace(field);
   if (!absl::ConsumePrefix(&field, key) || !absl::ConsumePrefix(&field, "=")) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": expected '", key, "=...', found '", field,
-                     "'"));
+        absl::StrCat(where, ": expected '", key, "=...', found '", field, "'"));
   }
   return field;
 }
@@ -91,9 +90,9 @@ absl::Status ProfileGraph::AddEdge(const std::string& from,
                                    const std::string& to) {
   const int a = IndexOf(from), b = IndexOf(to);
   if (a < 0 || b < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "edge ", from, " -- ", to, " names an unknown node '",
-        a < 0 ? from : to, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("edge ", from, " -- ", to,
+                                                   " names an unknown node '",
+                                                   a < 0 ? from : to, "'"));
   }
   if (a == b) {
     return absl::InvalidArgumentError(
@@ -128,8 +127,7 @@ absl::Status ProfileGraph::Validate() const {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (indegree[i] > 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "the profile graph has a cycle through node '", nodes_[i].id,
-            "'"));
+            "the profile graph has a cycle through node '", nodes_[i].id, "'"));
       }
     }
   }
@@ -283,8 +281,8 @@ absl::StatusOr<ProfileGraph> ProfileGraph::FromProto(
     n.parameter_bytes = p.parameter_bytes();
     n.stage_id = p.has_stage_id() ? p.stage_id() : -1;
     n.layer_index = p.has_layer_index() ? p.layer_index() : -1;
-    RETURN_IF_ERROR(Annotate(g.AddNode(std::move(n)),
-                             absl::StrCat("nodes[", i, "]")));
+    RETURN_IF_ERROR(
+        Annotate(g.AddNode(std::move(n)), absl::StrCat("nodes[", i, "]")));
   }
   for (int i = 0; i < profile.edges_size(); ++i) {
     RETURN_IF_ERROR(
@@ -341,9 +339,8 @@ absl::StatusOr<ProfileGraph> ReadProfileFile(const std::string& path,
     ModelProfile proto;
     const auto s = google::protobuf::util::JsonStringToMessage(text, &proto);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a JSON ModelProfile: ",
-                       s.message().as_string()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": not a JSON ModelProfile: ", s.message().as_string()));
     }
     graph = ProfileGraph::FromProto(proto);
   } else {
@@ -361,8 +358,8 @@ absl::Status WriteProfileFile(const std::string& path,
     google::protobuf::util::JsonPrintOptions options;
     options.add_whitespace = true;
     options.always_print_primitive_fields = true;
-    const auto s = google::protobuf::util::MessageToJsonString(
-        graph.ToProto(), &text, options);
+    const auto s = google::protobuf::util::MessageToJsonString(graph.ToProto(),
+                                                               &text, options);
     if (!s.ok()) return absl::InternalError(s.message().as_string());
   } else if (format == "pipedream") {
     text = graph.ToPipeDreamText();

@@ -1,0 +1,426 @@
+#include "coordinator/planner/pipedream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace aqueduct {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One A[i][j][m] entry. Undefined (PipeDream's None) when time is infinite.
+struct Cell {
+  double time = kInf;
+  int split_k = -1;  // The last split: stage ends at state split_k ...
+  int split_m = -1;  // ... and the prefix uses split_m + 1 machines.
+  int machines = 0;  // Machines of the last stage.
+};
+
+bool Defined(const Cell& c) { return c.time < kInf; }
+
+// Everything one level's rows depend on.
+struct Level {
+  const StateSequence* seq = nullptr;
+  int n = 0;
+  int machines = 1;
+  double bandwidth = 1e9;
+  double within = 1;
+  bool final_level = false;
+  const PipeDreamOptions* options = nullptr;
+  // Cumulative per state.
+  const std::vector<double>* compute = nullptr;
+  const std::vector<double>* activation = nullptr;
+  const std::vector<double>* parameters = nullptr;
+  const std::vector<double>* out = nullptr;
+  // T(i..j) of this level when not the first: n x n, row-major.
+  const std::vector<double>* t_matrix = nullptr;
+  // Fast path allowed for (i, j) iff i + 1 >= mono_start[j].
+  std::vector<int> mono_start;
+  // Non-chain DAGs: bitset of the predecessors of each state.
+  const std::vector<std::vector<uint64_t>>* pred_bits = nullptr;
+
+  // PipeDream's compute_times[i][j] (infinite where it holds None).
+  double T(int i, int j) const {
+    if (j < i || i >= n) return kInf;
+    if (t_matrix != nullptr) return (*t_matrix)[static_cast<size_t>(i) * n + j];
+    return i == 0 ? (*compute)[j] : (*compute)[j] - (*compute)[i - 1];
+  }
+  double Act(int i, int j) const {
+    return i == 0 ? (*activation)[j] : (*activation)[j] - (*activation)[i - 1];
+  }
+  double W(int i, int j) const {
+    return i == 0 ? (*parameters)[j] : (*parameters)[j] - (*parameters)[i - 1];
+  }
+  bool MemoryExceeded(double stashed) const {
+    return options->use_memory_constraint && stashed > options->memory_bytes;
+  }
+};
+
+// Per-thread scratch: one row of A and the sparse tables over it.
+struct RowScratch {
+  std::vector<Cell> cells;                            // cells[j * M + m]
+  std::vector<std::vector<std::vector<int>>> tables;  // [m][level][k]
+  Cell& at(int j, int m, int machines) {
+    return cells[static_cast<size_t>(j) * machines + m];
+  }
+};
+
+class RowSolver {
+ public:
+  explicit RowSolver(const Level& level) : l_(level) {}
+
+  // Fills scratch->cells with A[i][.][.].
+  void Solve(int i, RowScratch* s) {
+    const int n = l_.n, M = l_.machines;
+    const PipeDreamOptions& o = *l_.options;
+    s->cells.assign(static_cast<size_t>(n) * M, Cell());
+    const int max_m = o.straight_pipeline ? 1 : M;
+    for (int j = i; j < n; ++j) {
+      const double t = l_.T(i, j);
+      const double act = l_.Act(i, j), w = l_.W(i, j);
+      for (int m = 0; m < max_m; ++m) {
+        const double stashed =
+            std::ceil(static_cast<double>(M - (m + 1)) / (m + 1)) * (act + w);
+        if (l_.MemoryExceeded(stashed)) continue;
+        double dp = (4.0 * m * w) / (l_.bandwidth * (m + 1));
+        dp /= l_.within;
+        if (t == kInf) continue;
+        s->at(j, m, M) = Cell{(t + dp) / (m + 1), -1, -1, m + 1};
+      }
+    }
+    if (l_.final_level && i != 0) return;
+    const bool fast = l_.seq->is_chain && !o.force_plain_loops &&
+                      !o.activation_compression_ratio.has_value();
+    if (fast) s->tables.resize(M);
+    if (fast) BuildTable(s, 0);
+    for (int m = 1; m < M; ++m) {
+      for (int j = i + 1; j < n; ++j) {
+        Cell best = s->at(j, m, M);
+        if (o.use_fewer_machines) {
+          const Cell& fewer = s->at(j, m - 1, M);
+          if (!Defined(best) || (Defined(fewer) && fewer.time < best.time)) {
+            best = fewer;
+          }
+        }
+        if (fast && i + 1 >= l_.mono_start[j]) {
+          ImproveFast(i, j, m, s, &best);
+        } else {
+          ImprovePlain(i, j, m, s, &best);
+        }
+        s->at(j, m, M) = best;
+      }
+      if (fast) BuildTable(s, m);
+    }
+  }
+
+ private:
+  // The last stage k+1..j on m' machines, or infinity where PipeDream skips.
+  double LastStage(int k, int j, int m, int mp) const {
+    const double t = l_.T(k + 1, j);
+    if (t == kInf) return kInf;
+    const double w = l_.W(k + 1, j);
+    double stashed = l_.Act(k + 1, j) + w;
+    stashed *= std::ceil(static_cast<double>(l_.machines - (m + 1)) / mp);
+    if (l_.MemoryExceeded(stashed)) return kInf;
+    double last = t + (4.0 * (mp - 1) * w) / (l_.bandwidth * mp);
+    return last / mp;
+  }
+
+  void Consider(double candidate, int k, int m, int mp, Cell* best) const {
+    if (candidate < kInf && (!Defined(*best) || best->time > candidate)) {
+      *best = Cell{candidate, k, m - mp, mp};
+    }
+  }
+
+  // PipeDream's loops, verbatim.
+  void ImprovePlain(int i, int j, int m, RowScratch* s, Cell* best) const {
+    const PipeDreamOptions& o = *l_.options;
+    const int M = l_.machines, n = l_.n;
+    const int max_mp = o.straight_pipeline ? 1 : m;
+    auto consider_k = [&](int k) {
+      for (int mp = 1; mp <= max_mp; ++mp) {
+        double in = (2.0 * (*l_.out)[k]) / (l_.bandwidth * mp);
+        double out = kInf;
+        const bool has_out = j < n - 1;
+        if (has_out) out = (2.0 * (*l_.out)[j]) / (l_.bandwidth * mp);
+        const double last = LastStage(k, j, m, mp);
+        if (last == kInf) continue;
+        const Cell& prefix = s->at(k, m - mp, M);
+        if (!Defined(prefix)) continue;
+        double t = std::max(prefix.time, last);
+        if (o.activation_compression_ratio.has_value()) {
+          in /= *o.activation_compression_ratio;
+          t = std::max(t, in);
+          if (has_out) {
+            out /= *o.activation_compression_ratio;
+            t = std::max(t, out);
+          }
+        }
+        Consider(t, k, m, mp, best);
+      }
+    };
+    if (l_.seq->is_chain) {
+      // preds(j) = 0..j-1; preds(i-1) = 0..i-2.
+      for (int k = i > 0 ? i - 1 : 0; k < j; ++k) consider_k(k);
+      return;
+    }
+    for (int k : l_.seq->states[j].predecessors) {
+      if (i > 0 && ((*l_.pred_bits)[i - 1][k >> 6] >> (k & 63) & 1)) continue;
+      consider_k(k);
+    }
+  }
+
+  // min over k in [i, j-1] of max(X(k), Y(k)) with X(k) = A[i][k][m-m'] and
+  // Y(k) = LastStage(k, j), Y non-increasing in k: at the crossing of the
+  // suffix minimum of X (non-decreasing in its start) and Y.
+  void ImproveFast(int i, int j, int m, RowScratch* s, Cell* best) const {
+    const int max_mp = l_.options->straight_pipeline ? 1 : m;
+    for (int mp = 1; mp <= max_mp; ++mp) {
+      const int row = m - mp;
+      // Smallest q in [i, j] with SX(q) >= Y(q) (q = j: none).
+      int lo = i, hi = j;
+      while (lo < hi) {
+        const int q = lo + (hi - lo) / 2;
+        const double sx =
+            s->at(ArgMin(s, row, q, j - 1), row, l_.machines).time;
+        if (sx >= LastStage(q, j, m, mp)) {
+          hi = q;
+        } else {
+          lo = q + 1;
+        }
+      }
+      for (int q : {lo, lo - 1}) {
+        if (q < i || q > j - 1) continue;
+        const int k = ArgMin(s, row, q, j - 1);
+        const double x = s->at(k, row, l_.machines).time;
+        if (x == kInf) continue;
+        const double y = LastStage(k, j, m, mp);
+        if (y == kInf) continue;
+        Consider(std::max(x, y), k, m, mp, best);
+      }
+    }
+  }
+
+  // Sparse table of argmin over k of A[i][k][m].time.
+  void BuildTable(RowScratch* s, int m) const {
+    const int n = l_.n, M = l_.machines;
+    auto& table = s->tables[m];
+    int levels = 1;
+    while ((1 << levels) <= n) ++levels;
+    table.resize(levels);
+    table[0].resize(n);
+    for (int k = 0; k < n; ++k) table[0][k] = k;
+    for (int lv = 1; lv < levels; ++lv) {
+      const int half = 1 << (lv - 1);
+      table[lv].resize(n);
+      for (int k = 0; k + (1 << lv) <= n; ++k) {
+        const int a = table[lv - 1][k], b = table[lv - 1][k + half];
+        table[lv][k] = s->at(b, m, M).time < s->at(a, m, M).time ? b : a;
+      }
+    }
+  }
+
+  int ArgMin(RowScratch* s, int m, int lo, int hi) const {
+    const auto& table = s->tables[m];
+    int lv = 0;
+    while ((2 << lv) <= hi - lo + 1) ++lv;
+    const int a = table[lv][lo], b = table[lv][hi - (1 << lv) + 1];
+    return s->at(b, m, l_.machines).time < s->at(a, m, l_.machines).time ? b
+                                                                         : a;
+  }
+
+  const Level& l_;
+};
+
+// PipeDream's analyze_partitioning: (start, end, replicas) of the stages of
+// states [start, end) on `machines` machines, from row `start` of A.
+absl::StatusOr<std::vector<PipeDreamStage>> Backtrack(RowScratch& row,
+                                                      int start, int end,
+                                                      int machines) {
+  Cell cell = row.at(end - 1, machines - 1, machines);
+  if (!Defined(cell)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no partition of states [", start, ", ", end, ") on ",
+                     machines, " workers fits the memory limit"));
+  }
+  std::vector<int> splits, replicas;
+  while (cell.split_k >= 0) {
+    splits.push_back(cell.split_k + 1);
+    replicas.push_back(cell.machines);
+    cell = row.at(cell.split_k, cell.split_m, machines);
+  }
+  replicas.push_back(cell.machines);
+  std::reverse(splits.begin(), splits.end());
+  std::reverse(replicas.begin(), replicas.end());
+  std::vector<PipeDreamStage> stages;
+  int from = start;
+  for (size_t s = 0; s <= splits.size(); ++s) {
+    const int to = s < splits.size() ? splits[s] : end;
+    stages.push_back({from, to, replicas[s]});
+    from = to;
+  }
+  return stages;
+}
+
+// Column j's fast path holds for rows i with i + 1 >= start: T(a, j) must not
+// increase with a over a in [start, j].
+std::vector<int> MonotoneStarts(const Level& l) {
+  std::vector<int> start(l.n, 0);
+  if (l.t_matrix == nullptr) return start;  // Cumulative sums: monotone.
+  for (int j = 0; j < l.n; ++j) {
+    int a = j;
+    while (a > 0 && l.T(a - 1, j) >= l.T(a, j)) --a;
+    start[j] = a;
+  }
+  return start;
+}
+
+}  // namespace
+
+absl::StatusOr<PipeDreamSolution> SolvePipeDream(
+    const StateSequence& seq, const PipeDreamOptions& options) {
+  if (options.levels.empty()) {
+    return absl::InvalidArgumentError("no topology levels given");
+  }
+  for (size_t l = 0; l < options.levels.size(); ++l) {
+    if (options.levels[l].workers < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("level ", l, " has ", options.levels[l].workers,
+                       " workers; it needs at least 1"));
+    }
+    if (!(options.levels[l].bandwidth_bytes_per_s > 0) ||
+        !std::isfinite(options.levels[l].bandwidth_bytes_per_s)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "level ", l, " bandwidth ", options.levels[l].bandwidth_bytes_per_s,
+          " must be positive"));
+    }
+  }
+  if (options.activation_compression_ratio.has_value() &&
+      !(*options.activation_compression_ratio > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "activation compression ratio ", *options.activation_compression_ratio,
+        " must be positive"));
+  }
+  const int n = static_cast<int>(seq.states.size());
+  if (n == 0) return absl::InvalidArgumentError("no states to partition");
+
+  std::vector<double> compute(n), activation(n), parameters(n), out(n);
+  for (int s = 0; s < n; ++s) {
+    compute[s] = seq.states[s].compute_s;
+    activation[s] = seq.states[s].activation_bytes;
+    parameters[s] = seq.states[s].parameter_bytes;
+    out[s] = seq.states[s].output_activation_bytes;
+  }
+  std::vector<std::vector<uint64_t>> pred_bits;
+  if (!seq.is_chain) {
+    pred_bits.assign(n, std::vector<uint64_t>((n + 63) / 64, 0));
+    for (int s = 0; s < n; ++s) {
+      for (int p : seq.states[s].predecessors) {
+        pred_bits[s][p >> 6] |= uint64_t{1} << (p & 63);
+      }
+    }
+  }
+
+  const int num_levels = static_cast<int>(options.levels.size());
+  std::vector<std::vector<double>> t_matrices(num_levels);
+  std::vector<Level> levels(num_levels);
+  const int threads =
+      options.threads > 0
+          ? options.threads
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  RowScratch top_row;
+  for (int l = 0; l < num_levels; ++l) {
+    Level& level = levels[l];
+    level.seq = &seq;
+    level.n = n;
+    level.machines = options.levels[l].workers;
+    level.bandwidth = options.levels[l].bandwidth_bytes_per_s;
+    level.within = l == 0 ? 1 : options.levels[l - 1].workers;
+    level.final_level = l == num_levels - 1;
+    level.options = &options;
+    level.compute = &compute;
+    level.activation = &activation;
+    level.parameters = &parameters;
+    level.out = &out;
+    level.t_matrix = l == 0 ? nullptr : &t_matrices[l];
+    level.pred_bits = &pred_bits;
+    level.mono_start = MonotoneStarts(level);
+    if (level.final_level) {
+      RowSolver(level).Solve(0, &top_row);
+      break;
+    }
+    // Every row i; the next level's T(i..j) is this level's A[i][j][M-1].
+    std::vector<double>& next = t_matrices[l + 1];
+    next.assign(static_cast<size_t>(n) * n, kInf);
+    auto work = [&, l](int first, int stride) {
+      RowScratch scratch;
+      RowSolver solver(levels[l]);
+      const int M = levels[l].machines;
+      for (int i = first; i < n; i += stride) {
+        solver.Solve(i, &scratch);
+        for (int j = i; j < n; ++j) {
+          next[static_cast<size_t>(i) * n + j] = scratch.at(j, M - 1, M).time;
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, t, threads);
+    work(0, threads);
+    for (std::thread& t : pool) t.join();
+  }
+
+  PipeDreamSolution solution;
+  const int top_machines = options.levels.back().workers;
+  const Cell& answer = top_row.at(n - 1, top_machines - 1, top_machines);
+  if (!Defined(answer)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no partition over ", top_machines,
+                     " workers fits the memory limit of ", options.memory_bytes,
+                     " bytes per worker"));
+  }
+  solution.time_per_stage_s = answer.time;
+  solution.single_worker_time_s = compute[n - 1];
+  double dp_time = compute[n - 1];
+  double within = 1;
+  for (const PlannerLevel& level : options.levels) {
+    const double comm = ((4.0 * (level.workers - 1) * parameters[n - 1]) /
+                         (level.bandwidth_bytes_per_s * level.workers)) /
+                        within;
+    dp_time = (dp_time + comm) / level.workers;
+    within = level.workers;
+  }
+  solution.data_parallel_time_s = dp_time;
+
+  // Backtrack from the top level down; lower levels re-solve the rows they
+  // need (rows are cheap, and keeping every A would not fit in memory).
+  std::vector<PipeDreamStage> current = {{0, n, 1}};
+  solution.level_stages.resize(num_levels);
+  for (int l = num_levels - 1; l >= 0; --l) {
+    std::vector<PipeDreamStage> next;
+    for (const PipeDreamStage& outer : current) {
+      RowScratch scratch;
+      RowScratch* row = &top_row;
+      if (l != num_levels - 1 || outer.start != 0) {
+        RowSolver(levels[l]).Solve(outer.start, &scratch);
+        row = &scratch;
+      }
+      auto inner =
+          Backtrack(*row, outer.start, outer.end, options.levels[l].workers);
+      if (!inner.ok()) return inner.status();
+      for (const PipeDreamStage& s : *inner) {
+        solution.level_stages[l].push_back(s);
+        next.push_back({s.start, s.end, s.replicas * outer.replicas});
+      }
+    }
+    current = std::move(next);
+  }
+  solution.stages = std::move(current);
+  return solution;
+}
+
+}  // namespace aqueduct
