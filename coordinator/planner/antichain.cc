@@ -271,6 +271,7 @@ absl::StatusOr<StateSequence> BuildAntichainStates(const ProfileGraph& g) {
       if (!Test(cover, i)) continue;
       const ProfileNode& node = g.nodes()[i];
       state.compute_s += (node.forward_ms + node.backward_ms) / 1000.0;
+      state.backward_s += node.backward_ms / 1000.0;
       state.activation_bytes += node.activation_bytes;
       state.parameter_bytes += node.parameter_bytes;
     }

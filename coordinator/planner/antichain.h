@@ -25,6 +25,8 @@ struct AntichainState {
   // Node indices of the (augmented) antichain, in PipeDream's order.
   std::vector<int> antichain;
   double compute_s = 0;
+  // The backward part of compute_s.
+  double backward_s = 0;
   double activation_bytes = 0;
   double parameter_bytes = 0;
   double output_activation_bytes = 0;

@@ -41,6 +41,8 @@ struct Level {
   const std::vector<double>* t_matrix = nullptr;
   // Fast path allowed for (i, j) iff i + 1 >= mono_start[j].
   std::vector<int> mono_start;
+  // T(a, j) falls as a grows and grows with j everywhere: the sweep applies.
+  bool fully_monotone = false;
   // Non-chain DAGs: bitset of the predecessors of each state.
   const std::vector<std::vector<uint64_t>>* pred_bits = nullptr;
 
@@ -63,10 +65,12 @@ struct Level {
 
 // Per-thread scratch: one row of A and the sparse tables over it.
 struct RowScratch {
-  std::vector<Cell> cells;                            // cells[j * M + m]
+  int n = 0;
+  // cells[m * n + j]: A[i][.][m] is contiguous, as the sweeps read it.
+  std::vector<Cell> cells;
   std::vector<std::vector<std::vector<int>>> tables;  // [m][level][k]
-  Cell& at(int j, int m, int machines) {
-    return cells[static_cast<size_t>(j) * machines + m];
+  Cell& at(int j, int m, int /*machines*/) {
+    return cells[static_cast<size_t>(m) * n + j];
   }
 };
 
@@ -78,6 +82,7 @@ class RowSolver {
   void Solve(int i, RowScratch* s) {
     const int n = l_.n, M = l_.machines;
     const PipeDreamOptions& o = *l_.options;
+    s->n = n;
     s->cells.assign(static_cast<size_t>(n) * M, Cell());
     const int max_m = o.straight_pipeline ? 1 : M;
     for (int j = i; j < n; ++j) {
@@ -96,6 +101,10 @@ class RowSolver {
     if (l_.final_level && i != 0) return;
     const bool fast = l_.seq->is_chain && !o.force_plain_loops &&
                       !o.activation_compression_ratio.has_value();
+    if (fast && l_.fully_monotone) {
+      SolveSweep(i, s);
+      return;
+    }
     if (fast) s->tables.resize(M);
     if (fast) BuildTable(s, 0);
     for (int m = 1; m < M; ++m) {
@@ -117,6 +126,119 @@ class RowSolver {
       if (fast) BuildTable(s, m);
     }
   }
+
+  // The chain case when T is monotone in both of its ends. For fixed
+  // (i, m, m'), the crossing q*(j) of the suffix minimum of X = A[i][.][m-m']
+  // and of Y_j (the last stage k+1..j) can only move right as j grows (the
+  // suffix minimum over [q, j-1] only falls with j, Y_j(q) only grows), so
+  // one sweep over j with a monotone deque (the sliding-window minimum of X
+  // over [q, j-1]) finds every j's best split in amortised O(1).
+  void SolveSweep(int i, RowScratch* s) {
+    const PipeDreamOptions& o = *l_.options;
+    const int n = l_.n, M = l_.machines;
+    // One row (the final level) has no rows to share among threads: share
+    // the m' sweeps of each m instead.
+    const int threads = std::max(1, mp_threads_);
+    std::vector<std::vector<Cell>> partial(threads - 1, std::vector<Cell>(n));
+    std::vector<std::vector<int>> deques(threads, std::vector<int>(n));
+    for (int m = 1; m < M; ++m) {
+      Cell* best = &s->at(0, m, M);
+      if (o.use_fewer_machines) {
+        const Cell* fewer = &s->at(0, m - 1, M);
+        for (int j = i + 1; j < n; ++j) {
+          if (!Defined(best[j]) ||
+              (Defined(fewer[j]) && fewer[j].time < best[j].time)) {
+            best[j] = fewer[j];
+          }
+        }
+      }
+      const int max_mp = o.straight_pipeline ? 1 : m;
+      if (threads == 1 || max_mp < 16 || n < 512) {
+        for (int mp = 1; mp <= max_mp; ++mp) {
+          Sweep(i, m, mp, s, best, deques[0].data());
+        }
+        continue;
+      }
+      auto work = [&](int t) {
+        Cell* out = t == 0 ? best : partial[t - 1].data();
+        if (t > 0)
+          std::fill(partial[t - 1].begin(), partial[t - 1].end(), Cell());
+        for (int mp = 1 + t; mp <= max_mp; mp += threads) {
+          Sweep(i, m, mp, s, out, deques[t].data());
+        }
+      };
+      std::vector<std::thread> pool;
+      for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+      work(0);
+      for (std::thread& t : pool) t.join();
+      for (int t = 1; t < threads; ++t) {
+        for (int j = i + 1; j < n; ++j) {
+          const Cell& c = partial[t - 1][j];
+          if (Defined(c) && (!Defined(best[j]) || best[j].time > c.time)) {
+            best[j] = c;
+          }
+        }
+      }
+    }
+  }
+
+  // One (m, m') sweep over j, improving best[j].
+  void Sweep(int i, int m, int mp, RowScratch* s, Cell* best,
+             int* deque) const {
+    const PipeDreamOptions& o = *l_.options;
+    const int n = l_.n, M = l_.machines;
+    const int row = m - mp;
+    const Cell* prefix = &s->at(0, row, M);
+    auto x = [prefix](int k) { return prefix[k].time; };
+    // LastStage(k, j, m, mp) with the loop invariants hoisted; the same
+    // floating-point operations.
+    const double ceil_factor = std::ceil(static_cast<double>(M - (m + 1)) / mp);
+    const double dp_numerator = 4.0 * (mp - 1);
+    const double dp_denominator = l_.bandwidth * mp;
+    const bool check_memory = o.use_memory_constraint;
+    auto last_stage = [&](int k, int j) {
+      const double t = l_.T(k + 1, j);
+      if (t == kInf) return kInf;
+      const double w = l_.W(k + 1, j);
+      if (check_memory) {
+        double stashed = l_.Act(k + 1, j) + w;
+        stashed *= ceil_factor;
+        if (stashed > o.memory_bytes) return kInf;
+      }
+      return (t + (dp_numerator * w) / dp_denominator) / mp;
+    };
+    int head = 0, tail = 0;  // deque[head, tail): window argmins.
+    int q = i;
+    for (int j = i + 1; j < n; ++j) {
+      const int k_new = j - 1;
+      if (k_new >= q) {
+        while (tail > head && x(deque[tail - 1]) > x(k_new)) --tail;
+        deque[tail++] = k_new;
+      }
+      // Advance q while the suffix minimum is below the last stage.
+      while (q <= j - 1 && x(deque[head]) < last_stage(q, j)) {
+        ++q;
+        if (head < tail && deque[head] < q) ++head;
+      }
+      if (q <= j - 1) {
+        const int k = deque[head];
+        const double xv = x(k);
+        if (xv < kInf) {
+          Consider(std::max(xv, last_stage(k, j)), k, m, mp, &best[j]);
+        }
+      }
+      if (q - 1 >= i) {
+        int k = q - 1;
+        if (q <= j - 1 && x(deque[head]) < x(k)) k = deque[head];
+        const double xv = x(k);
+        if (xv < kInf) {
+          Consider(std::max(xv, last_stage(k, j)), k, m, mp, &best[j]);
+        }
+      }
+    }
+  }
+
+  void set_mp_threads(int threads) { mp_threads_ = threads; }
 
  private:
   // The last stage k+1..j on m' machines, or infinity where PipeDream skips.
@@ -235,6 +357,7 @@ class RowSolver {
   }
 
   const Level& l_;
+  int mp_threads_ = 1;
 };
 
 // PipeDream's analyze_partitioning: (start, end, replicas) of the stages of
@@ -269,6 +392,17 @@ absl::StatusOr<std::vector<PipeDreamStage>> Backtrack(RowScratch& row,
 
 // Column j's fast path holds for rows i with i + 1 >= start: T(a, j) must not
 // increase with a over a in [start, j].
+bool FullyMonotone(const Level& l) {
+  if (l.t_matrix == nullptr) return true;
+  for (int j = 0; j < l.n; ++j) {
+    if (l.mono_start[j] != 0) return false;
+    for (int a = 0; a <= j && j + 1 < l.n; ++a) {
+      if (!(l.T(a, j) <= l.T(a, j + 1))) return false;
+    }
+  }
+  return true;
+}
+
 std::vector<int> MonotoneStarts(const Level& l) {
   std::vector<int> start(l.n, 0);
   if (l.t_matrix == nullptr) return start;  // Cumulative sums: monotone.
@@ -350,8 +484,11 @@ absl::StatusOr<PipeDreamSolution> SolvePipeDream(
     level.t_matrix = l == 0 ? nullptr : &t_matrices[l];
     level.pred_bits = &pred_bits;
     level.mono_start = MonotoneStarts(level);
+    level.fully_monotone = FullyMonotone(level);
     if (level.final_level) {
-      RowSolver(level).Solve(0, &top_row);
+      RowSolver solver(level);
+      solver.set_mp_threads(threads);
+      solver.Solve(0, &top_row);
       break;
     }
     // Every row i; the next level's T(i..j) is this level's A[i][j][M-1].

@@ -326,7 +326,7 @@ void CompareWithBruteForce(const ProfileGraph& g, PipeDreamOptions o,
                            const std::string& what) {
   auto seq = BuildAntichainStates(g);
   ASSERT_TRUE(seq.ok()) << seq.status();
-  Brute brute{*seq, o};
+  Brute brute{*seq, o, std::numeric_limits<double>::infinity(), {}};
   brute.Run();
   auto fast = SolvePipeDream(*seq, o);
   o.force_plain_loops = true;

@@ -1,0 +1,214 @@
+#include "coordinator/planner/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+
+namespace aqueduct {
+
+namespace {
+
+void FillLayers(const ProfileGraph& g, const StateSequence& seq,
+                PlanStage* stage) {
+  int first = -1, last = -1;
+  for (int node : seq.NodesOfRange(stage->start(), stage->end())) {
+    stage->add_node_ids(g.nodes()[node].id);
+    const int layer = g.nodes()[node].layer_index;
+    if (layer < 0) continue;
+    first = first < 0 ? layer : std::min(first, layer);
+    last = std::max(last, layer);
+  }
+  stage->set_first_layer(first);
+  stage->set_end_layer(last < 0 ? -1 : last + 1);
+}
+
+double Range(const StateSequence& seq, int a, int b_exclusive,
+             double AntichainState::*field) {
+  const double hi = seq.states[b_exclusive - 1].*field;
+  return a == 0 ? hi : hi - seq.states[a - 1].*field;
+}
+
+}  // namespace
+
+absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
+                                       const PlanRequest& request) {
+  RETURN_IF_ERROR(raw.Validate());
+  const ProfileGraph graph = raw.WithoutInputsAndGetitemSinks();
+  if (graph.size() == 0) {
+    return absl::InvalidArgumentError(
+        "the profile has nothing to plan once its Input and __getitem__ "
+        "nodes are removed");
+  }
+  ASSIGN_OR_RETURN(StateSequence seq, BuildAntichainStates(graph));
+  if (request.levels.empty()) {
+    return absl::InvalidArgumentError("no workers given");
+  }
+  int total = 1;
+  for (const PlannerLevel& l : request.levels) total *= l.workers;
+  if (request.straight_pipeline &&
+      total > static_cast<int>(seq.states.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a straight pipeline over ", total, " workers needs at least ", total,
+        " stages, but the profile has only ", seq.states.size(),
+        " states to cut"));
+  }
+
+  PartitionPlan plan;
+  plan.set_cost_model(request.cost_model);
+  for (const PlannerLevel& l : request.levels) {
+    TopologyLevel* level = plan.add_levels();
+    level->set_workers(l.workers);
+    level->set_bandwidth_bytes_per_s(l.bandwidth_bytes_per_s);
+  }
+  plan.set_workers_total(total);
+
+  struct Placed {
+    int start, end, replicas, first_rank;
+    double time, compute, allreduce, transfer, memory;
+    int depth;
+  };
+  std::vector<Placed> placed;
+  if (request.cost_model == "pipedream") {
+    PipeDreamOptions o;
+    o.levels = request.levels;
+    o.straight_pipeline = request.straight_pipeline;
+    o.use_fewer_machines = request.use_fewer_machines;
+    o.use_memory_constraint = request.memory_limit_bytes.has_value();
+    if (o.use_memory_constraint) o.memory_bytes = *request.memory_limit_bytes;
+    o.activation_compression_ratio = request.activation_compression_ratio;
+    o.threads = request.threads;
+    ASSIGN_OR_RETURN(PipeDreamSolution s, SolvePipeDream(seq, o));
+    plan.set_time_per_minibatch_s(s.time_per_stage_s);
+    plan.set_single_worker_time_s(s.single_worker_time_s);
+    plan.set_data_parallel_time_s(s.data_parallel_time_s);
+    // Each stage's time under PipeDream's formula, at the bandwidth of the
+    // innermost level its replicas fit in.
+    int rank = 0, used = 0;
+    for (const PipeDreamStage& st : s.stages) used += st.replicas;
+    for (const PipeDreamStage& st : s.stages) {
+      const double t = Range(seq, st.start, st.end, &AntichainState::compute_s);
+      const double w =
+          Range(seq, st.start, st.end, &AntichainState::parameter_bytes);
+      const double act =
+          Range(seq, st.start, st.end, &AntichainState::activation_bytes);
+      double bandwidth = request.levels.back().bandwidth_bytes_per_s;
+      int group = 1;
+      for (const PlannerLevel& l : request.levels) {
+        group *= l.workers;
+        if (st.replicas <= group) {
+          bandwidth = l.bandwidth_bytes_per_s;
+          break;
+        }
+      }
+      const int r = st.replicas;
+      const double allreduce = (4.0 * (r - 1) * w) / (bandwidth * r) / r;
+      const int depth =
+          static_cast<int>(std::ceil(static_cast<double>(used - rank - r) / r));
+      placed.push_back(
+          {st.start, st.end, r, rank, t / r + allreduce, t, allreduce, 0,
+           w * (depth + 2 + request.optimizer_state_factor) + act * (depth + 1),
+           depth});
+      rank += r;
+    }
+    plan.set_workers_used(used);
+  } else if (request.cost_model == "aqueduct") {
+    AqueductModelOptions o;
+    o.levels = request.levels;
+    o.worker_speed = request.worker_speed;
+    o.straight_pipeline = request.straight_pipeline;
+    o.use_fewer_machines = request.use_fewer_machines;
+    o.memory_limit_bytes = request.memory_limit_bytes;
+    o.schedule = request.schedule;
+    o.allreduce_overlap = request.allreduce_overlap;
+    o.optimizer_state_factor = request.optimizer_state_factor;
+    if (request.activation_compression_ratio.has_value()) {
+      return absl::InvalidArgumentError(
+          "activation compression is a PipeDream cost-model option");
+    }
+    ASSIGN_OR_RETURN(AqueductSolution s, SolveAqueductModel(seq, o));
+    plan.set_time_per_minibatch_s(s.time_per_minibatch_s);
+    for (const AqueductStage& st : s.stages) {
+      placed.push_back({st.start, st.end, st.replicas, st.first_rank,
+                        st.cost.time_s, st.cost.compute_s, st.cost.allreduce_s,
+                        st.cost.transfer_s, st.cost.memory_bytes,
+                        st.cost.warmup_depth});
+    }
+    plan.set_workers_used(s.workers_used);
+    // The same baselines under this model: one worker; all workers as
+    // replicas of one stage.
+    const int n = static_cast<int>(seq.states.size());
+    plan.set_single_worker_time_s(
+        AqueductStageCost(seq, o, 0, n - 1, 0, 0).time_s);
+    plan.set_data_parallel_time_s(
+        AqueductStageCost(seq, o, 0, n - 1, 0, total - 1).time_s);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost model '", request.cost_model,
+                     "' is not one of: pipedream, aqueduct"));
+  }
+
+  for (const Placed& p : placed) {
+    PlanStage* stage = plan.add_stages();
+    stage->set_start(p.start);
+    stage->set_end(p.end);
+    stage->set_replicas(p.replicas);
+    for (int r = 0; r < p.replicas; ++r) {
+      stage->add_worker_ranks(p.first_rank + r);
+    }
+    stage->set_warmup_depth(p.depth);
+    stage->set_predicted_time_s(p.time);
+    stage->set_compute_time_s(p.compute);
+    stage->set_allreduce_time_s(p.allreduce);
+    stage->set_transfer_time_s(p.transfer);
+    stage->set_predicted_memory_bytes(p.memory);
+    FillLayers(graph, seq, stage);
+  }
+  const int input_replicas = plan.stages(0).replicas();
+  plan.set_noam(static_cast<int>(
+      std::ceil(static_cast<double>(plan.workers_used()) / input_replicas)));
+  if (plan.time_per_minibatch_s() > 0) {
+    plan.set_speedup_vs_single(plan.single_worker_time_s() /
+                               plan.time_per_minibatch_s());
+    plan.set_speedup_vs_data_parallel(plan.data_parallel_time_s() /
+                                      plan.time_per_minibatch_s());
+  }
+  return plan;
+}
+
+std::string FormatPlan(const PartitionPlan& plan) {
+  std::string out = absl::StrFormat(
+      "cost model %s, %d of %d workers, NOAM %d\n", plan.cost_model(),
+      plan.workers_used(), plan.workers_total(), plan.noam());
+  absl::StrAppend(
+      &out, absl::StrFormat("%-6s %-13s %-13s %8s %6s %10s %10s %12s\n",
+                            "stage", "states", "layers", "replicas", "depth",
+                            "pred ms", "compute ms", "memory MiB"));
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const PlanStage& st = plan.stages(s);
+    const std::string layers =
+        st.first_layer() >= 0
+            ? absl::StrCat("[", st.first_layer(), ", ", st.end_layer(), ")")
+            : "-";
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("%-6d %-13s %-13s %8d %6d %10.3f %10.3f %12.1f\n", s,
+                        absl::StrCat("[", st.start(), ", ", st.end(), ")"),
+                        layers, st.replicas(), st.warmup_depth(),
+                        st.predicted_time_s() * 1e3, st.compute_time_s() * 1e3,
+                        st.predicted_memory_bytes() / (1 << 20)));
+  }
+  absl::StrAppend(
+      &out,
+      absl::StrFormat(
+          "time per minibatch %.6f s; one worker %.6f s (speed-up %.2fx); "
+          "data parallel %.6f s (speed-up %.2fx)\n",
+          plan.time_per_minibatch_s(), plan.single_worker_time_s(),
+          plan.speedup_vs_single(), plan.data_parallel_time_s(),
+          plan.speedup_vs_data_parallel()));
+  return out;
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,50 @@
+// From a profile to a PartitionPlan (proto/plan.proto), under either cost
+// model: "pipedream" (PipeDream's optimizer, exactly) or "aqueduct"
+// (coordinator/planner/aqueduct_model.h).
+//
+// Pure code; thread-safe.
+#ifndef AQUEDUCT_COORDINATOR_PLANNER_PLAN_H_
+#define AQUEDUCT_COORDINATOR_PLANNER_PLAN_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/planner/aqueduct_model.h"
+#include "coordinator/planner/pipedream.h"
+#include "coordinator/planner/profile_graph.h"
+#include "proto/types.h"
+
+namespace aqueduct {
+
+struct PlanRequest {
+  std::string cost_model = "pipedream";
+  // Innermost level first.
+  std::vector<PlannerLevel> levels;
+  bool straight_pipeline = false;
+  bool use_fewer_machines = false;
+  // Applied when set (PipeDream's default size is 16e9 bytes).
+  std::optional<double> memory_limit_bytes;
+  std::optional<double> activation_compression_ratio;
+  // Aqueduct model only.
+  std::vector<double> worker_speed;
+  std::string schedule = "1f1b_stashed";
+  double allreduce_overlap = 0;
+  double optimizer_state_factor = 1;
+  // Threads for the solver (0: all cores).
+  int threads = 0;
+};
+
+// Plans `graph` (raw: inputs and __getitem__ sinks are dropped here, as
+// PipeDream does). Errors: INVALID_ARGUMENT for a bad request or profile,
+// FAILED_PRECONDITION when nothing fits in memory.
+absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& graph,
+                                       const PlanRequest& request);
+
+// A readable table of the plan.
+std::string FormatPlan(const PartitionPlan& plan);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COORDINATOR_PLANNER_PLAN_H_

@@ -1,0 +1,35 @@
+// The per-layer profiler: runs each layer of a job's model on a device for a
+// few warm-up and measured iterations at the job's batch size and reports,
+// per layer, the median forward and backward milliseconds, the output
+// activation bytes and the parameter bytes (PipeDream's profile quantities),
+// as a ModelProfile (proto/plan.proto). Also measures the device's dense
+// GEMM throughput.
+//
+// Not thread-safe: one call at a time per device.
+#ifndef AQUEDUCT_WORKER_PROFILER_H_
+#define AQUEDUCT_WORKER_PROFILER_H_
+
+#include "absl/status/statusor.h"
+#include "common/device/device.h"
+#include "proto/types.h"
+
+namespace aqueduct {
+
+struct ProfilerOptions {
+  int warmup_iterations = 2;
+  int measured_iterations = 5;
+  // Measure GEMM throughput too (a 1024^3 sgemm).
+  bool measure_gemm = true;
+};
+
+// INVALID_ARGUMENT for a bad spec or options.
+absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
+                                          const ProfilerOptions& options);
+
+// Dense fp32 GEMM throughput (GFLOP/s) of an n x n x n product, the median
+// of `iterations` runs.
+absl::StatusOr<double> MeasureGemmGflops(Device* device, int n, int iterations);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_PROFILER_H_

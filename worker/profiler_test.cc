@@ -1,0 +1,63 @@
+#include "worker/profiler.h"
+
+#include "common/device/cpu_device.h"
+#include "gtest/gtest.h"
+#include "worker/nn/spec.h"
+
+namespace aqueduct {
+namespace {
+
+constexpr char kSpec[] = R"pb(
+  model {
+    layers { flatten {} }
+    layers { linear { in_features: 12 out_features: 8 } }
+    layers { delay { forward_ms: 3 backward_ms: 5 } }
+    layers { relu {} }
+    layers { linear { in_features: 8 out_features: 3 bias: false } }
+  }
+  data {
+    synthetic {
+      sample_shape: [ 3, 4 ]
+      num_classes: 3
+      train_samples: 64
+      seed: 1
+    }
+  }
+  optimizer { sgd { lr: 0.1 } }
+  batch_size: 16
+  max_steps: 1
+)pb";
+
+TEST(ProfilerTest, ProfilesEveryLayer) {
+  auto spec = ParseJobSpec(kSpec, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  CpuDevice device(CpuDeviceOptions{1});
+  ProfilerOptions options;
+  options.warmup_iterations = 1;
+  options.measured_iterations = 3;
+  auto profile = ProfileModel(*spec, &device, options);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_EQ(profile->nodes_size(), 5);
+  ASSERT_EQ(profile->edges_size(), 4);
+  EXPECT_EQ(profile->edges(0).from(), "layer0");
+  EXPECT_EQ(profile->edges(3).to(), "layer4");
+  EXPECT_EQ(profile->batch_size(), 16);
+  EXPECT_GT(profile->gemm_gflops(), 0);
+  const LayerProfile& fc1 = profile->nodes(1);
+  EXPECT_EQ(fc1.layer_index(), 1);
+  EXPECT_DOUBLE_EQ(fc1.parameter_bytes(), (12 * 8 + 8) * 4);
+  EXPECT_DOUBLE_EQ(fc1.activation_bytes(), 16 * 8 * 4);
+  EXPECT_GE(fc1.forward_ms(), 0);
+  // The Delay layer sleeps at least what it is told.
+  const LayerProfile& delay = profile->nodes(2);
+  EXPECT_GE(delay.forward_ms(), 3.0);
+  EXPECT_GE(delay.backward_ms(), 5.0);
+  EXPECT_NE(delay.description().find("delay"), std::string::npos);
+  EXPECT_DOUBLE_EQ(profile->nodes(4).parameter_bytes(), 8 * 3 * 4);
+
+  options.measured_iterations = 0;
+  EXPECT_FALSE(ProfileModel(*spec, &device, options).ok());
+}
+
+}  // namespace
+}  // namespace aqueduct
