@@ -476,6 +476,55 @@ TEST(PipeDreamTest, HierarchicalHandWorked) {
   EXPECT_EQ(s->level_stages[1][0].end, 2);
 }
 
+// Objective values computed by PipeDream's own optimizer_graph_hierarchical.py
+// on this profile (see docs/planner.md), as regression anchors.
+TEST(PipeDreamTest, MatchesPipeDreamsOwnOptimizerOnADag) {
+  const std::string text =
+      "node1 -- Input0 -- forward_compute_time=0.000, "
+      "backward_compute_time=0.000, activation_size=602112.0, "
+      "parameter_size=0.000\n"
+      "node2 -- Conv2d -- forward_compute_time=1.5, "
+      "backward_compute_time=3.0, activation_size=[1000.0; 24.0], "
+      "parameter_size=7000.0\n"
+      "node3 -- ReLU -- forward_compute_time=0.25, "
+      "backward_compute_time=0.5, activation_size=1024.0, "
+      "parameter_size=0.0\n"
+      "node4 -- Conv2d -- forward_compute_time=2.0, "
+      "backward_compute_time=4.0, activation_size=1024.0, "
+      "parameter_size=36000.0\n"
+      "node5 -- Add -- forward_compute_time=0.1, "
+      "backward_compute_time=0.1, activation_size=1024.0, "
+      "parameter_size=0.0\n"
+      "node6 -- Linear -- forward_compute_time=3.0, "
+      "backward_compute_time=6.0, activation_size=40.0, "
+      "parameter_size=40000.0\n"
+      "\tnode1 -- node2\n\tnode2 -- node3\n\tnode2 -- node4\n"
+      "\tnode3 -- node5\n\tnode4 -- node5\n\tnode5 -- node6\n";
+  auto g = ProfileGraph::FromPipeDreamText(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto seq = BuildAntichainStates(g->WithoutInputsAndGetitemSinks());
+  ASSERT_TRUE(seq.ok());
+  struct Case {
+    std::vector<PlannerLevel> levels;
+    bool straight;
+    double pipedream;
+  };
+  const std::vector<Case> cases = {
+      {{{2, 1e9}}, false, 0.010307999999999998},
+      {{{3, 1e9}}, false, 0.006890444444444443},
+      {{{2, 1e10}, {2, 1e9}}, false, 0.005158149999999999},
+      {{{3, 1e9}}, true, 0.008999999999999998},
+  };
+  for (const Case& c : cases) {
+    PipeDreamOptions o;
+    o.levels = c.levels;
+    o.straight_pipeline = c.straight;
+    auto s = SolvePipeDream(*seq, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ExpectNear(s->time_per_stage_s, c.pipedream, "PipeDream reference");
+  }
+}
+
 TEST(PipeDreamTest, BadInputsAndInfeasibleMemory) {
   auto seq = BuildAntichainStates(*ProfileGraph::Chain(
       {{"a", "A", 1, 1, 1e9, 1e9}, {"b", "B", 1, 1, 1e9, 1e9}}));
