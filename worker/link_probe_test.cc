@@ -1,0 +1,61 @@
+#include "worker/link_probe.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+TEST(LinkProbeTest, MeasuresLoopback) {
+  auto server = LinkProbeServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  auto m =
+      MeasureLink("127.0.0.1", (*server)->port(), 32 << 20, absl::Seconds(30));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->bytes, 32 << 20);
+  EXPECT_GT(m->bytes_per_second, 0);
+  EXPECT_GT(m->round_trip_ms, 0);
+  // The server keeps serving.
+  auto again =
+      MeasureLink("localhost", (*server)->port(), 1000, absl::Seconds(10));
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST(LinkProbeTest, ErrorsAreClear) {
+  // A port nobody listens on: take one and close it.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  auto refused = MeasureLink("127.0.0.1", port, 10, absl::Seconds(5));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+  EXPECT_FALSE(MeasureLink("127.0.0.1", port, 0, absl::Seconds(1)).ok());
+  EXPECT_EQ(LinkProbeServer::Start("not-an-ip", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A listener that never answers: the deadline holds.
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(silent, 1), 0);
+  getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto late = MeasureLink("127.0.0.1", ntohs(addr.sin_port), 10,
+                          absl::Milliseconds(300));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << late.status();
+  close(silent);
+}
+
+}  // namespace
+}  // namespace aqueduct
