@@ -203,6 +203,10 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
       info.sample_shape = Shape(std::vector<int64_t>(s.sample_shape().begin(),
                                                      s.sample_shape().end()));
       info.num_classes = static_cast<int>(s.num_classes());
+      info.train_samples = s.train_samples();
+      if (spec.train_limit() > 0) {
+        info.train_samples = std::min(info.train_samples, spec.train_limit());
+      }
       return info;
     }
     case DataSpec::kFashionMnistDir:
@@ -211,6 +215,10 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
       ASSIGN_OR_RETURN(IdxArray header, ReadIdxFile(paths.train_images, true));
       ASSIGN_OR_RETURN(info.sample_shape,
                        ImageSampleShape(header, paths.train_images));
+      info.train_samples = header.dims[0];
+      if (spec.train_limit() > 0) {
+        info.train_samples = std::min(info.train_samples, spec.train_limit());
+      }
       // Labels are small; reading them gives the class count.
       ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(paths.train_labels));
       int max_label = 0;

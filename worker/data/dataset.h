@@ -43,6 +43,8 @@ struct DataSplits {
 struct DataInfo {
   Shape sample_shape;
   int num_classes = 0;
+  // Training samples (after data.train_limit).
+  int64_t train_samples = 0;
 };
 
 // Validates `spec` (errors name the field: "data.synthetic.num_classes=1

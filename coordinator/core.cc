@@ -1,0 +1,681 @@
+#include "coordinator/core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "coordinator/planner/plan.h"
+#include "coordinator/planner/profile_graph.h"
+#include "worker/nn/spec.h"
+
+namespace aqueduct {
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case v1::JOB_PENDING:
+      return "PENDING";
+    case v1::JOB_PLANNING:
+      return "PLANNING";
+    case v1::JOB_RUNNING:
+      return "RUNNING";
+    case v1::JOB_SUCCEEDED:
+      return "SUCCEEDED";
+    case v1::JOB_FAILED:
+      return "FAILED";
+    case v1::JOB_CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+namespace {
+
+constexpr size_t kStepWindow = 2048;
+constexpr size_t kMaxLossPoints = 1000;
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * v.size())) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
+                                 const Clock* clock,
+                                 WorkerClientFactory worker_clients)
+    : options_(options),
+      clock_(clock),
+      worker_clients_(std::move(worker_clients)),
+      registry_(options.registry, clock),
+      start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->Now()))) {}
+
+CoordinatorCore::~CoordinatorCore() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return active_threads_ == 0;
+  };
+  mu_.Await(absl::Condition(&idle));
+}
+
+// ------------------------------------------------------------------ Workers
+
+absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info) {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerTransition> changes;
+  absl::Status s = registry_.Register(info, &changes);
+  HandleTransitionsLocked(changes);
+  if (s.ok()) {
+    AQ_LOG_INFO("worker {} registered (incarnation {}, {}, {})",
+                info.worker_id(), info.incarnation(), info.address(),
+                info.device().name());
+    ScheduleLocked();
+  }
+  return s;
+}
+
+absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
+                                        const std::string& incarnation,
+                                        const std::string& job_id,
+                                        std::vector<std::string>* stop_jobs) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = registry_.Heartbeat(worker_id, incarnation); !s.ok()) {
+    return s;
+  }
+  if (!job_id.empty()) {
+    auto it = jobs_.find(job_id);
+    auto status = registry_.Get(worker_id);
+    if (it == jobs_.end() || Final(it->second.state) ||
+        (status.ok() && status->job_id() != job_id)) {
+      stop_jobs->push_back(job_id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::DeregisterWorker(const std::string& worker_id,
+                                               const std::string& incarnation) {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerTransition> changes;
+  absl::Status s = registry_.Deregister(worker_id, incarnation, &changes);
+  HandleTransitionsLocked(changes);
+  if (s.ok()) AQ_LOG_INFO("worker {} deregistered", worker_id);
+  return s;
+}
+
+absl::Status CoordinatorCore::ReportProgress(
+    const std::string& worker_id, const std::string& incarnation,
+    const std::vector<StageProgress>& stages) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = registry_.CheckLive(worker_id, incarnation); !s.ok()) {
+    return s;
+  }
+  auto worker = registry_.Get(worker_id);
+  if (!worker.ok()) return worker.status();
+  const absl::Time now = clock_->Now();
+  for (const StageProgress& p : stages) {
+    auto it = jobs_.find(p.job_id());
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("job '", p.job_id(), "' does not exist"));
+    }
+    Job& job = it->second;
+    if (worker->job_id() != p.job_id() || worker->stage() != p.stage() ||
+        worker->replica() != p.replica()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker_id, " reports progress for stage ",
+                       p.stage(), " replica ", p.replica(), " of job ",
+                       p.job_id(), ", which is not its assignment"));
+    }
+    if (Final(job.state)) continue;
+    StageLedger& l = job.replicas[{p.stage(), p.replica()}];
+    l.committed_version = std::max(l.committed_version, p.committed_version());
+    l.in_flight.assign(p.in_flight().begin(), p.in_flight().end());
+    if (l.first_report == absl::InfinitePast()) {
+      l.first_report = now;
+      l.first_done = p.minibatches_done();
+    }
+    l.minibatches_done = std::max(l.minibatches_done, p.minibatches_done());
+    l.last_report = now;
+    for (double ms : p.step_ms()) {
+      l.step_ms.push_back(ms);
+      if (l.step_ms.size() > kStepWindow) l.step_ms.pop_front();
+    }
+    l.utilization = p.utilization();
+    l.bytes_sent += p.bytes_sent();
+    l.bytes_received += p.bytes_received();
+    for (const LossPoint& point : p.losses()) {
+      job.loss = point.loss();
+      if (point.minibatch() % job.loss_stride == 0) {
+        job.loss_curve.push_back(point);
+      }
+      if (job.loss_curve.size() > kMaxLossPoints) {
+        // Halve the resolution: keep every other point.
+        job.loss_stride *= 2;
+        std::vector<LossPoint> kept;
+        for (const LossPoint& q : job.loss_curve) {
+          if (q.minibatch() % job.loss_stride == 0) kept.push_back(q);
+        }
+        job.loss_curve = std::move(kept);
+      }
+    }
+    ++job.version;
+    if (!p.error().empty()) {
+      FinishLocked(
+          job, v1::JOB_FAILED,
+          absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
+                       " on worker ", worker_id, " failed: ", p.error()));
+      continue;
+    }
+    if (p.finished()) {
+      job.finished_replicas[{p.stage(), p.replica()}] = true;
+      if (job.has_plan && p.stage() == job.plan.stages_size() - 1) {
+        job.test_accuracy = p.test_accuracy();
+        job.test_loss = p.test_loss();
+      }
+      size_t total = 0;
+      for (const auto& workers : job.stage_workers) total += workers.size();
+      if (job.finished_replicas.size() == total) {
+        FinishLocked(job, v1::JOB_SUCCEEDED, "");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------ Jobs
+
+absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
+    const JobSpec& spec, const ModelProfile* profile) {
+  auto valid = ValidateJobSpec(spec);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", valid.status().message()));
+  }
+  const v1::PipelineSpec& p = spec.pipeline();
+  if (p.workers() < 0 || p.workers() > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: pipeline.workers=", p.workers(),
+                     " must be in [1, 100000]"));
+  }
+  if (!p.schedule().empty() && p.schedule() != "1f1b_stashed" &&
+      p.schedule() != "1f1b_vertical_sync" && p.schedule() != "1f1b_flush" &&
+      p.schedule() != "gpipe") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid job spec: pipeline.schedule='", p.schedule(),
+        "' is not one of: 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, "
+        "gpipe"));
+  }
+  if (!p.cost_model().empty() && p.cost_model() != "pipedream" &&
+      p.cost_model() != "aqueduct") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: pipeline.cost_model='", p.cost_model(),
+                     "' is not one of: pipedream, aqueduct"));
+  }
+  if (p.wait_for_workers_ms() < 0 || p.bandwidth_bytes_per_s() < 0) {
+    return absl::InvalidArgumentError(
+        "invalid job spec: pipeline.wait_for_workers_ms and "
+        "pipeline.bandwidth_bytes_per_s must not be negative");
+  }
+  if (profile != nullptr) {
+    auto graph = ProfileGraph::FromProto(*profile);
+    if (!graph.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid profile: ", graph.status().message()));
+    }
+  }
+  const int64_t per_epoch = valid->data.train_samples / spec.batch_size();
+  int64_t total = spec.epochs() > 0 ? spec.epochs() * per_epoch
+                                    : std::numeric_limits<int64_t>::max();
+  if (spec.max_steps() > 0) total = std::min(total, spec.max_steps());
+  if (total <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: batch_size=", spec.batch_size(),
+                     " is larger than the training set (",
+                     valid->data.train_samples, " samples)"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  Job job;
+  job.id = absl::StrCat("job-", start_tag_, "-", next_job_++);
+  job.spec = spec;
+  if (profile != nullptr) {
+    job.has_profile = true;
+    job.profile = *profile;
+  }
+  job.submitted = clock_->Now();
+  job.workers_needed = std::max(1, p.workers());
+  job.total_steps = total;
+  const std::string id = job.id;
+  jobs_.emplace(id, std::move(job));
+  job_order_.push_back(id);
+  AQ_LOG_INFO("job {} submitted: {} on {} worker(s), {} steps", id, spec.name(),
+              std::max(1, p.workers()), total);
+  ScheduleLocked();
+  return id;
+}
+
+absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  return StatusOfLocked(it->second);
+}
+
+std::vector<JobStatus> CoordinatorCore::ListJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<JobStatus> out;
+  for (const std::string& id : job_order_) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) out.push_back(StatusOfLocked(it->second));
+  }
+  return out;
+}
+
+absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  if (!Final(it->second.state)) {
+    FinishLocked(it->second, v1::JOB_CANCELLED, "cancelled by a client");
+  }
+  return it->second.state;
+}
+
+absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  if (!it->second.has_plan) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " has no plan yet (it is ",
+                     JobStateName(it->second.state), ")"));
+  }
+  return it->second.plan;
+}
+
+std::vector<WorkerStatus> CoordinatorCore::ListWorkers() const {
+  absl::MutexLock lock(&mu_);
+  return registry_.List();
+}
+
+absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
+    const std::string& job_id, int64_t seen_version, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = jobs_.find(job_id);
+    return it == jobs_.end() || it->second.version != seen_version ||
+           shutting_down_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  return std::make_pair(StatusOfLocked(it->second), it->second.version);
+}
+
+JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
+  JobStatus s;
+  s.set_job_id(job.id);
+  s.set_name(job.spec.name());
+  s.set_state(job.state);
+  s.set_reason(job.reason);
+  s.set_submitted_ms(ToUnixMillisOr0(job.submitted));
+  s.set_started_ms(ToUnixMillisOr0(job.started));
+  s.set_finished_ms(ToUnixMillisOr0(job.finished));
+  s.set_total_steps(job.total_steps);
+  s.set_loss(job.loss);
+  *s.mutable_loss_curve() = {job.loss_curve.begin(), job.loss_curve.end()};
+  s.set_test_accuracy(job.test_accuracy);
+  s.set_test_loss(job.test_loss);
+  s.set_workers(job.workers_needed);
+  const int64_t batch = job.spec.batch_size();
+  const int last_stage = static_cast<int>(job.stage_workers.size()) - 1;
+  double job_rate = 0;
+  int64_t steps = 0;
+  for (int st = 0; st <= last_stage; ++st) {
+    StageStatus* stage = s.add_stages();
+    stage->set_stage(st);
+    std::vector<double> step_ms;
+    double rate = 0, utilization = 0;
+    int reporting = 0;
+    for (size_t r = 0; r < job.stage_workers[st].size(); ++r) {
+      stage->add_workers(job.stage_workers[st][r]);
+      auto it = job.replicas.find({st, static_cast<int>(r)});
+      if (it == job.replicas.end()) continue;
+      const StageLedger& l = it->second;
+      ++reporting;
+      stage->set_committed_version(
+          std::max(stage->committed_version(), l.committed_version));
+      for (const InFlight& f : l.in_flight) *stage->add_in_flight() = f;
+      stage->set_minibatches_done(stage->minibatches_done() +
+                                  l.minibatches_done);
+      step_ms.insert(step_ms.end(), l.step_ms.begin(), l.step_ms.end());
+      const double span = absl::ToDoubleSeconds(l.last_report - l.first_report);
+      if (span > 0) rate += (l.minibatches_done - l.first_done) * batch / span;
+      utilization += l.utilization;
+      stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent);
+      stage->set_bytes_received(stage->bytes_received() + l.bytes_received);
+    }
+    stage->set_samples_per_second(rate);
+    stage->set_utilization(reporting > 0 ? utilization / reporting : 0);
+    stage->set_step_ms_p50(Percentile(step_ms, 0.50));
+    stage->set_step_ms_p90(Percentile(step_ms, 0.90));
+    stage->set_step_ms_p99(Percentile(step_ms, 0.99));
+    if (st == last_stage) {
+      job_rate = rate;
+      steps = stage->minibatches_done();
+    }
+  }
+  s.set_step(steps);
+  s.set_samples_per_second(job_rate);
+  return s;
+}
+
+void CoordinatorCore::FinishLocked(Job& job, JobState state,
+                                   const std::string& reason) {
+  job.state = state;
+  job.reason = reason;
+  job.finished = clock_->Now();
+  ++job.version;
+  std::vector<std::pair<std::string, std::string>> to_stop;
+  for (const std::string& w : job.reserved) {
+    auto status = registry_.Get(w);
+    if (status.ok() && status->job_id() == job.id) {
+      if (state != v1::JOB_SUCCEEDED) {
+        to_stop.emplace_back(w, status->info().address());
+      }
+      registry_.Release(w, job.id);
+    }
+  }
+  store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
+  if (state == v1::JOB_SUCCEEDED) {
+    AQ_LOG_INFO("job {} succeeded", job.id);
+  } else {
+    AQ_LOG_WARN("job {} {}: {}", job.id, JobStateName(state), reason);
+  }
+  if (!to_stop.empty()) {
+    StopWorkersAsync(std::move(to_stop), job.id,
+                     absl::StrCat("job ", JobStateName(state), ": ", reason));
+  }
+  TrimFinishedLocked();
+  ScheduleLocked();
+}
+
+void CoordinatorCore::TrimFinishedLocked() {
+  int finished = 0;
+  for (const std::string& id : job_order_) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && Final(it->second.state)) ++finished;
+  }
+  auto it = job_order_.begin();
+  while (finished > options_.max_finished_jobs && it != job_order_.end()) {
+    auto job = jobs_.find(*it);
+    if (job != jobs_.end() && Final(job->second.state)) {
+      jobs_.erase(job);
+      it = job_order_.erase(it);
+      --finished;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CoordinatorCore::HandleTransitionsLocked(
+    const std::vector<WorkerTransition>& changes) {
+  for (const WorkerTransition& c : changes) {
+    AQ_LOG_INFO("worker {} (incarnation {}) {} -> {}: {}", c.worker_id,
+                c.incarnation, WorkerStateName(c.from), WorkerStateName(c.to),
+                c.detail);
+    if (c.job_id.empty()) continue;
+    if (c.to != v1::WORKER_DEAD && c.to != v1::WORKER_LEFT &&
+        c.to != v1::WORKER_FENCED) {
+      continue;
+    }
+    auto it = jobs_.find(c.job_id);
+    if (it == jobs_.end() || Final(it->second.state)) continue;
+    Job& job = it->second;
+    std::string where = "reserved for the job";
+    for (size_t st = 0; st < job.stage_workers.size(); ++st) {
+      for (size_t r = 0; r < job.stage_workers[st].size(); ++r) {
+        if (job.stage_workers[st][r] == c.worker_id) {
+          where = absl::StrCat("stage ", st, ", replica ", r);
+        }
+      }
+    }
+    FinishLocked(job, v1::JOB_FAILED,
+                 absl::StrCat("worker ", c.worker_id, " (", where, ") is ",
+                              WorkerStateName(c.to), ": ", c.detail));
+  }
+}
+
+void CoordinatorCore::Tick() {
+  absl::MutexLock lock(&mu_);
+  HandleTransitionsLocked(registry_.Tick());
+  const absl::Time now = clock_->Now();
+  for (const std::string& id : job_order_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;
+    Job& job = it->second;
+    const int64_t wait_ms = job.spec.pipeline().wait_for_workers_ms();
+    const absl::Duration wait = wait_ms > 0 ? absl::Milliseconds(wait_ms)
+                                            : options_.default_wait_for_workers;
+    if (now - job.submitted >= wait) {
+      FinishLocked(
+          job, v1::JOB_FAILED,
+          absl::StrFormat(
+              "timed out after %.1f s waiting for %d healthy idle worker(s) "
+              "(%d available)",
+              absl::ToDoubleSeconds(wait), job.workers_needed,
+              static_cast<int>(registry_.IdleHealthyWorkers().size())));
+    }
+  }
+  ScheduleLocked();
+}
+
+void CoordinatorCore::ScheduleLocked() {
+  if (shutting_down_) return;
+  for (const std::string& id : job_order_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;
+    Job& job = it->second;
+    std::vector<std::string> idle = registry_.IdleHealthyWorkers();
+    if (static_cast<int>(idle.size()) < job.workers_needed) return;  // FIFO.
+    idle.resize(job.workers_needed);
+    for (const std::string& w : idle) registry_.Assign(w, job.id, -1, -1);
+    job.reserved = idle;
+    job.state = v1::JOB_PLANNING;
+    ++job.version;
+    ++active_threads_;
+    std::thread([this, id] { Drive(id); }).detach();
+  }
+}
+
+void CoordinatorCore::StopWorkersAsync(
+    std::vector<std::pair<std::string, std::string>> id_and_address,
+    std::string job_id, std::string reason) {
+  ++active_threads_;
+  std::thread([this, workers = std::move(id_and_address),
+               job_id = std::move(job_id), reason = std::move(reason)] {
+    for (const auto& [id, address] : workers) {
+      std::unique_ptr<WorkerClient> client = worker_clients_(address);
+      const absl::Status s =
+          client->StopJob(job_id, reason, options_.worker_rpc_timeout);
+      if (!s.ok()) {
+        AQ_LOG_WARN("stopping job {} on worker {}: {}", job_id, id,
+                    s.ToString());
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    --active_threads_;
+  }).detach();
+}
+
+void CoordinatorCore::Drive(std::string job_id) {
+  // Everything here runs without the lock except where noted; the job may
+  // be cancelled or failed meanwhile, which each locked step checks.
+  JobSpec spec;
+  ModelProfile profile;
+  bool has_profile;
+  std::vector<std::string> reserved;
+  std::vector<std::string> addresses;
+  auto fail = [&](const std::string& reason) {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end() && !Final(it->second.state)) {
+      FinishLocked(it->second, v1::JOB_FAILED, reason);
+    }
+  };
+  auto done = [&] {
+    absl::MutexLock lock(&mu_);
+    --active_threads_;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end() || it->second.state != v1::JOB_PLANNING) {
+      --active_threads_;
+      return;
+    }
+    spec = it->second.spec;
+    has_profile = it->second.has_profile;
+    profile = it->second.profile;
+    reserved = it->second.reserved;
+    for (const std::string& w : reserved) {
+      auto status = registry_.Get(w);
+      addresses.push_back(status.ok() ? status->info().address() : "");
+    }
+  }
+  if (!has_profile) {
+    auto measured =
+        worker_clients_(addresses[0])->Profile(spec, options_.profile_timeout);
+    if (!measured.ok()) {
+      fail(absl::StrCat("profiling the model on worker ", reserved[0],
+                        " failed: ", measured.status().message()));
+      return done();
+    }
+    profile = *std::move(measured);
+  }
+  auto graph = ProfileGraph::FromProto(profile);
+  if (!graph.ok()) {
+    fail(absl::StrCat("the profile is invalid: ", graph.status().message()));
+    return done();
+  }
+  PlanRequest request;
+  const v1::PipelineSpec& p = spec.pipeline();
+  request.cost_model = p.cost_model().empty() ? "pipedream" : p.cost_model();
+  request.schedule = p.schedule().empty() ? "1f1b_stashed" : p.schedule();
+  request.levels = {
+      {static_cast<int>(reserved.size()),
+       p.bandwidth_bytes_per_s() > 0 ? p.bandwidth_bytes_per_s() : 1e9}};
+  request.threads = 1;
+  auto plan = MakePlan(*graph, request);
+  if (!plan.ok()) {
+    fail(absl::StrCat("planning failed: ", plan.status().message()));
+    return done();
+  }
+
+  // Record the plan and the assignment.
+  std::vector<std::pair<std::string, StageAssignment>> assignments;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end() || it->second.state != v1::JOB_PLANNING) {
+      --active_threads_;
+      return;
+    }
+    Job& job = it->second;
+    job.plan = *plan;
+    job.has_plan = true;
+    job.stage_workers.assign(plan->stages_size(), {});
+    std::vector<v1::StagePeers> peers(plan->stages_size());
+    for (int st = 0; st < plan->stages_size(); ++st) {
+      for (int rank : plan->stages(st).worker_ranks()) {
+        job.stage_workers[st].push_back(reserved[rank]);
+        peers[st].add_worker_ids(reserved[rank]);
+        peers[st].add_addresses(addresses[rank]);
+      }
+    }
+    std::vector<bool> used(reserved.size(), false);
+    for (int st = 0; st < plan->stages_size(); ++st) {
+      for (int r = 0; r < plan->stages(st).worker_ranks_size(); ++r) {
+        const int rank = plan->stages(st).worker_ranks(r);
+        used[rank] = true;
+        registry_.Assign(reserved[rank], job_id, st, r);
+        StageAssignment a;
+        a.set_job_id(job_id);
+        *a.mutable_spec() = spec;
+        *a.mutable_plan() = *plan;
+        a.set_stage(st);
+        a.set_replica(r);
+        *a.mutable_peers() = {peers.begin(), peers.end()};
+        a.set_rendezvous_key(absl::StrCat("jobs/", job_id, "/"));
+        a.set_rank(rank);
+        a.set_world_size(plan->workers_used());
+        assignments.emplace_back(addresses[rank], std::move(a));
+      }
+    }
+    // Workers the plan leaves idle go back to the pool.
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < reserved.size(); ++i) {
+      if (used[i]) {
+        kept.push_back(reserved[i]);
+      } else {
+        registry_.Release(reserved[i], job_id);
+      }
+    }
+    job.reserved = kept;
+    ++job.version;
+  }
+  for (const auto& [address, a] : assignments) {
+    const absl::Status s =
+        worker_clients_(address)->AssignStage(a, options_.worker_rpc_timeout);
+    if (!s.ok()) {
+      fail(absl::StrCat("assigning stage ", a.stage(), " replica ", a.replica(),
+                        " to worker at ", address, " failed: ", s.message()));
+      return done();
+    }
+  }
+  for (const auto& [address, a] : assignments) {
+    const absl::Status s =
+        worker_clients_(address)->StartJob(job_id, options_.worker_rpc_timeout);
+    if (!s.ok()) {
+      fail(absl::StrCat("starting the job on worker at ", address,
+                        " failed: ", s.message()));
+      return done();
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end() && it->second.state == v1::JOB_PLANNING) {
+      it->second.state = v1::JOB_RUNNING;
+      it->second.started = clock_->Now();
+      ++it->second.version;
+      AQ_LOG_INFO("job {} running on {} stage(s)", job_id,
+                  it->second.plan.stages_size());
+    }
+    --active_threads_;
+  }
+}
+
+}  // namespace aqueduct

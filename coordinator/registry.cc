@@ -1,0 +1,245 @@
+#include "coordinator/registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/version.h"
+
+namespace aqueduct {
+
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case v1::WORKER_HEALTHY:
+      return "HEALTHY";
+    case v1::WORKER_SUSPECT:
+      return "SUSPECT";
+    case v1::WORKER_DEAD:
+      return "DEAD";
+    case v1::WORKER_LEFT:
+      return "LEFT";
+    case v1::WORKER_FENCED:
+      return "FENCED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+namespace {
+
+bool Final(WorkerState s) {
+  return s == v1::WORKER_DEAD || s == v1::WORKER_LEFT || s == v1::WORKER_FENCED;
+}
+
+}  // namespace
+
+Registry::Registry(const RegistryOptions& options, const Clock* clock)
+    : options_(options), clock_(clock) {}
+
+WorkerState Registry::StateAt(const Entry& e, absl::Time now) const {
+  const WorkerState current = e.status.state();
+  if (Final(current)) return current;
+  const absl::Duration silent = now - e.last_heartbeat;
+  if (silent >= options_.dead_after) return v1::WORKER_DEAD;
+  if (silent >= options_.heartbeat_interval * options_.suspect_after_missed) {
+    return v1::WORKER_SUSPECT;
+  }
+  return v1::WORKER_HEALTHY;
+}
+
+absl::Status Registry::Register(const WorkerInfo& info,
+                                std::vector<WorkerTransition>* transitions) {
+  if (info.worker_id().empty() || info.incarnation().empty() ||
+      info.address().empty()) {
+    return absl::InvalidArgumentError(
+        "RegisterWorker needs worker_id, incarnation and address");
+  }
+  if (!options_.version.empty() &&
+      MajorVersion(info.version()) != MajorVersion(options_.version)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", info.worker_id(), " runs version '", info.version(),
+        "', incompatible with the coordinator's version ", options_.version,
+        " (major versions differ)"));
+  }
+  const absl::Time now = clock_->Now();
+  auto it = workers_.find(info.worker_id());
+  if (it != workers_.end()) {
+    Entry& e = it->second;
+    if (e.status.info().incarnation() == info.incarnation()) {
+      if (Final(e.status.state())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", info.worker_id(), " incarnation ", info.incarnation(),
+            " is ", WorkerStateName(e.status.state()),
+            "; restart it to register a new incarnation"));
+      }
+      // Idempotent: refresh the lease and the details.
+      *e.status.mutable_info() = info;
+      e.last_heartbeat = now;
+      e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+      e.status.set_state(v1::WORKER_HEALTHY);
+      return absl::OkStatus();
+    }
+    // A new incarnation fences the old one.
+    if (!Final(e.status.state()) && transitions != nullptr) {
+      transitions->push_back(
+          {info.worker_id(), e.status.info().incarnation(), e.status.state(),
+           v1::WORKER_FENCED, e.status.job_id(),
+           absl::StrCat("superseded by incarnation ", info.incarnation())});
+    }
+    workers_.erase(it);
+  }
+  Entry e;
+  *e.status.mutable_info() = info;
+  e.status.set_state(v1::WORKER_HEALTHY);
+  e.status.set_registered_at_ms(absl::ToUnixMillis(now));
+  e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+  e.status.set_stage(-1);
+  e.status.set_replica(-1);
+  e.last_heartbeat = now;
+  e.order = next_order_++;
+  workers_.emplace(info.worker_id(), std::move(e));
+  return absl::OkStatus();
+}
+
+absl::Status Registry::CheckIncarnation(const Entry& e,
+                                        const std::string& worker_id,
+                                        const std::string& incarnation) const {
+  if (e.status.info().incarnation() != incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker_id, " incarnation ", incarnation,
+        " has been fenced by incarnation ", e.status.info().incarnation()));
+  }
+  const WorkerState state = StateAt(e, clock_->Now());
+  if (Final(state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " incarnation ", incarnation, " is ",
+                     WorkerStateName(state), "; register again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Registry::Heartbeat(const std::string& worker_id,
+                                 const std::string& incarnation) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, " is not registered"));
+  }
+  Entry& e = it->second;
+  // An expired lease stays to be reported by Tick (which fails its job).
+  if (absl::Status s = CheckIncarnation(e, worker_id, incarnation); !s.ok()) {
+    return s;
+  }
+  const absl::Time now = clock_->Now();
+  e.last_heartbeat = now;
+  e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+  e.status.set_state(v1::WORKER_HEALTHY);
+  return absl::OkStatus();
+}
+
+absl::Status Registry::CheckLive(const std::string& worker_id,
+                                 const std::string& incarnation) const {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, " is not registered"));
+  }
+  return CheckIncarnation(it->second, worker_id, incarnation);
+}
+
+absl::Status Registry::Deregister(const std::string& worker_id,
+                                  const std::string& incarnation,
+                                  std::vector<WorkerTransition>* transitions) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, " is not registered"));
+  }
+  Entry& e = it->second;
+  if (absl::Status s = CheckIncarnation(e, worker_id, incarnation); !s.ok()) {
+    return s;
+  }
+  if (transitions != nullptr) {
+    transitions->push_back({worker_id, incarnation, e.status.state(),
+                            v1::WORKER_LEFT, e.status.job_id(),
+                            "deregistered"});
+  }
+  e.status.set_state(v1::WORKER_LEFT);
+  return absl::OkStatus();
+}
+
+std::vector<WorkerTransition> Registry::Tick() {
+  std::vector<WorkerTransition> changes;
+  const absl::Time now = clock_->Now();
+  for (auto& [id, e] : workers_) {
+    const WorkerState before = e.status.state();
+    const WorkerState after = StateAt(e, now);
+    if (after == before) continue;
+    e.status.set_state(after);
+    changes.push_back(
+        {id, e.status.info().incarnation(), before, after, e.status.job_id(),
+         absl::StrFormat("no heartbeat for %.1f s",
+                         absl::ToDoubleSeconds(now - e.last_heartbeat))});
+  }
+  return changes;
+}
+
+std::vector<std::string> Registry::IdleHealthyWorkers() const {
+  std::vector<std::pair<int64_t, std::string>> idle;
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, e] : workers_) {
+    if (StateAt(e, now) == v1::WORKER_HEALTHY && e.status.job_id().empty()) {
+      idle.emplace_back(e.order, id);
+    }
+  }
+  std::sort(idle.begin(), idle.end());
+  std::vector<std::string> ids;
+  for (auto& [order, id] : idle) ids.push_back(std::move(id));
+  return ids;
+}
+
+void Registry::Assign(const std::string& worker_id, const std::string& job_id,
+                      int stage, int replica) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  it->second.status.set_job_id(job_id);
+  it->second.status.set_stage(stage);
+  it->second.status.set_replica(replica);
+}
+
+void Registry::Release(const std::string& worker_id,
+                       const std::string& job_id) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.status.job_id() != job_id) return;
+  it->second.status.clear_job_id();
+  it->second.status.set_stage(-1);
+  it->second.status.set_replica(-1);
+}
+
+std::vector<WorkerStatus> Registry::List() const {
+  std::vector<std::pair<int64_t, WorkerStatus>> all;
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, e] : workers_) {
+    WorkerStatus s = e.status;
+    s.set_state(StateAt(e, now));
+    all.emplace_back(e.order, std::move(s));
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<WorkerStatus> out;
+  for (auto& [order, s] : all) out.push_back(std::move(s));
+  return out;
+}
+
+absl::StatusOr<WorkerStatus> Registry::Get(const std::string& worker_id) const {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, " is not registered"));
+  }
+  WorkerStatus s = it->second.status;
+  s.set_state(StateAt(it->second, clock_->Now()));
+  return s;
+}
+
+}  // namespace aqueduct
