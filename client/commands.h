@@ -12,6 +12,9 @@ namespace aqueduct {
 int TrainLocalMain(const std::vector<std::string>& args);
 int PlanMain(const std::vector<std::string>& args);
 int ProfileMain(const std::vector<std::string>& args);
+// submit, status, watch, jobs, workers, cancel.
+int RemoteMain(const std::string& command,
+               const std::vector<std::string>& args);
 
 }  // namespace aqueduct
 

@@ -147,12 +147,12 @@ int PlanMain(const std::vector<std::string>& args) {
   auto graph = ReadProfileFile(profile, format);
   if (!graph.ok()) {
     std::cerr << "aq: " << graph.status().message() << "\n";
-    return 2;
+    return 1;
   }
   auto plan = MakePlan(*graph, request);
   if (!plan.ok()) {
     std::cerr << "aq: plan: " << plan.status().message() << "\n";
-    return plan.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return 1;
   }
   if (output == "json") {
     std::string json;

@@ -74,7 +74,7 @@ int ProfileMain(const std::vector<std::string>& args) {
   auto spec = LoadJobSpecFile(job);
   if (!spec.ok()) {
     std::cerr << "aq: " << spec.status().message() << "\n";
-    return 2;
+    return 1;
   }
   CpuDeviceOptions device_options;
   device_options.threads =
@@ -86,8 +86,7 @@ int ProfileMain(const std::vector<std::string>& args) {
   if (!profile.ok()) {
     std::cerr << "aq: profile " << job << ": " << profile.status().message()
               << "\n";
-    return profile.status().code() == absl::StatusCode::kInvalidArgument ? 2
-                                                                         : 1;
+    return 1;
   }
   auto graph = ProfileGraph::FromProto(*profile);
   if (!graph.ok()) {

@@ -110,12 +110,12 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   auto spec = LoadJobSpecFile(parsed.job);
   if (!spec.ok()) {
     std::cerr << "aq: " << spec.status().message() << "\n";
-    return 2;
+    return 1;
   }
   if (auto valid = ValidateJobSpec(*spec); !valid.ok()) {
     std::cerr << "aq: " << parsed.job << ": " << valid.status().message()
               << "\n";
-    return 2;
+    return 1;
   }
 
   CpuDeviceOptions device_options;
@@ -147,7 +147,7 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   if (!result.ok()) {
     std::cerr << "aq: train-local " << parsed.job << ": "
               << result.status().message() << "\n";
-    return result.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return 1;
   }
   const LocalTrainResult& r = *result;
   if (parsed.json) {

@@ -35,14 +35,14 @@ grep -q "unknown or incomplete flag '--bogus'" "$tmp/err" || fail "bad flag mess
 
 # Missing file.
 "$AQ" train-local "$tmp/nope.textproto" 2>"$tmp/err" >/dev/null; rc=$?
-[ "$rc" -eq 2 ] || fail "missing file: exit $rc"
+[ "$rc" -eq 1 ] || fail "missing file: exit $rc"
 grep -q "nope.textproto: cannot open" "$tmp/err" || fail "missing file message: $(cat "$tmp/err")"
 
 # A spec whose layer does not fit names the field.
 sed 's/in_features: 16 out_features: 3/in_features: 15 out_features: 3/' \
   "$tmp/job.textproto" >"$tmp/bad.textproto"
 "$AQ" train-local "$tmp/bad.textproto" 2>"$tmp/err" >/dev/null; rc=$?
-[ "$rc" -eq 2 ] || fail "bad spec: exit $rc"
+[ "$rc" -eq 1 ] || fail "bad spec: exit $rc"
 grep -q "model.layers\[3\].linear.in_features=15 does not match the previous layer's output 16" \
   "$tmp/err" || fail "bad spec message: $(cat "$tmp/err")"
 

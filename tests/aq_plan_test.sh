@@ -42,13 +42,13 @@ grep -q -- "--workers is required" "$tmp/err" || fail "no workers message"
 grep -q "bandwidth has 1 values for 2 levels" "$tmp/err" || fail "bandwidth count: $(cat "$tmp/err")"
 printf 'node1 -- A -- forward_compute_time=oops, backward_compute_time=1, activation_size=1, parameter_size=1\n' >"$tmp/bad.txt"
 "$AQ" plan --profile "$tmp/bad.txt" --workers 2 >/dev/null 2>"$tmp/err"; rc=$?
-[ "$rc" -eq 2 ] || fail "bad profile: exit $rc"
+[ "$rc" -eq 1 ] || fail "bad profile: exit $rc"
 grep -q "bad.txt: line 1: 'oops' is not a number" "$tmp/err" || fail "bad profile message: $(cat "$tmp/err")"
 "$AQ" plan --profile "$tmp/dag.txt" --workers 9 --straight >/dev/null 2>"$tmp/err"; rc=$?
-[ "$rc" -eq 2 ] || fail "too many stages: exit $rc"
+[ "$rc" -eq 1 ] || fail "too many stages: exit $rc"
 grep -q "needs at least 9 stages" "$tmp/err" || fail "too many stages message: $(cat "$tmp/err")"
 "$AQ" plan --profile "$tmp/dag.txt" --workers 2 --cost-model aqueduct >/dev/null 2>"$tmp/err"; rc=$?
-[ "$rc" -eq 2 ] || fail "aqueduct on a DAG: exit $rc"
+[ "$rc" -eq 1 ] || fail "aqueduct on a DAG: exit $rc"
 grep -q "plans chains" "$tmp/err" || fail "aqueduct DAG message: $(cat "$tmp/err")"
 
 # Profile a real job spec, then plan it with both cost models.

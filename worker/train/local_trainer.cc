@@ -125,6 +125,11 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   Clock::time_point window_start = Clock::now();
   int64_t window_steps = 0;
   for (int64_t step = 0; step < total; ++step) {
+    if (options.stop != nullptr && options.stop->load()) {
+      return absl::CancelledError(
+          absl::StrCat("training stopped after ", step, " steps"));
+    }
+    const Clock::time_point step_start = Clock::now();
     if (step == options.warmup_steps) {
       window_start = Clock::now();
       window_steps = 0;
@@ -169,6 +174,9 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
       report.loss = mean;
       report.samples_per_second =
           elapsed > 0 ? window_steps * batch / elapsed : 0;
+      report.step_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - step_start)
+              .count();
       options.on_step(report);
     }
   }

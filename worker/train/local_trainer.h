@@ -6,6 +6,7 @@
 #ifndef AQUEDUCT_WORKER_TRAIN_LOCAL_TRAINER_H_
 #define AQUEDUCT_WORKER_TRAIN_LOCAL_TRAINER_H_
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -26,6 +27,8 @@ struct StepReport {
   double loss = 0;
   // Over the steps since the throughput window began.
   double samples_per_second = 0;
+  // This step's forward + backward + update time.
+  double step_ms = 0;
 };
 
 struct LocalTrainOptions {
@@ -42,6 +45,9 @@ struct LocalTrainOptions {
   bool evaluate = true;
   // Called after every step.
   std::function<void(const StepReport&)> on_step;
+  // When set and it becomes true, training stops after the current step and
+  // TrainLocal returns CANCELLED.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct EvalResult {

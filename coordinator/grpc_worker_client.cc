@@ -1,0 +1,96 @@
+#include "coordinator/grpc_worker_client.h"
+
+#include "common/grpc_status.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/service.grpc.pb.h"
+
+namespace aqueduct {
+
+namespace {
+
+class GrpcWorkerClient final : public WorkerClient {
+ public:
+  explicit GrpcWorkerClient(std::shared_ptr<grpc::Channel> channel)
+      : stub_(v1::Worker::NewStub(std::move(channel))) {}
+
+  absl::Status AssignStage(const StageAssignment& assignment,
+                           absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    v1::AssignStageResponse response;
+    return FromGrpcStatus(stub_->AssignStage(&ctx, assignment, &response));
+  }
+
+  absl::Status StartJob(const std::string& job_id,
+                        absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    v1::StartJobRequest request;
+    request.set_job_id(job_id);
+    v1::StartJobResponse response;
+    return FromGrpcStatus(stub_->StartJob(&ctx, request, &response));
+  }
+
+  absl::Status StopJob(const std::string& job_id, const std::string& reason,
+                       absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    v1::StopJobRequest request;
+    request.set_job_id(job_id);
+    request.set_reason(reason);
+    v1::StopJobResponse response;
+    return FromGrpcStatus(stub_->StopJob(&ctx, request, &response));
+  }
+
+  absl::StatusOr<ModelProfile> Profile(const JobSpec& spec,
+                                       absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    v1::ProfileRequest request;
+    *request.mutable_spec() = spec;
+    ModelProfile response;
+    const grpc::Status s = stub_->Profile(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
+ private:
+  static void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(timeout));
+  }
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+}  // namespace
+
+grpc::ChannelArguments AqueductChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  return args;
+}
+
+std::unique_ptr<WorkerClient> NewGrpcWorkerClient(
+    std::shared_ptr<grpc::Channel> channel) {
+  return std::make_unique<GrpcWorkerClient>(std::move(channel));
+}
+
+std::unique_ptr<WorkerClient> GrpcWorkerClients::Get(
+    const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& channel = channels_[address];
+  if (channel == nullptr) {
+    channel =
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                  AqueductChannelArguments());
+  }
+  return NewGrpcWorkerClient(channel);
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,153 @@
+// The coordinator daemon: holds the worker registry, the jobs and their
+// plans, the version ledger and the rendezvous store, and serves the
+// Coordinator gRPC service (plus grpc.health.v1 and server reflection).
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/logging.h"
+#include "common/version.h"
+#include "coordinator/core.h"
+#include "coordinator/grpc_worker_client.h"
+#include "coordinator/service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
+          "host:port to serve on (port 0: pick a free port; see --port_file)");
+ABSL_FLAG(std::string, port_file, "",
+          "write the bound port to this file once serving");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory for the coordinator's state files (port, pid)");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000, "how often workers heartbeat");
+ABSL_FLAG(int32_t, suspect_after_missed, 3,
+          "missed heartbeats after which a worker is SUSPECT");
+ABSL_FLAG(int64_t, dead_after_ms, 10000,
+          "time without a heartbeat after which a worker is DEAD");
+ABSL_FLAG(int64_t, worker_rpc_timeout_ms, 10000,
+          "deadline of AssignStage/StartJob/StopJob calls to workers");
+ABSL_FLAG(int64_t, profile_timeout_ms, 300000,
+          "deadline of a Profile call to a worker");
+ABSL_FLAG(int64_t, wait_for_workers_ms, 60000,
+          "default time a job waits for enough healthy workers");
+ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
+          "largest gRPC message accepted or sent");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, "text", "text or json (one object a line)");
+
+namespace aqueduct {
+namespace {
+
+int Main() {
+  logging::LoggingOptions log;
+  log.level = absl::GetFlag(FLAGS_log_level);
+  log.component = "coordinator";
+  if (absl::Status s =
+          logging::ParseFormat(absl::GetFlag(FLAGS_log_format), &log.format);
+      !s.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = logging::ConfigureLogging(log); !s.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  CoordinatorOptions options;
+  options.registry.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.registry.suspect_after_missed =
+      absl::GetFlag(FLAGS_suspect_after_missed);
+  options.registry.dead_after =
+      absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
+  options.registry.version = kVersion;
+  options.worker_rpc_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_worker_rpc_timeout_ms));
+  options.profile_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
+  options.default_wait_for_workers =
+      absl::Milliseconds(absl::GetFlag(FLAGS_wait_for_workers_ms));
+  if (options.registry.heartbeat_interval <= absl::ZeroDuration() ||
+      options.registry.dead_after <= options.registry.heartbeat_interval ||
+      options.registry.suspect_after_missed < 1) {
+    AQ_LOG_ERROR(
+        "need heartbeat_interval_ms > 0, dead_after_ms > "
+        "heartbeat_interval_ms and suspect_after_missed >= 1");
+    return 2;
+  }
+
+  BlockTerminationSignals();
+  GrpcWorkerClients clients;
+  CoordinatorCore core(options, RealClock::Get(), clients.Factory());
+  GrpcCoordinatorService service(&core);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    AQ_LOG_ERROR("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+    return 1;
+  }
+  AQ_LOG_INFO("coordinator {} serving on port {}", kVersion, port);
+  const std::string port_text = absl::StrCat(port, "\n");
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    if (absl::Status s =
+            WriteFileAtomically(absl::GetFlag(FLAGS_port_file), port_text);
+        !s.ok()) {
+      AQ_LOG_ERROR("{}", s.ToString());
+      return 1;
+    }
+  }
+  if (!absl::GetFlag(FLAGS_state_dir).empty()) {
+    const std::string dir = absl::GetFlag(FLAGS_state_dir);
+    (void)WriteFileAtomically(dir + "/coordinator.port", port_text);
+    (void)WriteFileAtomically(dir + "/coordinator.pid",
+                              absl::StrCat(getpid(), "\n"));
+  }
+
+  std::atomic<bool> stopping{false};
+  std::thread ticker([&] {
+    while (!stopping) {
+      core.Tick();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  });
+  const int signal = WaitForTerminationSignal();
+  AQ_LOG_INFO("signal {}: shutting down", signal);
+  stopping = true;
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  ticker.join();
+  server->Wait();
+  AQ_LOG_INFO("coordinator stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace aqueduct
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The Aqueduct coordinator daemon. Flags: --listen, --port_file, "
+      "--state_dir, --heartbeat_interval_ms, --suspect_after_missed, "
+      "--dead_after_ms, --log_level, --log_format, ...");
+  absl::ParseCommandLine(argc, argv);
+  return aqueduct::Main();
+}

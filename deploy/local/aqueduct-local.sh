@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Starts and stops a local Aqueduct cluster: one coordinator and N workers on
+# this machine, with logs and pid files in a state directory.
+#
+#   deploy/local/aqueduct-local.sh start [--workers N] [--port P] [--state-dir DIR]
+#                                        [--threads T] [--bin DIR]
+#   deploy/local/aqueduct-local.sh stop   [--state-dir DIR]
+#   deploy/local/aqueduct-local.sh status [--state-dir DIR]
+#
+# start waits (at most 60 s) until every worker is registered and HEALTHY,
+# then prints the coordinator's address. Port 0 (the default) picks a free
+# port. Binaries come from --bin (default: Bazel's bazel-bin of the opt
+# build).
+set -euo pipefail
+cmd="${1:-}"
+[ -n "$cmd" ] && shift
+workers=1 port=0 threads=1 bin="" state="${AQ_STATE_DIR:-/tmp/aqueduct-local}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --state-dir) state="$2"; shift 2 ;;
+    --bin) bin="$2"; shift 2 ;;
+    *) echo "aqueduct-local: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$bin" ]; then
+  root="$(cd "$(dirname "$0")/../.." && pwd)"
+  bin="$(cd "$root" && bazel info --config=opt bazel-bin 2>/dev/null)"
+fi
+
+stop() {
+  for f in "$state"/worker-*.pid "$state"/coordinator.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+  done
+}
+
+case "$cmd" in
+  start)
+    mkdir -p "$state"
+    stop
+    rm -f "$state"/coordinator.port
+    "$bin/coordinator/coordinator" --listen "127.0.0.1:$port" \
+      --state_dir "$state" >"$state/coordinator.log" 2>&1 &
+    echo $! >"$state/coordinator.pid"
+    for _ in $(seq 100); do [ -s "$state/coordinator.port" ] && break; sleep 0.1; done
+    if [ ! -s "$state/coordinator.port" ]; then
+      echo "aqueduct-local: the coordinator did not start; see $state/coordinator.log" >&2
+      stop; exit 1
+    fi
+    address="127.0.0.1:$(cat "$state/coordinator.port")"
+    echo "$address" >"$state/coordinator.address"
+    for i in $(seq "$workers"); do
+      "$bin/worker/worker" --coordinator "$address" --worker_id "local-$i" \
+        --threads "$threads" --listen 127.0.0.1:0 \
+        >"$state/worker-$i.log" 2>&1 &
+      echo $! >"$state/worker-$i.pid"
+    done
+    for _ in $(seq 600); do
+      healthy=$("$bin/client/aq" workers --coordinator "$address" --output json 2>/dev/null |
+        grep -o '"state":"WORKER_HEALTHY"' | wc -l || true)
+      [ "$healthy" -ge "$workers" ] && break
+      sleep 0.1
+    done
+    if [ "${healthy:-0}" -lt "$workers" ]; then
+      echo "aqueduct-local: only ${healthy:-0} of $workers workers registered; logs in $state" >&2
+      stop; exit 1
+    fi
+    echo "$address"
+    ;;
+  stop) stop ;;
+  status)
+    if [ -s "$state/coordinator.address" ]; then
+      "$bin/client/aq" workers --coordinator "$(cat "$state/coordinator.address")"
+    else
+      echo "no local cluster in $state"
+    fi
+    ;;
+  *) echo "usage: aqueduct-local.sh start|stop|status [flags]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,145 @@
+// The worker daemon: one device, one stage at a time. Serves the Worker
+// gRPC service, registers with the coordinator and heartbeats; SIGTERM or
+// SIGINT stops the current job after its step, deregisters and exits 0.
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/daemon.h"
+#include "common/device/cpu_device.h"
+#include "common/logging.h"
+#include "common/version.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "worker/agent.h"
+#include "worker/profiler.h"
+#include "worker/runtime/stage_runtime.h"
+#include "worker/service.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
+          "host:port of the coordinator");
+ABSL_FLAG(std::string, listen, "0.0.0.0:0",
+          "host:port for the Worker service (port 0: any free port)");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
+          "host name or address the coordinator and peers reach this worker "
+          "at");
+ABSL_FLAG(std::string, worker_id, "",
+          "stable worker name (default: <hostname>:<port>)");
+ABSL_FLAG(std::string, device, "cpu", "device: cpu (cuda:N needs a GPU build)");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
+ABSL_FLAG(bool, measure_gemm, true,
+          "measure GEMM throughput at start (reported on registration)");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, "text", "text or json");
+
+namespace aqueduct {
+namespace {
+
+int Main() {
+  logging::LoggingOptions log;
+  log.level = absl::GetFlag(FLAGS_log_level);
+  log.component = "worker";
+  if (absl::Status s =
+          logging::ParseFormat(absl::GetFlag(FLAGS_log_format), &log.format);
+      !s.ok() || !logging::ConfigureLogging(log).ok()) {
+    std::fprintf(stderr, "worker: bad --log_level or --log_format\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    AQ_LOG_ERROR(
+        "--device={} is not available in this build (only cpu; cuda:N needs "
+        "the GPU build)",
+        absl::GetFlag(FLAGS_device));
+    return 2;
+  }
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) {
+    threads =
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  BlockTerminationSignals();
+
+  StageRuntime runtime(StageRuntimeOptions{threads});
+  std::unique_ptr<WorkerAgent> agent;
+  GrpcWorkerService service(&runtime, threads, [&agent] {
+    return agent != nullptr ? agent->info() : WorkerInfo();
+  });
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    AQ_LOG_ERROR("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    (void)WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
+                              absl::StrCat(port, "\n"));
+  }
+
+  CpuDevice device(CpuDeviceOptions{threads});
+  AgentOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  char hostname[256] = "localhost";
+  gethostname(hostname, sizeof(hostname) - 1);
+  WorkerInfo& info = options.info;
+  info.set_worker_id(absl::GetFlag(FLAGS_worker_id).empty()
+                         ? absl::StrCat(hostname, ":", port)
+                         : absl::GetFlag(FLAGS_worker_id));
+  info.set_version(kVersion);
+  info.set_proto_hash(kProtoHash);
+  info.set_host(hostname);
+  info.set_address(
+      absl::StrCat(absl::GetFlag(FLAGS_advertise_host), ":", port));
+  info.mutable_device()->set_kind("cpu");
+  info.mutable_device()->set_name(device.name());
+  info.mutable_device()->set_memory_bytes(
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+  if (absl::GetFlag(FLAGS_measure_gemm)) {
+    auto gflops = MeasureGemmGflops(&device, 512, 3);
+    if (gflops.ok()) info.mutable_device()->set_gemm_gflops(*gflops);
+  }
+  agent = std::make_unique<WorkerAgent>(options, &runtime);
+  agent->Start();
+  AQ_LOG_INFO("worker {} serving on port {}, coordinator {}", info.worker_id(),
+              port, options.coordinator_address);
+
+  const int signal = WaitForTerminationSignal();
+  AQ_LOG_INFO("signal {}: stopping", signal);
+  const std::string job = runtime.current_job();
+  if (!job.empty()) (void)runtime.Stop(job, "worker shutting down");
+  runtime.Shutdown();
+  agent->Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  AQ_LOG_INFO("worker stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace aqueduct
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The Aqueduct worker daemon. Flags: --coordinator, --listen, "
+      "--advertise_host, --worker_id, --device, --threads, --log_level, "
+      "--log_format, ...");
+  absl::ParseCommandLine(argc, argv);
+  return aqueduct::Main();
+}

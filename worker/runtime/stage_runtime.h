@@ -1,0 +1,71 @@
+// The worker's runtime for its assigned stage: takes an assignment from the
+// coordinator, runs it on a thread of its own when started, stops it on
+// request, and queues progress for the agent to report.
+//
+// What runs today: a plan whose stage is the whole model on one worker (a
+// one-stage, one-replica plan) trains through the single-process trainer,
+// reporting per-step times, losses and the committed weight version.
+// Pipelined plans (several stages, or replicated stages) need the data
+// plane's runtime and are refused with FAILED_PRECONDITION, which fails the
+// job with that reason.
+//
+// Thread-safe.
+#ifndef AQUEDUCT_WORKER_RUNTIME_STAGE_RUNTIME_H_
+#define AQUEDUCT_WORKER_RUNTIME_STAGE_RUNTIME_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/service_types.h"
+
+namespace aqueduct {
+
+struct StageRuntimeOptions {
+  // CPU threads for the device.
+  int threads = 1;
+};
+
+class StageRuntime {
+ public:
+  explicit StageRuntime(const StageRuntimeOptions& options);
+  ~StageRuntime();  // Stops and joins a running job.
+
+  // FAILED_PRECONDITION if another job is assigned or running, or the plan
+  // is not runnable here; INVALID_ARGUMENT for an inconsistent assignment.
+  absl::Status Assign(const StageAssignment& assignment);
+  // NOT_FOUND if `job_id` is not the assigned job.
+  absl::Status Start(const std::string& job_id);
+  // Stops the job after its current step (no-op for another or no job).
+  absl::Status Stop(const std::string& job_id, const std::string& reason);
+  // Stops whatever runs and waits for it.
+  void Shutdown();
+
+  // Progress since the previous call (empty when nothing happened).
+  std::vector<StageProgress> TakeProgress();
+  // The job assigned or running ("" when idle).
+  std::string current_job() const;
+  WorkerRuntimeStatus Status() const;
+
+ private:
+  void Run(StageAssignment assignment);
+
+  const StageRuntimeOptions options_;
+  mutable absl::Mutex mu_;
+  std::string phase_ ABSL_GUARDED_BY(mu_) = "idle";
+  bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
+  StageAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  StageProgress pending_ ABSL_GUARDED_BY(mu_);
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_STAGE_RUNTIME_H_

@@ -1,0 +1,53 @@
+#include "worker/service.h"
+
+#include "common/device/cpu_device.h"
+#include "common/grpc_status.h"
+#include "worker/profiler.h"
+
+namespace aqueduct {
+
+grpc::Status GrpcWorkerService::AssignStage(grpc::ServerContext*,
+                                            const StageAssignment* request,
+                                            v1::AssignStageResponse*) {
+  return ToGrpcStatus(runtime_->Assign(*request));
+}
+
+grpc::Status GrpcWorkerService::StartJob(grpc::ServerContext*,
+                                         const v1::StartJobRequest* request,
+                                         v1::StartJobResponse*) {
+  return ToGrpcStatus(runtime_->Start(request->job_id()));
+}
+
+grpc::Status GrpcWorkerService::StopJob(grpc::ServerContext*,
+                                        const v1::StopJobRequest* request,
+                                        v1::StopJobResponse*) {
+  return ToGrpcStatus(runtime_->Stop(request->job_id(), request->reason()));
+}
+
+grpc::Status GrpcWorkerService::Profile(grpc::ServerContext*,
+                                        const v1::ProfileRequest* request,
+                                        ModelProfile* response) {
+  ProfilerOptions options;
+  if (request->warmup_iterations() > 0) {
+    options.warmup_iterations = request->warmup_iterations();
+  }
+  if (request->measured_iterations() > 0) {
+    options.measured_iterations = request->measured_iterations();
+  }
+  // Its own device: profiling does not touch the running job's state.
+  CpuDevice device(CpuDeviceOptions{threads_});
+  auto profile = ProfileModel(request->spec(), &device, options);
+  if (!profile.ok()) return ToGrpcStatus(profile.status());
+  *response = *std::move(profile);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcWorkerService::GetStatus(grpc::ServerContext*,
+                                          const v1::GetStatusRequest*,
+                                          WorkerRuntimeStatus* response) {
+  *response = runtime_->Status();
+  *response->mutable_info() = info_();
+  return grpc::Status::OK;
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,48 @@
+// GrpcWorkerService: the Worker gRPC service, a thin adapter over the stage
+// runtime (AssignStage/StartJob/StopJob/GetStatus) and the profiler
+// (Profile). Handlers never block on a job: starting hands the work to the
+// runtime's thread.
+//
+// Thread-safe.
+#ifndef AQUEDUCT_WORKER_SERVICE_H_
+#define AQUEDUCT_WORKER_SERVICE_H_
+
+#include <functional>
+
+#include "proto/service.grpc.pb.h"
+#include "worker/runtime/stage_runtime.h"
+
+namespace aqueduct {
+
+class GrpcWorkerService final : public v1::Worker::Service {
+ public:
+  // `info` returns the worker's current identity (for GetStatus).
+  GrpcWorkerService(StageRuntime* runtime, int threads,
+                    std::function<WorkerInfo()> info)
+      : runtime_(runtime), threads_(threads), info_(std::move(info)) {}
+
+  grpc::Status AssignStage(grpc::ServerContext* ctx,
+                           const StageAssignment* request,
+                           v1::AssignStageResponse* response) override;
+  grpc::Status StartJob(grpc::ServerContext* ctx,
+                        const v1::StartJobRequest* request,
+                        v1::StartJobResponse* response) override;
+  grpc::Status StopJob(grpc::ServerContext* ctx,
+                       const v1::StopJobRequest* request,
+                       v1::StopJobResponse* response) override;
+  grpc::Status Profile(grpc::ServerContext* ctx,
+                       const v1::ProfileRequest* request,
+                       ModelProfile* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* ctx,
+                         const v1::GetStatusRequest* request,
+                         WorkerRuntimeStatus* response) override;
+
+ private:
+  StageRuntime* runtime_;
+  int threads_;
+  std::function<WorkerInfo()> info_;
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_SERVICE_H_
