@@ -1,0 +1,240 @@
+// In-process control plane over real gRPC on loopback: a coordinator server
+// on port 0 and several worker agents (each with its own Worker service on
+// port 0) as threads. A job runs to success through the real RPCs; oversized
+// and malformed requests get precise statuses; deregistration is seen.
+#include <memory>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/version.h"
+#include "coordinator/core.h"
+#include "coordinator/grpc_worker_client.h"
+#include "coordinator/service.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "worker/agent.h"
+#include "worker/nn/spec.h"
+#include "worker/runtime/stage_runtime.h"
+#include "worker/service.h"
+
+namespace aqueduct {
+namespace {
+
+constexpr char kSpec[] = R"pb(
+  name: "inproc"
+  model {
+    layers { flatten {} }
+    layers { linear { in_features: 8 out_features: 16 } }
+    layers { relu {} }
+    layers { linear { in_features: 16 out_features: 3 } }
+  }
+  data {
+    synthetic {
+      sample_shape: [ 8 ]
+      num_classes: 3
+      train_samples: 512
+      test_samples: 128
+      seed: 2
+    }
+  }
+  optimizer { sgd { lr: 0.1 momentum: 0.9 } }
+  batch_size: 16
+  epochs: 2
+)pb";
+
+struct Worker {
+  std::unique_ptr<StageRuntime> runtime;
+  std::unique_ptr<GrpcWorkerService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<WorkerAgent> agent;
+  int port = 0;
+};
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions o;
+    o.registry.heartbeat_interval = absl::Milliseconds(50);
+    o.registry.dead_after = absl::Milliseconds(1000);
+    o.registry.version = kVersion;
+    core_ = std::make_unique<CoordinatorCore>(o, RealClock::Get(),
+                                              clients_.Factory());
+    service_ = std::make_unique<GrpcCoordinatorService>(core_.get());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.SetMaxReceiveMessageSize(4 << 20);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ticker_ = std::thread([this] {
+      while (!stop_) {
+        core_->Tick();
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    });
+    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    for (auto& w : workers_) {
+      w->agent->Stop();
+      w->runtime->Shutdown();
+      w->server->Shutdown();
+    }
+    stop_ = true;
+    ticker_.join();
+    server_->Shutdown();
+  }
+
+  void AddWorker(const std::string& id) {
+    auto w = std::make_unique<Worker>();
+    w->runtime = std::make_unique<StageRuntime>(StageRuntimeOptions{1});
+    Worker* raw = w.get();
+    w->service = std::make_unique<GrpcWorkerService>(
+        w->runtime.get(), 1, [raw] { return raw->agent->info(); });
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &w->port);
+    builder.RegisterService(w->service.get());
+    w->server = builder.BuildAndStart();
+    AgentOptions o;
+    o.coordinator_address = absl::StrCat("127.0.0.1:", port_);
+    o.info.set_worker_id(id);
+    o.info.set_version(kVersion);
+    o.info.set_address(absl::StrCat("127.0.0.1:", w->port));
+    o.progress_interval = absl::Milliseconds(50);
+    w->agent = std::make_unique<WorkerAgent>(o, w->runtime.get());
+    w->agent->Start();
+    ASSERT_TRUE(w->agent->WaitRegistered(absl::Seconds(10)));
+    workers_.push_back(std::move(w));
+  }
+
+  GrpcWorkerClients clients_;
+  std::unique_ptr<CoordinatorCore> core_;
+  std::unique_ptr<GrpcCoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread ticker_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+TEST_F(ControlPlaneTest, JobRunsThroughRealRpcs) {
+  for (const char* id : {"a", "b", "c"}) AddWorker(id);
+  EXPECT_EQ(core_->ListWorkers().size(), 3u);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  v1::SubmitJobResponse response;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->SubmitJob(&ctx, request, &response).ok());
+
+  // Watch it to the end over the stream.
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
+  v1::WatchJobRequest watch;
+  watch.set_job_id(response.job_id());
+  watch.set_max_rate_hz(20);
+  auto reader = stub_->WatchJob(&watch_ctx, watch);
+  JobStatus status, last;
+  int updates = 0;
+  while (reader->Read(&status)) {
+    last = status;
+    ++updates;
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_GE(updates, 2);
+  EXPECT_EQ(last.state(), v1::JOB_SUCCEEDED) << last.reason();
+  EXPECT_EQ(last.step(), 64);
+  EXPECT_EQ(last.stages(0).committed_version(), 64);
+  EXPECT_GT(last.test_accuracy(), 0.5);
+  EXPECT_FALSE(last.loss_curve().empty());
+
+  grpc::ClientContext plan_ctx;
+  v1::GetPlanRequest plan_request;
+  plan_request.set_job_id(response.job_id());
+  PartitionPlan plan;
+  ASSERT_TRUE(stub_->GetPlan(&plan_ctx, plan_request, &plan).ok());
+  EXPECT_EQ(plan.stages_size(), 1);
+}
+
+TEST_F(ControlPlaneTest, BadRequestsGetPreciseStatuses) {
+  AddWorker("a");
+  // Oversized message: refused by gRPC's limit, the server keeps serving.
+  v1::StoreSetRequest big;
+  big.set_key("k");
+  big.set_value(std::string(5 << 20, 'x'));
+  v1::StoreSetResponse set_response;
+  grpc::ClientContext big_ctx;
+  const grpc::Status too_big = stub_->StoreSet(&big_ctx, big, &set_response);
+  EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // A store value over the store's own limit.
+  v1::StoreSetRequest large;
+  large.set_key("k");
+  large.set_value(std::string((1 << 20) + 1, 'x'));
+  grpc::ClientContext large_ctx;
+  EXPECT_EQ(stub_->StoreSet(&large_ctx, large, &set_response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // Unknown job.
+  grpc::ClientContext get_ctx;
+  v1::GetJobRequest get;
+  get.set_job_id("job-none");
+  JobStatus status;
+  const grpc::Status missing = stub_->GetJob(&get_ctx, get, &status);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.error_message(), "job 'job-none' does not exist");
+  // Progress from an unregistered worker.
+  grpc::ClientContext progress_ctx;
+  v1::ReportProgressRequest progress;
+  progress.set_worker_id("ghost");
+  progress.set_incarnation("x");
+  v1::ReportProgressResponse progress_response;
+  EXPECT_EQ(stub_->ReportProgress(&progress_ctx, progress, &progress_response)
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // A worker of a different major version.
+  grpc::ClientContext register_ctx;
+  v1::RegisterWorkerRequest reg;
+  reg.mutable_info()->set_worker_id("old");
+  reg.mutable_info()->set_incarnation("1");
+  reg.mutable_info()->set_address("127.0.0.1:1");
+  reg.mutable_info()->set_version("7.0.0");
+  v1::RegisterWorkerResponse reg_response;
+  const grpc::Status refused =
+      stub_->RegisterWorker(&register_ctx, reg, &reg_response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("'7.0.0'"), std::string::npos);
+  // Store round trip with a waiting get.
+  grpc::ClientContext wait_ctx;
+  v1::StoreGetRequest wait;
+  wait.set_key("never");
+  wait.set_wait_ms(100);
+  v1::StoreGetResponse got;
+  EXPECT_EQ(stub_->StoreGet(&wait_ctx, wait, &got).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Everything still works.
+  grpc::ClientContext list_ctx;
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(
+      stub_->ListWorkers(&list_ctx, v1::ListWorkersRequest(), &workers).ok());
+  EXPECT_EQ(workers.workers_size(), 1);
+}
+
+TEST_F(ControlPlaneTest, StoppedAgentDeregisters) {
+  AddWorker("a");
+  workers_[0]->agent->Stop();
+  auto status = core_->ListWorkers();
+  ASSERT_EQ(status.size(), 1u);
+  EXPECT_EQ(status[0].state(), v1::WORKER_LEFT);
+}
+
+}  // namespace
+}  // namespace aqueduct

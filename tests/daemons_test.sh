@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Process-level test of the real daemons as users run them: a coordinator and
+# two workers on ephemeral ports, jobs submitted through `aq`, bad input
+# refused with precise errors, a worker killed with SIGKILL seen DEAD within
+# its lease and its job FAILED with a reason naming it, SIGTERM handled
+# cleanly. Bounded in time; everything is cleaned up.
+set -uo pipefail
+AQ="$1" COORDINATOR="$2" WORKER="$3"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+
+# Polls `cmd` (a function) every 0.1 s for up to $1 seconds.
+wait_until() {
+  local limit=$1; shift
+  local end=$((SECONDS + limit))
+  while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
+"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" \
+  --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
+  >"$tmp/coordinator.log" 2>&1 &
+cpid=$!; pids+=("$cpid")
+wait_until 10 test -s "$tmp/port" || { echo "coordinator did not start"; cat "$tmp/coordinator.log"; exit 1; }
+addr="127.0.0.1:$(cat "$tmp/port")"
+aq() { "$AQ" "$@" --coordinator "$addr"; }
+
+# Unreachable coordinator: exit 3.
+"$AQ" jobs --coordinator 127.0.0.1:1 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 3 ] || fail "unreachable: exit $rc"
+grep -q "cannot reach the coordinator at 127.0.0.1:1" "$tmp/err" || fail "unreachable message: $(cat "$tmp/err")"
+
+for w in w1 w2; do
+  "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
+    --threads 1 --measure_gemm=false >"$tmp/$w.log" 2>&1 &
+  pids+=("$!"); eval "pid_$w=$!"
+done
+healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 2 ]; }
+wait_until 15 healthy || fail "workers never both HEALTHY: $(aq workers)"
+
+# Bad input gets precise errors; the daemons keep running.
+printf 'name: "x"\nbatch_size: lots\n' >"$tmp/syntax.textproto"
+aq submit "$tmp/syntax.textproto" >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "syntax error: exit $rc"
+grep -q "syntax.textproto: not a valid text-format JobSpec: 2:" "$tmp/err" || fail "syntax message: $(cat "$tmp/err")"
+cat >"$tmp/bad.textproto" <<'SPEC'
+model { layers { flatten {} } layers { linear { in_features: 7 out_features: 2 } } }
+data { synthetic { sample_shape: [8] num_classes: 2 train_samples: 64 seed: 1 } }
+optimizer { sgd { lr: 0.1 } }
+batch_size: 8
+max_steps: 4
+SPEC
+aq submit "$tmp/bad.textproto" >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "invalid spec: exit $rc"
+grep -q "invalid job spec: model.layers\[1\].linear.in_features=7 does not match the previous layer's output 8" "$tmp/err" ||
+  fail "invalid spec message: $(cat "$tmp/err")"
+aq status job-nope >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "unknown job: exit $rc"
+grep -q "job 'job-nope' does not exist" "$tmp/err" || fail "unknown job message: $(cat "$tmp/err")"
+aq cancel job-nope >/dev/null 2>&1 && fail "cancel of an unknown job succeeded"
+
+# A short job succeeds.
+cat >"$tmp/ok.textproto" <<'SPEC'
+name: "ok"
+model { layers { flatten {} } layers { linear { in_features: 8 out_features: 2 } } }
+data { synthetic { sample_shape: [8] num_classes: 2 train_samples: 256 test_samples: 64 seed: 1 } }
+optimizer { sgd { lr: 0.1 } }
+batch_size: 16
+epochs: 2
+SPEC
+aq submit "$tmp/ok.textproto" --wait >"$tmp/ok.out" 2>&1; rc=$?
+[ "$rc" -eq 0 ] || fail "short job: exit $rc: $(cat "$tmp/ok.out")"
+grep -q "SUCCEEDED step 32/32" "$tmp/ok.out" || fail "short job output: $(cat "$tmp/ok.out")"
+
+# A slow job; kill its worker with SIGKILL.
+cat >"$tmp/slow.textproto" <<'SPEC'
+name: "slow"
+model { layers { flatten {} } layers { linear { in_features: 8 out_features: 2 } }
+        layers { delay { forward_ms: 20 backward_ms: 20 } } }
+data { synthetic { sample_shape: [8] num_classes: 2 train_samples: 256 seed: 1 } }
+optimizer { sgd { lr: 0.1 } }
+batch_size: 16
+max_steps: 100000
+epochs: 1000
+SPEC
+id=$(aq submit "$tmp/slow.textproto") || fail "slow submit"
+running() { aq status "$id" --output json | grep -q '"state":"JOB_RUNNING"'; }
+wait_until 20 running || fail "slow job never RUNNING: $(aq status "$id")"
+progressing() { aq status "$id" --output json | grep -q '"committed_version":"[1-9]'; }
+wait_until 10 progressing || fail "slow job reports no progress: $(aq status "$id" --output json)"
+victim=$(aq status "$id" --output json | sed -E 's/.*"workers":\["([^"]+)"\].*/\1/')
+case "$victim" in w1|w2) ;; *) fail "cannot tell the job's worker: $victim" ;; esac
+eval "vpid=\$pid_$victim"
+killed_at=$SECONDS
+kill -KILL "$vpid"
+is_dead() {
+  aq workers --output json | sed 's/{"info":/\n/g' |
+    grep "\"worker_id\":\"$victim\"" | grep -q '"state":"WORKER_DEAD"'
+}
+wait_until 10 is_dead || fail "$victim never DEAD: $(aq workers)"
+took=$((SECONDS - killed_at))
+[ "$took" -le 4 ] || fail "$victim took ${took}s to be declared DEAD (lease 1.5 s)"
+failed() { aq status "$id" --output json | grep -q '"state":"JOB_FAILED"'; }
+wait_until 5 failed || fail "job not FAILED: $(aq status "$id")"
+aq status "$id" >"$tmp/status" 2>&1
+grep -q "worker $victim (stage 0, replica 0) is DEAD: no heartbeat for" "$tmp/status" ||
+  fail "failure reason: $(cat "$tmp/status")"
+
+# The coordinator and the other worker are unharmed; SIGTERM exits 0.
+other=w1; [ "$victim" = w1 ] && other=w2
+eval "opid=\$pid_$other"
+aq workers >/dev/null || fail "coordinator stopped answering"
+kill -TERM "$opid"; wait "$opid"; rc=$?
+[ "$rc" -eq 0 ] || fail "worker SIGTERM exit $rc"
+left() { aq workers --output json | grep -q '"state":"WORKER_LEFT"'; }
+wait_until 5 left || fail "$other not LEFT after SIGTERM: $(aq workers)"
+kill -TERM "$cpid"; wait "$cpid"; rc=$?
+[ "$rc" -eq 0 ] || fail "coordinator SIGTERM exit $rc"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails check(s) failed; logs:" >&2
+  tail -n 20 "$tmp"/*.log >&2
+  exit 1
+fi
+echo "all daemon checks passed"
