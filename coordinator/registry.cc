@@ -217,17 +217,18 @@ void Registry::Release(const std::string& worker_id,
 }
 
 std::vector<WorkerStatus> Registry::List() const {
-  std::vector<std::pair<int64_t, WorkerStatus>> all;
+  // Registration order, without copying entries twice.
+  std::vector<const Entry*> entries;
+  entries.reserve(workers_.size());
+  for (const auto& [id, e] : workers_) entries.push_back(&e);
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry* a, const Entry* b) { return a->order < b->order; });
   const absl::Time now = clock_->Now();
-  for (const auto& [id, e] : workers_) {
-    WorkerStatus s = e.status;
-    s.set_state(StateAt(e, now));
-    all.emplace_back(e.order, std::move(s));
+  std::vector<WorkerStatus> out(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    out[i] = entries[i]->status;
+    out[i].set_state(StateAt(*entries[i], now));
   }
-  std::sort(all.begin(), all.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<WorkerStatus> out;
-  for (auto& [order, s] : all) out.push_back(std::move(s));
   return out;
 }
 

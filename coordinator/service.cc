@@ -123,9 +123,9 @@ grpc::Status GrpcCoordinatorService::CancelJob(
 grpc::Status GrpcCoordinatorService::ListWorkers(
     grpc::ServerContext*, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* response) {
-  for (WorkerStatus& w : core_->ListWorkers()) {
-    *response->add_workers() = std::move(w);
-  }
+  std::vector<WorkerStatus> workers = core_->ListWorkers();
+  response->mutable_workers()->Reserve(static_cast<int>(workers.size()));
+  for (WorkerStatus& w : workers) response->add_workers()->Swap(&w);
   return grpc::Status::OK;
 }
 
