@@ -360,6 +360,9 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
     int reporting = 0;
     for (size_t r = 0; r < job.stage_workers[st].size(); ++r) {
       stage->add_workers(job.stage_workers[st][r]);
+      auto worker = registry_.Get(job.stage_workers[st][r]);
+      stage->add_worker_states(worker.ok() ? worker->state()
+                                           : v1::WORKER_STATE_UNSPECIFIED);
       auto it = job.replicas.find({st, static_cast<int>(r)});
       if (it == job.replicas.end()) continue;
       const StageLedger& l = it->second;

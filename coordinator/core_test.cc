@@ -162,6 +162,7 @@ TEST_F(CoreTest, JobRunsToSuccess) {
   EXPECT_TRUE(calls_.Has("start w1:1 " + *id));
   ASSERT_EQ(running.stages_size(), 1);
   EXPECT_EQ(running.stages(0).workers(0), "w1");
+  EXPECT_EQ(running.stages(0).worker_states(0), v1::WORKER_HEALTHY);
   EXPECT_TRUE(core_->GetPlan(*id).ok());
   EXPECT_EQ(core_->ListWorkers()[0].job_id(), *id);
 
