@@ -1,0 +1,159 @@
+#include "worker/runtime/schedule.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace aqueduct {
+
+absl::StatusOr<Policy> ParsePolicy(const std::string& name) {
+  if (name.empty() || name == "1f1b_stashed") return Policy::kOneFOneBStashed;
+  if (name == "1f1b_vertical_sync") return Policy::kOneFOneBVerticalSync;
+  if (name == "1f1b_flush") return Policy::kOneFOneBFlush;
+  if (name == "gpipe") return Policy::kGpipe;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "schedule '", name,
+      "' is not one of: 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe"));
+}
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kOneFOneBStashed:
+      return "1f1b_stashed";
+    case Policy::kOneFOneBVerticalSync:
+      return "1f1b_vertical_sync";
+    case Policy::kOneFOneBFlush:
+      return "1f1b_flush";
+    case Policy::kGpipe:
+      return "gpipe";
+  }
+  return "?";
+}
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kRecvActivation:
+      return "RecvActivation";
+    case OpKind::kForward:
+      return "F";
+    case OpKind::kSendActivation:
+      return "SendActivation";
+    case OpKind::kRecvGradient:
+      return "RecvGradient";
+    case OpKind::kBackward:
+      return "B";
+    case OpKind::kSendGradient:
+      return "SendGradient";
+    case OpKind::kAllReduce:
+      return "AllReduce";
+    case OpKind::kOptimizerStep:
+      return "Step";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Builder {
+  const ScheduleConfig& c;
+  std::vector<Op> ops;
+  bool first() const { return c.stage == 0; }
+  bool last() const { return c.stage == c.num_stages - 1; }
+  void Forward(int64_t m, int j) {
+    if (!first()) ops.push_back({OpKind::kRecvActivation, m, j});
+    ops.push_back({OpKind::kForward, m, j});
+    if (!last()) ops.push_back({OpKind::kSendActivation, m, j});
+  }
+  void Backward(int64_t m, int j) {
+    if (!last()) ops.push_back({OpKind::kRecvGradient, m, j});
+    ops.push_back({OpKind::kBackward, m, j});
+    if (!first()) ops.push_back({OpKind::kSendGradient, m, j});
+  }
+  void Step(int64_t m) {
+    if (c.replicas > 1) ops.push_back({OpKind::kAllReduce, m, 0});
+    ops.push_back({OpKind::kOptimizerStep, m, 0});
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
+  if (c.num_stages < 1 || c.stage < 0 || c.stage >= c.num_stages ||
+      c.replicas < 1 || c.replica < 0 || c.replica >= c.replicas ||
+      c.num_minibatches < 0 || c.microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule for stage ", c.stage, " of ", c.num_stages,
+                     ", replica ", c.replica, " of ", c.replicas, " with ",
+                     c.microbatches, " microbatches is inconsistent"));
+  }
+  const bool stashing = c.policy == Policy::kOneFOneBStashed ||
+                        c.policy == Policy::kOneFOneBVerticalSync;
+  if (stashing && (c.replicas > 1 || c.microbatches > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        PolicyName(c.policy),
+        " runs unreplicated stages on whole minibatches; replicated stages "
+        "need 1f1b_flush or gpipe"));
+  }
+  if (c.microbatches < c.replicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a stage with ", c.replicas, " replicas needs at least ", c.replicas,
+        " microbatches per minibatch, got ", c.microbatches));
+  }
+  const int depth =
+      c.warmup_depth >= 0 ? c.warmup_depth : c.num_stages - c.stage - 1;
+  Builder b{c, {}};
+  if (stashing) {
+    const int64_t n = c.num_minibatches;
+    const int64_t warm = std::min<int64_t>(depth, n);
+    for (int64_t i = 0; i < warm; ++i) b.Forward(i, 0);
+    for (int64_t i = warm; i < n; ++i) {
+      b.Forward(i, 0);
+      b.Backward(i - warm, 0);
+      b.Step(i - warm);
+    }
+    for (int64_t i = std::max<int64_t>(0, n - warm); i < n; ++i) {
+      b.Backward(i, 0);
+      b.Step(i);
+    }
+    return b.ops;
+  }
+  // Flush and GPipe: per minibatch, this replica's microbatches.
+  for (int64_t m = 0; m < c.num_minibatches; ++m) {
+    std::vector<int> mine;
+    for (int j = 0; j < c.microbatches; ++j) {
+      if (ReplicaFor(j, c.replicas) == c.replica) mine.push_back(j);
+    }
+    const int count = static_cast<int>(mine.size());
+    if (c.policy == Policy::kGpipe) {
+      for (int j : mine) b.Forward(m, j);
+      for (int k = count - 1; k >= 0; --k) b.Backward(m, mine[k]);
+    } else {
+      const int warm = std::min(depth, count);
+      for (int k = 0; k < warm; ++k) b.Forward(m, mine[k]);
+      for (int k = warm; k < count; ++k) {
+        b.Forward(m, mine[k]);
+        b.Backward(m, mine[k - warm]);
+      }
+      for (int k = count - warm; k < count; ++k) b.Backward(m, mine[k]);
+    }
+    b.Step(m);
+  }
+  return b.ops;
+}
+
+int64_t WeightVersionFor(Policy policy, int /*stage*/, int /*num_stages*/,
+                         int warmup_depth_of_stage, int warmup_depth_of_stage0,
+                         int64_t minibatch) {
+  switch (policy) {
+    case Policy::kOneFOneBStashed:
+      return std::max<int64_t>(0, minibatch - warmup_depth_of_stage);
+    case Policy::kOneFOneBVerticalSync:
+      return std::max<int64_t>(0, minibatch - warmup_depth_of_stage0);
+    case Policy::kOneFOneBFlush:
+    case Policy::kGpipe:
+      return minibatch;
+  }
+  return minibatch;
+}
+
+}  // namespace aqueduct

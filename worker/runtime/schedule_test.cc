@@ -1,0 +1,134 @@
+#include "worker/runtime/schedule.h"
+
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+std::string Compact(const std::vector<Op>& ops) {
+  std::string s;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kForward)
+      s += "F" + std::to_string(op.minibatch) + " ";
+    if (op.kind == OpKind::kBackward)
+      s += "B" + std::to_string(op.minibatch) + " ";
+  }
+  return s;
+}
+
+TEST(ScheduleTest, OneFOneBOrder) {
+  ScheduleConfig c;
+  c.num_stages = 4;
+  c.num_minibatches = 6;
+  c.stage = 0;
+  EXPECT_EQ(Compact(*BuildSchedule(c)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
+  c.stage = 3;  // The last stage does no warm-up.
+  EXPECT_EQ(Compact(*BuildSchedule(c)), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 ");
+  c.stage = 1;
+  auto ops = *BuildSchedule(c);
+  EXPECT_EQ(Compact(ops), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5 ");
+  // Every forward is preceded by its receive and followed by its send;
+  // one optimizer step per backward.
+  EXPECT_EQ(ops[0].kind, OpKind::kRecvActivation);
+  EXPECT_EQ(ops[1].kind, OpKind::kForward);
+  EXPECT_EQ(ops[2].kind, OpKind::kSendActivation);
+  int steps = 0;
+  for (const Op& op : ops) steps += op.kind == OpKind::kOptimizerStep;
+  EXPECT_EQ(steps, 6);
+}
+
+TEST(ScheduleTest, VersionsMatchTheStepsBeforeEachForward) {
+  for (int stage = 0; stage < 4; ++stage) {
+    ScheduleConfig c;
+    c.num_stages = 4;
+    c.stage = stage;
+    c.num_minibatches = 9;
+    auto ops = *BuildSchedule(c);
+    int64_t steps = 0;
+    for (const Op& op : ops) {
+      if (op.kind == OpKind::kOptimizerStep) ++steps;
+      if (op.kind == OpKind::kForward) {
+        EXPECT_EQ(steps, WeightVersionFor(Policy::kOneFOneBStashed, stage, 4,
+                                          3 - stage, 3, op.minibatch))
+            << "stage " << stage << " minibatch " << op.minibatch;
+        // Vertical sync uses stage 0's version, never newer than this
+        // stage's own.
+        EXPECT_LE(WeightVersionFor(Policy::kOneFOneBVerticalSync, stage, 4,
+                                   3 - stage, 3, op.minibatch),
+                  steps);
+      }
+    }
+  }
+}
+
+TEST(ScheduleTest, InFlightNeverExceedsDepthPlusOne) {
+  for (int stage = 0; stage < 5; ++stage) {
+    ScheduleConfig c;
+    c.num_stages = 5;
+    c.stage = stage;
+    c.num_minibatches = 20;
+    int in_flight = 0, peak = 0;
+    for (const Op& op : *BuildSchedule(c)) {
+      if (op.kind == OpKind::kForward) peak = std::max(peak, ++in_flight);
+      if (op.kind == OpKind::kBackward) --in_flight;
+    }
+    EXPECT_EQ(peak, 5 - stage);
+    EXPECT_EQ(in_flight, 0);
+  }
+}
+
+TEST(ScheduleTest, FlushAndGpipeWithReplicas) {
+  ScheduleConfig c;
+  c.policy = Policy::kOneFOneBFlush;
+  c.num_stages = 2;
+  c.stage = 0;
+  c.num_minibatches = 2;
+  c.microbatches = 4;
+  auto ops = *BuildSchedule(c);
+  std::string order;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kForward)
+      order += "F" + std::to_string(op.microbatch);
+    if (op.kind == OpKind::kBackward)
+      order += "B" + std::to_string(op.microbatch);
+    if (op.kind == OpKind::kOptimizerStep) order += "S ";
+  }
+  EXPECT_EQ(order, "F0F1B0F2B1F3B2B3S F0F1B0F2B1F3B2B3S ");
+  c.policy = Policy::kGpipe;
+  c.replicas = 2;
+  c.replica = 1;
+  ops = *BuildSchedule(c);
+  order.clear();
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kForward)
+      order += "F" + std::to_string(op.microbatch);
+    if (op.kind == OpKind::kBackward)
+      order += "B" + std::to_string(op.microbatch);
+    if (op.kind == OpKind::kAllReduce) order += "R";
+    if (op.kind == OpKind::kOptimizerStep) order += "S ";
+  }
+  EXPECT_EQ(order, "F1F3B3B1RS F1F3B3B1RS ");
+}
+
+TEST(ScheduleTest, RejectsInconsistentConfigs) {
+  ScheduleConfig c;
+  c.num_stages = 2;
+  c.replicas = 2;
+  c.num_minibatches = 4;
+  EXPECT_EQ(BuildSchedule(c).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  c.policy = Policy::kGpipe;
+  c.microbatches = 1;
+  EXPECT_NE(BuildSchedule(c).status().message().find("at least 2 microbatches"),
+            std::string::npos);
+  c.stage = 5;
+  EXPECT_FALSE(BuildSchedule(c).ok());
+  EXPECT_FALSE(ParsePolicy("zigzag").ok());
+  EXPECT_EQ(*ParsePolicy("gpipe"), Policy::kGpipe);
+}
+
+}  // namespace
+}  // namespace aqueduct
