@@ -171,11 +171,12 @@ void CpuDevice::GeluBackward(const float* x, const float* dy, float* dx,
 }
 
 void CpuDevice::Dropout(const float* x, float* y, int64_t n, float p,
-                        uint64_t key) {
+                        uint64_t key, uint64_t index_offset) {
   const float scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; ++i) {
-    y[i] = DropoutUniform(key, static_cast<uint64_t>(i)) >= p ? x[i] * scale
-                                                              : 0.0f;
+    y[i] = DropoutUniform(key, index_offset + static_cast<uint64_t>(i)) >= p
+               ? x[i] * scale
+               : 0.0f;
   }
 }
 

@@ -118,8 +118,10 @@ class Device {
   // Inverted dropout with a counter-based mask: element i is kept iff
   // DropoutUniform(key, i) >= p, and kept elements are scaled by 1/(1-p).
   // The same key gives the same mask, so backward regenerates it.
+  // Element i of this call is element index_offset + i of the mask (so a
+  // microbatch draws its rows' share of the whole minibatch's mask).
   virtual void Dropout(const float* x, float* y, int64_t n, float p,
-                       uint64_t key) = 0;
+                       uint64_t key, uint64_t index_offset) = 0;
   // y[b, a, p] = x[a, b, p] (+ bias[a] when bias is not null): swaps the
   // first two of three axes (x is [dim0, dim1, inner]; y is
   // [dim1, dim0, inner]).

@@ -202,7 +202,7 @@ class DropoutLayer final : public Layer {
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
-    dev.Dropout(x.f32(), y->f32(), x.numel(), p_, Key(ctx));
+    dev.Dropout(x.f32(), y->f32(), x.numel(), p_, Key(ctx), Offset(x, ctx));
     return absl::OkStatus();
   }
 
@@ -213,11 +213,18 @@ class DropoutLayer final : public Layer {
     if (dx == nullptr) return absl::OkStatus();
     *dx = dy;
     // The mask is a function of the key: d(x*mask*s)/dx = mask*s.
-    if (p_ != 0) dev.Dropout(dy.f32(), dx->f32(), dy.numel(), p_, Key(ctx));
+    if (p_ != 0) {
+      dev.Dropout(dy.f32(), dx->f32(), dy.numel(), p_, Key(ctx),
+                  Offset(dy, ctx));
+    }
     return absl::OkStatus();
   }
 
  private:
+  static uint64_t Offset(const Tensor& t, const PassContext& ctx) {
+    const int64_t rows = t.shape()[0];
+    return rows == 0 ? 0 : ctx.sample_offset * (t.numel() / rows);
+  }
   uint64_t Key(const PassContext& ctx) const {
     return MixKey(seed_, static_cast<uint64_t>(index()) + 0x100000,
                   ctx.minibatch);

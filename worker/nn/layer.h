@@ -39,6 +39,9 @@ struct PassContext {
   // The global minibatch number; keys dropout masks so that every worker
   // and train-local draw the same mask for the same minibatch.
   uint64_t minibatch = 0;
+  // Row of the minibatch where this (micro)batch starts: a microbatch draws
+  // its rows' part of the minibatch's dropout mask.
+  uint64_t sample_offset = 0;
 };
 
 // Tensors a layer saved in Forward for its Backward. One per (layer,

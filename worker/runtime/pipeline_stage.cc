@@ -1,0 +1,462 @@
+#include "worker/runtime/pipeline_stage.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "worker/nn/loss.h"
+
+namespace aqueduct {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x41514652;  // "AQFR"
+constexpr uint32_t kActivation = 1, kGradient = 2;
+constexpr int kMaxDims = 8;
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t kind = 0;
+  int64_t minibatch = 0;
+  int32_t microbatch = 0;
+  int32_t sender = 0;
+  int64_t version = 0;
+  int32_t ndims = 0;
+  int32_t dtype = 0;
+  int64_t dims[kMaxDims] = {};
+  int64_t num_labels = 0;
+};
+
+const char* KindName(uint32_t kind) {
+  return kind == kActivation ? "activation" : "gradient";
+}
+
+std::string Encode(const Header& h, const float* data, int64_t n,
+                   const int32_t* labels) {
+  std::string out(
+      sizeof(Header) + n * sizeof(float) + h.num_labels * sizeof(int32_t),
+      '\0');
+  std::memcpy(out.data(), &h, sizeof(Header));
+  std::memcpy(out.data() + sizeof(Header), data, n * sizeof(float));
+  if (labels != nullptr && h.num_labels > 0) {
+    std::memcpy(out.data() + sizeof(Header) + n * sizeof(float), labels,
+                h.num_labels * sizeof(int32_t));
+  }
+  return out;
+}
+
+// Checks a received frame against what the schedule expects.
+absl::StatusOr<Header> Check(const std::string& bytes, uint32_t kind, int64_t m,
+                             int j, const Shape& shape, int64_t labels,
+                             const std::string& who) {
+  Header h;
+  if (bytes.size() < sizeof(Header)) {
+    return absl::DataLossError(
+        absl::StrCat(who, ": a ", KindName(kind), " frame of ", bytes.size(),
+                     " bytes is shorter than its header"));
+  }
+  std::memcpy(&h, bytes.data(), sizeof(Header));
+  Shape got;
+  if (h.ndims >= 0 && h.ndims <= kMaxDims) {
+    got = Shape(std::vector<int64_t>(h.dims, h.dims + h.ndims));
+  }
+  const bool ok =
+      h.magic == kMagic && h.kind == kind && h.minibatch == m &&
+      h.microbatch == j && got == shape &&
+      h.dtype == static_cast<int32_t>(DType::kF32) && h.num_labels == labels &&
+      bytes.size() == sizeof(Header) + shape.numel() * sizeof(float) +
+                          labels * sizeof(int32_t);
+  if (!ok) {
+    return absl::DataLossError(absl::StrCat(
+        who, " expected the ", KindName(kind), " of minibatch ", m,
+        " microbatch ", j, " with shape ", shape.ToString(), " and ", labels,
+        " labels; received ",
+        h.magic == kMagic ? KindName(h.kind) : "a frame with a bad magic",
+        " of minibatch ", h.minibatch, " microbatch ", h.microbatch,
+        " with shape ", got.ToString(), " and ", h.num_labels, " labels (",
+        bytes.size(), " bytes)"));
+  }
+  return h;
+}
+
+absl::StatusOr<ParameterSet> Clone(Device* device, const ParameterSet& from) {
+  ParameterSet copy = from;
+  for (size_t i = 0; i < copy.tensors.size(); ++i) {
+    ASSIGN_OR_RETURN(
+        copy.tensors[i],
+        device->Allocate(from.tensors[i].shape(), from.tensors[i].dtype()));
+    device->Copy(from.tensors[i], copy.tensors[i]);
+  }
+  return copy;
+}
+
+int64_t CacheBytes(const RangeCache& cache) {
+  int64_t bytes = 0;
+  for (const LayerCache& l : cache.layers) {
+    for (const Tensor& t : l.tensors) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t ActivationTag(int64_t minibatch, int microbatch) {
+  return (static_cast<uint64_t>(minibatch) << 20) |
+         (static_cast<uint64_t>(microbatch) << 2) | kActivation;
+}
+
+uint64_t GradientTag(int64_t minibatch, int microbatch) {
+  return (static_cast<uint64_t>(minibatch) << 20) |
+         (static_cast<uint64_t>(microbatch) << 2) | kGradient;
+}
+
+absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
+                                              int num_layers, Policy policy,
+                                              int64_t num_minibatches,
+                                              int microbatches) {
+  PipelineLayout layout;
+  layout.policy = policy;
+  layout.num_minibatches = num_minibatches;
+  layout.microbatches = microbatches;
+  int expected = 0;
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const PlanStage& st = plan.stages(s);
+    if (st.first_layer() != expected || st.end_layer() <= st.first_layer()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan stage ", s, " covers layers [", st.first_layer(), ", ",
+          st.end_layer(), "); expected it to start at layer ", expected));
+    }
+    layout.layer_begin.push_back(st.first_layer());
+    layout.ranks.emplace_back(st.worker_ranks().begin(),
+                              st.worker_ranks().end());
+    layout.warmup_depth.push_back(st.warmup_depth());
+    expected = st.end_layer();
+  }
+  if (expected != num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan covers ", expected,
+                                                   " of the model's ",
+                                                   num_layers, " layers"));
+  }
+  layout.layer_begin.push_back(num_layers);
+  return layout;
+}
+
+PipelineStage::PipelineStage(const Model* model, const JobSpec& spec,
+                             const PipelineLayout& layout, int stage,
+                             int replica, Device* device, Communicator* comm,
+                             const Dataset* train, ParameterSet params,
+                             Options options)
+    : model_(model),
+      spec_(spec),
+      layout_(layout),
+      stage_(stage),
+      replica_(replica),
+      device_(device),
+      comm_(comm),
+      train_(train),
+      options_(std::move(options)),
+      latest_(std::move(params)) {}
+
+int PipelineStage::MicroRows() const {
+  return static_cast<int>(spec_.batch_size() / layout_.microbatches);
+}
+
+int PipelineStage::PeerRank(int stage, int microbatch) const {
+  const auto& ranks = layout_.ranks[stage];
+  return ranks[ReplicaFor(microbatch, static_cast<int>(ranks.size()))];
+}
+
+int64_t PipelineStage::VersionFor(int64_t m) const {
+  return WeightVersionFor(layout_.policy, stage_, layout_.num_stages(),
+                          layout_.warmup_depth[stage_], layout_.warmup_depth[0],
+                          m);
+}
+
+absl::Status PipelineStage::Run() {
+  const int S = layout_.num_stages();
+  if (spec_.batch_size() % layout_.microbatches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size=", spec_.batch_size(), " is not divisible into ",
+        layout_.microbatches, " microbatches"));
+  }
+  if (stage_ == 0) {
+    if (train_ == nullptr) {
+      return absl::FailedPreconditionError("the input stage has no data");
+    }
+    const bool shuffle = !spec_.data().has_shuffle() || spec_.data().shuffle();
+    sampler_ = std::make_unique<EpochSampler>(train_->size, spec_.batch_size(),
+                                              shuffle, spec_.seed());
+  }
+  ASSIGN_OR_RETURN(grads_, ZerosLike(latest_, device_));
+  ASSIGN_OR_RETURN(optimizer_,
+                   CreateOptimizer(spec_.optimizer(), latest_, device_,
+                                   layout_.num_minibatches));
+  ScheduleConfig config;
+  config.policy = layout_.policy;
+  config.stage = stage_;
+  config.num_stages = S;
+  config.replica = replica_;
+  config.replicas = static_cast<int>(layout_.ranks[stage_].size());
+  config.warmup_depth = layout_.warmup_depth[stage_];
+  config.num_minibatches = layout_.num_minibatches;
+  config.microbatches = layout_.microbatches;
+  ASSIGN_OR_RETURN(std::vector<Op> ops, BuildSchedule(config));
+  for (const Op& op : ops) {
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(Execute(op));
+    if (options_.on_event) {
+      options_.on_event(
+          {op.kind, op.minibatch, op.microbatch, version_, start, absl::Now()});
+    }
+  }
+  stats_.committed_version = version_;
+  return device_->Synchronize();
+}
+
+absl::Status PipelineStage::Execute(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kForward:
+      return Forward(op.minibatch, op.microbatch);
+    case OpKind::kBackward:
+      return Backward(op.minibatch, op.microbatch);
+    case OpKind::kAllReduce:
+      return AllReduce(op.minibatch);
+    case OpKind::kOptimizerStep:
+      return Step(op.minibatch);
+    default:
+      // Receives and sends are carried out inside Forward and Backward
+      // (the communicator buffers and transfers concurrently).
+      return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<const ParameterSet*> PipelineStage::WeightsFor(int64_t version) {
+  if (version == version_) return &latest_;
+  auto it = stash_.find(version);
+  if (it == stash_.end()) {
+    return absl::InternalError(
+        absl::StrCat("stage ", stage_, ": weight version ", version,
+                     " is not kept (newest ", version_, ")"));
+  }
+  return &it->second;
+}
+
+void PipelineStage::DropUnneededVersions() {
+  const int64_t future = next_forward_ < layout_.num_minibatches
+                             ? VersionFor(next_forward_)
+                             : std::numeric_limits<int64_t>::max();
+  for (auto it = stash_.begin(); it != stash_.end();) {
+    bool needed = it->first >= future;
+    for (const auto& [key, f] : in_flight_) needed |= f.version == it->first;
+    it = needed ? std::next(it) : stash_.erase(it);
+  }
+}
+
+absl::Status PipelineStage::Forward(int64_t m, int j) {
+  const int rows = MicroRows();
+  const int S = layout_.num_stages();
+  const int begin = layout_.layer_begin[stage_];
+  const int end = layout_.layer_begin[stage_ + 1];
+  const std::string who =
+      absl::StrCat("stage ", stage_, " (rank ", comm_->rank(), ")");
+  InFlight f;
+  Tensor x;
+  int64_t version = version_;
+  ASSIGN_OR_RETURN(f.labels, device_->Allocate(Shape({rows}), DType::kI32));
+  const Shape in_shape = model_->layer(begin).input_shape().WithLeading(rows);
+  if (stage_ == 0) {
+    auto indices =
+        sampler_->Batch(m).subspan(static_cast<size_t>(j) * rows, rows);
+    std::vector<float> inputs(in_shape.numel());
+    std::vector<int32_t> labels(rows);
+    GatherBatch(*train_, indices, inputs.data(), labels.data());
+    ASSIGN_OR_RETURN(x, device_->Allocate(in_shape, DType::kF32));
+    RETURN_IF_ERROR(device_->CopyFromHost(inputs.data(), x));
+    RETURN_IF_ERROR(device_->CopyFromHost(labels.data(), f.labels));
+  } else {
+    const int from = PeerRank(stage_ - 1, j);
+    ASSIGN_OR_RETURN(std::string bytes,
+                     comm_->Recv(from, ActivationTag(m, j))
+                         ->Wait(absl::Now() + options_.timeout));
+    ASSIGN_OR_RETURN(Header h,
+                     Check(bytes, kActivation, m, j, in_shape, rows, who));
+    ASSIGN_OR_RETURN(x, device_->Allocate(in_shape, DType::kF32));
+    RETURN_IF_ERROR(device_->CopyFromHost(bytes.data() + sizeof(Header), x));
+    RETURN_IF_ERROR(device_->CopyFromHost(
+        bytes.data() + sizeof(Header) + in_shape.numel() * sizeof(float),
+        f.labels));
+    if (layout_.policy == Policy::kOneFOneBVerticalSync) version = h.version;
+  }
+  if (version != VersionFor(m)) {
+    return absl::InternalError(
+        absl::StrCat(who, ": minibatch ", m, " would use weight version ",
+                     version, " but the schedule says ", VersionFor(m)));
+  }
+  f.version = version;
+  ASSIGN_OR_RETURN(const ParameterSet* weights, WeightsFor(version));
+  ParameterSet range = *weights;  // Handles (shared buffers), not a copy.
+  range.begin = begin;
+  range.end = end;
+  PassContext ctx;
+  ctx.training = true;
+  ctx.minibatch = static_cast<uint64_t>(m);
+  ctx.sample_offset = static_cast<uint64_t>(j) * rows;
+  Tensor y;
+  RETURN_IF_ERROR(ForwardRange(*model_, *device_, range, x, ctx, &y, &f.cache));
+  if (stage_ == S - 1) {
+    ASSIGN_OR_RETURN(
+        LossOutput loss,
+        SoftmaxCrossEntropy(*device_, y, f.labels,
+                            1.0f / static_cast<float>(spec_.batch_size())));
+    std::vector<float> losses(rows);
+    RETURN_IF_ERROR(device_->CopyToHost(loss.losses, losses.data()));
+    double sum = 0;
+    for (float l : losses) sum += l;
+    if (options_.on_loss) options_.on_loss(m, sum, rows);
+    f.dlogits = loss.dlogits;
+  } else {
+    Header h;
+    h.kind = kActivation;
+    h.minibatch = m;
+    h.microbatch = j;
+    h.sender = comm_->rank();
+    h.version = version;
+    h.ndims = y.shape().rank();
+    h.dtype = static_cast<int32_t>(DType::kF32);
+    for (int d = 0; d < h.ndims; ++d) h.dims[d] = y.shape()[d];
+    h.num_labels = rows;
+    std::vector<float> data(y.numel());
+    std::vector<int32_t> labels(rows);
+    RETURN_IF_ERROR(device_->CopyToHost(y, data.data()));
+    RETURN_IF_ERROR(device_->CopyToHost(f.labels, labels.data()));
+    RETURN_IF_ERROR(comm_
+                        ->Send(PeerRank(stage_ + 1, j), ActivationTag(m, j),
+                               Encode(h, data.data(), y.numel(), labels.data()))
+                        ->Wait(absl::Now() + options_.timeout));
+  }
+  f.activation_bytes = CacheBytes(f.cache);
+  in_flight_[{m, j}] = std::move(f);
+  next_forward_ = std::max(next_forward_, m + 1);
+  stats_.peak_in_flight =
+      std::max(stats_.peak_in_flight, static_cast<int>(in_flight_.size()));
+  int64_t bytes = 0;
+  for (const auto& [key, g] : in_flight_) bytes += g.activation_bytes;
+  stats_.stashed_activation_bytes_peak =
+      std::max(stats_.stashed_activation_bytes_peak, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Backward(int64_t m, int j) {
+  const int rows = MicroRows();
+  const int S = layout_.num_stages();
+  const int begin = layout_.layer_begin[stage_];
+  const int end = layout_.layer_begin[stage_ + 1];
+  const std::string who =
+      absl::StrCat("stage ", stage_, " (rank ", comm_->rank(), ")");
+  auto it = in_flight_.find({m, j});
+  if (it == in_flight_.end()) {
+    return absl::InternalError(absl::StrCat(who, ": backward of minibatch ", m,
+                                            " microbatch ", j,
+                                            " without its forward"));
+  }
+  InFlight& f = it->second;
+  Tensor dy;
+  if (stage_ == S - 1) {
+    dy = f.dlogits;
+  } else {
+    const Shape out_shape =
+        model_->layer(end - 1).output_shape().WithLeading(rows);
+    const int from = PeerRank(stage_ + 1, j);
+    ASSIGN_OR_RETURN(std::string bytes,
+                     comm_->Recv(from, GradientTag(m, j))
+                         ->Wait(absl::Now() + options_.timeout));
+    ASSIGN_OR_RETURN(Header h,
+                     Check(bytes, kGradient, m, j, out_shape, 0, who));
+    (void)h;
+    ASSIGN_OR_RETURN(dy, device_->Allocate(out_shape, DType::kF32));
+    RETURN_IF_ERROR(device_->CopyFromHost(bytes.data() + sizeof(Header), dy));
+  }
+  ASSIGN_OR_RETURN(const ParameterSet* weights, WeightsFor(f.version));
+  ParameterSet range = *weights;
+  range.begin = begin;
+  range.end = end;
+  ParameterSet grads = grads_;
+  grads.begin = begin;
+  grads.end = end;
+  PassContext ctx;
+  ctx.training = true;
+  ctx.minibatch = static_cast<uint64_t>(m);
+  ctx.sample_offset = static_cast<uint64_t>(j) * rows;
+  Tensor dx;
+  const bool accumulate =
+      accumulated_ && (layout_.policy == Policy::kOneFOneBFlush ||
+                       layout_.policy == Policy::kGpipe);
+  RETURN_IF_ERROR(BackwardRange(*model_, *device_, range, f.cache, dy, ctx,
+                                stage_ > 0 ? &dx : nullptr, grads, accumulate));
+  accumulated_ = true;
+  if (stage_ > 0) {
+    Header h;
+    h.kind = kGradient;
+    h.minibatch = m;
+    h.microbatch = j;
+    h.sender = comm_->rank();
+    h.version = f.version;
+    h.ndims = dx.shape().rank();
+    h.dtype = static_cast<int32_t>(DType::kF32);
+    for (int d = 0; d < h.ndims; ++d) h.dims[d] = dx.shape()[d];
+    std::vector<float> data(dx.numel());
+    RETURN_IF_ERROR(device_->CopyToHost(dx, data.data()));
+    RETURN_IF_ERROR(comm_
+                        ->Send(PeerRank(stage_ - 1, j), GradientTag(m, j),
+                               Encode(h, data.data(), dx.numel(), nullptr))
+                        ->Wait(absl::Now() + options_.timeout));
+  }
+  in_flight_.erase(it);
+  DropUnneededVersions();
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::AllReduce(int64_t m) {
+  const std::vector<int>& group = layout_.ranks[stage_];
+  std::vector<float> flat(static_cast<size_t>(grads_.numel()));
+  size_t offset = 0;
+  for (const Tensor& g : grads_.tensors) {
+    RETURN_IF_ERROR(device_->CopyToHost(g, flat.data() + offset));
+    offset += static_cast<size_t>(g.numel());
+  }
+  RETURN_IF_ERROR(comm_->AllReduce(group, static_cast<uint64_t>(m), flat.data(),
+                                   flat.size(),
+                                   absl::Now() + options_.timeout));
+  offset = 0;
+  for (const Tensor& g : grads_.tensors) {
+    RETURN_IF_ERROR(device_->CopyFromHost(flat.data() + offset, g));
+    offset += static_cast<size_t>(g.numel());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Step(int64_t) {
+  // Keep the version about to be replaced if a minibatch in flight, or one
+  // still to come, uses it.
+  bool needed = next_forward_ < layout_.num_minibatches &&
+                version_ >= VersionFor(next_forward_);
+  for (const auto& [key, f] : in_flight_) needed |= f.version == version_;
+  if (needed) {
+    ASSIGN_OR_RETURN(ParameterSet copy, Clone(device_, latest_));
+    stash_[version_] = std::move(copy);
+  }
+  RETURN_IF_ERROR(optimizer_->Step(latest_, grads_));
+  ++version_;
+  accumulated_ = false;
+  DropUnneededVersions();
+  stats_.peak_stashed_versions =
+      std::max(stats_.peak_stashed_versions, static_cast<int>(stash_.size()));
+  stats_.stashed_weight_bytes_peak =
+      std::max(stats_.stashed_weight_bytes_peak,
+               static_cast<int64_t>(stash_.size()) * latest_.numel() *
+                   static_cast<int64_t>(sizeof(float)));
+  stats_.committed_version = version_;
+  return absl::OkStatus();
+}
+
+}  // namespace aqueduct

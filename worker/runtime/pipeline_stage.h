@@ -1,0 +1,148 @@
+// One stage replica of a pipeline: runs its schedule (worker/runtime/
+// schedule.h) over a Communicator, with weight stashing for the 1F1B
+// policies, gradient accumulation over microbatches and an all-reduce among
+// replicas for flush/GPipe.
+//
+// Messages between stages carry a checked header (kind, minibatch,
+// microbatch, weight version, shape, label count): a mismatch fails the
+// stage with a message naming what was expected and what arrived, rather
+// than corrupting weights. Labels travel from the input stage to the output
+// stage with the activations; the output stage computes the loss.
+//
+// Not thread-safe: Run() executes on the calling thread (the stage loop);
+// the communicator carries transfers concurrently.
+#ifndef AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_
+#define AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/comm/communicator.h"
+#include "common/device/device.h"
+#include "proto/types.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
+#include "worker/runtime/schedule.h"
+
+namespace aqueduct {
+
+// The layout of a pipeline, identical on every worker of a job.
+struct PipelineLayout {
+  Policy policy = Policy::kOneFOneBStashed;
+  // Stage s runs layers [layer_begin[s], layer_begin[s + 1]).
+  std::vector<int> layer_begin;
+  // Ranks of each stage's replicas.
+  std::vector<std::vector<int>> ranks;
+  // Warm-up depth of each stage.
+  std::vector<int> warmup_depth;
+  int64_t num_minibatches = 0;
+  // Microbatches per minibatch (flush and GPipe).
+  int microbatches = 1;
+
+  int num_stages() const { return static_cast<int>(ranks.size()); }
+};
+
+// Builds the layout of a PartitionPlan for a model: stage layer ranges from
+// the plan's layer ranges, ranks, depths. INVALID_ARGUMENT when the plan does
+// not cover the model's layers in order.
+absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
+                                              int num_layers, Policy policy,
+                                              int64_t num_minibatches,
+                                              int microbatches);
+
+// What a stage tells its observer as it goes.
+struct StageEvent {
+  OpKind kind;
+  int64_t minibatch = 0;
+  int microbatch = 0;
+  int64_t version = 0;
+  absl::Time start, end;
+};
+
+struct StageStats {
+  int64_t committed_version = 0;
+  int peak_stashed_versions = 0;  // Weight versions kept besides the newest.
+  int peak_in_flight = 0;         // Microbatches with saved activations.
+  int64_t stashed_weight_bytes_peak = 0;
+  int64_t stashed_activation_bytes_peak = 0;
+};
+
+class PipelineStage {
+ public:
+  struct Options {
+    absl::Duration timeout = absl::Seconds(60);
+    // Called after every op (on the stage loop's thread).
+    std::function<void(const StageEvent&)> on_event;
+    // Output stage: called with (minibatch, sum of losses, samples) after
+    // each microbatch's loss.
+    std::function<void(int64_t, double, int64_t)> on_loss;
+  };
+
+  // `model` holds every layer; `params` the initial weights of this stage's
+  // layers; `train` the training data (read by the input stage only).
+  PipelineStage(const Model* model, const JobSpec& spec,
+                const PipelineLayout& layout, int stage, int replica,
+                Device* device, Communicator* comm, const Dataset* train,
+                ParameterSet params, Options options);
+
+  absl::Status Run();
+
+  const ParameterSet& params() const { return latest_; }
+  const StageStats& stats() const { return stats_; }
+
+ private:
+  struct InFlight {
+    int64_t version = 0;
+    RangeCache cache;
+    Tensor labels;   // Output stage: for the loss; others: to pass on.
+    Tensor dlogits;  // Output stage.
+    int64_t activation_bytes = 0;
+  };
+
+  absl::Status Execute(const Op& op);
+  absl::Status Forward(int64_t m, int j);
+  absl::Status Backward(int64_t m, int j);
+  absl::Status Step(int64_t m);
+  absl::Status AllReduce(int64_t m);
+  absl::StatusOr<const ParameterSet*> WeightsFor(int64_t version);
+  void DropUnneededVersions();
+  int64_t VersionFor(int64_t m) const;
+  int MicroRows() const;
+  int PeerRank(int stage, int microbatch) const;
+
+  const Model* model_;
+  const JobSpec spec_;
+  const PipelineLayout layout_;
+  const int stage_, replica_;
+  Device* device_;
+  Communicator* comm_;
+  const Dataset* train_;
+  Options options_;
+  std::unique_ptr<EpochSampler> sampler_;
+
+  ParameterSet latest_;
+  ParameterSet grads_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t version_ = 0;                    // Steps applied to latest_.
+  std::map<int64_t, ParameterSet> stash_;  // Older versions still needed.
+  std::map<std::pair<int64_t, int>, InFlight> in_flight_;
+  std::map<std::pair<int64_t, int>, int64_t> vertical_versions_;
+  int64_t next_forward_ = 0;
+  bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
+  StageStats stats_;
+};
+
+// Message tags.
+uint64_t ActivationTag(int64_t minibatch, int microbatch);
+uint64_t GradientTag(int64_t minibatch, int microbatch);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_

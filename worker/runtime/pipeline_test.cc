@@ -1,0 +1,417 @@
+// Pipelines in one process (every rank a thread, an in-memory
+// communicator): per-step losses and final weights against train-local
+// (1F1B-flush, GPipe) and against a sequential simulation of each policy's
+// weight-version semantics (1F1B with stashing, vertical sync).
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "common/comm/in_memory.h"
+#include "common/device/cpu_device.h"
+#include "gtest/gtest.h"
+#include "worker/nn/loss.h"
+#include "worker/nn/spec.h"
+#include "worker/runtime/pipeline_stage.h"
+#include "worker/train/local_trainer.h"
+
+namespace aqueduct {
+namespace {
+
+constexpr char kMlp[] = R"pb(
+  model {
+    layers { flatten {} }
+    layers { linear { in_features: 12 out_features: 16 } }
+    layers { relu {} }
+    layers { dropout { p: 0.2 } }
+    layers { linear { in_features: 16 out_features: 16 } }
+    layers { gelu {} }
+    layers { layer_norm { normalized_shape: 16 } }
+    layers { linear { in_features: 16 out_features: 16 } }
+    layers { relu {} }
+    layers { linear { in_features: 16 out_features: 3 } }
+  }
+  data {
+    synthetic {
+      sample_shape: [ 3, 4 ]
+      num_classes: 3
+      train_samples: 256
+      seed: 4
+    }
+  }
+  optimizer { sgd { lr: 0.05 momentum: 0.9 } }
+  batch_size: 16
+  max_steps: 12
+  seed: 9
+)pb";
+
+constexpr char kCnn[] = R"pb(
+  model {
+    layers {
+      conv2d { in_channels: 1 out_channels: 4 kernel_size: 3 padding: 1 }
+    }
+    layers { relu {} }
+    layers { max_pool2d { kernel_size: 2 } }
+    layers { flatten {} }
+    layers { linear { in_features: 36 out_features: 10 } }
+    layers { relu {} }
+    layers { linear { in_features: 10 out_features: 3 } }
+  }
+  data {
+    synthetic {
+      sample_shape: [ 1, 6, 6 ]
+      num_classes: 3
+      train_samples: 256
+      seed: 5
+    }
+  }
+  optimizer { adam { lr: 0.01 } }
+  batch_size: 16
+  max_steps: 10
+  seed: 3
+)pb";
+
+struct Result {
+  std::vector<double> losses;               // Per minibatch, mean over samples.
+  std::vector<std::vector<float>> weights;  // Every parameter, layer order.
+  std::vector<StageStats> stats;
+  absl::Status status;
+};
+
+std::vector<float> Host(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  std::memcpy(v.data(), t.f32(), t.nbytes());
+  return v;
+}
+
+PipelineLayout Layout(Policy policy, std::vector<int> begin,
+                      std::vector<int> replicas, int64_t n, int micro,
+                      int num_layers) {
+  PipelineLayout l;
+  l.policy = policy;
+  l.layer_begin = begin;
+  l.layer_begin.push_back(num_layers);
+  int rank = 0;
+  for (int r : replicas) {
+    std::vector<int> ranks;
+    for (int i = 0; i < r; ++i) ranks.push_back(rank++);
+    l.ranks.push_back(ranks);
+  }
+  // Warm-up: workers after the stage over its replicas (as the planner).
+  for (size_t s = 0; s < replicas.size(); ++s) {
+    int after = 0;
+    for (size_t t = s + 1; t < replicas.size(); ++t) after += replicas[t];
+    l.warmup_depth.push_back((after + replicas[s] - 1) / replicas[s]);
+  }
+  l.num_minibatches = n;
+  l.microbatches = micro;
+  return l;
+}
+
+Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout) {
+  auto job = ValidateJobSpec(spec);
+  EXPECT_TRUE(job.ok()) << job.status();
+  auto data = LoadData(spec.data());
+  int world = 0;
+  for (const auto& r : layout.ranks) world += static_cast<int>(r.size());
+  auto hub = std::make_shared<InMemoryHub>(world);
+  absl::Mutex mu;
+  std::map<int64_t, double> loss_sums;
+  Result result;
+  result.stats.resize(layout.num_stages());
+  std::vector<std::vector<std::vector<float>>> stage_weights(
+      layout.num_stages());
+  std::vector<absl::Status> statuses(world);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < layout.num_stages(); ++s) {
+    for (size_t r = 0; r < layout.ranks[s].size(); ++r) {
+      const int rank = layout.ranks[s][r];
+      threads.emplace_back([&, s, r, rank] {
+        CpuDevice device(CpuDeviceOptions{1});
+        InMemoryCommunicator comm(hub, rank);
+        auto params = InitParameters(*job->model, layout.layer_begin[s],
+                                     layout.layer_begin[s + 1], &device);
+        PipelineStage::Options options;
+        options.timeout = absl::Seconds(20);
+        options.on_loss = [&](int64_t m, double sum, int64_t) {
+          absl::MutexLock lock(&mu);
+          loss_sums[m] += sum;
+        };
+        PipelineStage stage(job->model.get(), spec, layout, s,
+                            static_cast<int>(r), &device, &comm, &data->train,
+                            *params, options);
+        statuses[rank] = stage.Run();
+        if (!statuses[rank].ok()) hub->KillRank(rank);
+        absl::MutexLock lock(&mu);
+        if (r == 0) {
+          result.stats[s] = stage.stats();
+          for (const Tensor& t : stage.params().tensors) {
+            stage_weights[s].push_back(Host(t));
+          }
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : statuses) {
+    if (!s.ok() && result.status.ok()) result.status = s;
+  }
+  for (auto& [m, sum] : loss_sums) {
+    result.losses.push_back(sum / spec.batch_size());
+  }
+  for (auto& w : stage_weights) {
+    for (auto& t : w) result.weights.push_back(std::move(t));
+  }
+  return result;
+}
+
+// Sequential simulation: minibatch m at stage s uses weight version
+// WeightVersionFor(policy, ...); every stage steps once per minibatch on its
+// newest weights.
+Result Reference(const JobSpec& spec, const PipelineLayout& layout) {
+  auto job = ValidateJobSpec(spec);
+  auto data = LoadData(spec.data());
+  const Model& model = *job->model;
+  CpuDevice device(CpuDeviceOptions{1});
+  const int S = layout.num_stages();
+  std::vector<std::vector<ParameterSet>> versions(S);
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  std::vector<ParameterSet> grads;
+  for (int s = 0; s < S; ++s) {
+    versions[s].push_back(*InitParameters(model, layout.layer_begin[s],
+                                          layout.layer_begin[s + 1], &device));
+    optimizers.push_back(*CreateOptimizer(spec.optimizer(), versions[s][0],
+                                          &device, layout.num_minibatches));
+    grads.push_back(*ZerosLike(versions[s][0], &device));
+  }
+  EpochSampler sampler(data->train.size, spec.batch_size(), true, spec.seed());
+  Result result;
+  const int64_t B = spec.batch_size();
+  for (int64_t m = 0; m < layout.num_minibatches; ++m) {
+    std::vector<float> inputs(data->train.sample_shape.numel() * B);
+    std::vector<int32_t> labels(B);
+    GatherBatch(data->train, sampler.Batch(m), inputs.data(), labels.data());
+    Tensor x =
+        *device.Allocate(data->train.sample_shape.WithLeading(B), DType::kF32);
+    EXPECT_TRUE(device.CopyFromHost(inputs.data(), x).ok());
+    Tensor y_labels = *device.Allocate(Shape({B}), DType::kI32);
+    EXPECT_TRUE(device.CopyFromHost(labels.data(), y_labels).ok());
+    PassContext ctx;
+    ctx.minibatch = static_cast<uint64_t>(m);
+    std::vector<RangeCache> caches(S);
+    std::vector<int64_t> used(S);
+    for (int s = 0; s < S; ++s) {
+      used[s] = WeightVersionFor(layout.policy, s, S, layout.warmup_depth[s],
+                                 layout.warmup_depth[0], m);
+      Tensor y;
+      EXPECT_TRUE(ForwardRange(model, device, versions[s][used[s]], x, ctx, &y,
+                               &caches[s])
+                      .ok());
+      x = y;
+    }
+    auto loss = SoftmaxCrossEntropy(device, x, y_labels, 1.0f / B);
+    double sum = 0;
+    for (int64_t i = 0; i < B; ++i) sum += loss->losses.f32()[i];
+    result.losses.push_back(sum / B);
+    Tensor dy = loss->dlogits;
+    for (int s = S - 1; s >= 0; --s) {
+      Tensor dx;
+      EXPECT_TRUE(BackwardRange(model, device, versions[s][used[s]], caches[s],
+                                dy, ctx, s > 0 ? &dx : nullptr, grads[s], false)
+                      .ok());
+      dy = dx;
+    }
+    for (int s = 0; s < S; ++s) {
+      ParameterSet next = versions[s].back();
+      for (Tensor& t : next.tensors) {
+        Tensor copy = *device.Allocate(t.shape(), DType::kF32);
+        device.Copy(t, copy);
+        t = copy;
+      }
+      EXPECT_TRUE(optimizers[s]->Step(next, grads[s]).ok());
+      versions[s].push_back(next);
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    for (const Tensor& t : versions[s].back().tensors) {
+      result.weights.push_back(Host(t));
+    }
+  }
+  return result;
+}
+
+void ExpectClose(const Result& got, const Result& want, double tolerance,
+                 const std::string& what) {
+  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status;
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i],
+                tolerance * std::fabs(want.losses[i]))
+        << what << " loss of step " << i;
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  for (size_t p = 0; p < want.weights.size(); ++p) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.weights[p].size(); ++i) {
+      diff += std::pow(got.weights[p][i] - want.weights[p][i], 2);
+      norm += std::pow(want.weights[p][i], 2);
+    }
+    EXPECT_LE(std::sqrt(diff), tolerance * std::sqrt(norm) + 1e-7)
+        << what << " parameter " << p;
+  }
+}
+
+std::vector<double> LocalLosses(const JobSpec& spec) {
+  CpuDevice device(CpuDeviceOptions{1});
+  auto r = TrainLocal(spec, &device, LocalTrainOptions());
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r->losses;
+}
+
+struct Split {
+  std::vector<int> begin;
+  std::vector<int> replicas;
+};
+
+TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
+  for (const char* text : {kMlp, kCnn}) {
+    const JobSpec spec = *ParseJobSpec(text, "test");
+    const int layers = spec.model().layers_size();
+    const std::vector<double> local = LocalLosses(spec);
+    const bool mlp = text == kMlp;
+    std::vector<Split> splits = {
+        {{0, mlp ? 5 : 3}, {1, 1}},
+        {{0, mlp ? 3 : 2, mlp ? 7 : 5}, {1, 1, 1}},
+        {{0, 2, mlp ? 5 : 4, mlp ? 8 : 6}, {1, 1, 1, 1}},
+    };
+    for (Policy policy : {Policy::kOneFOneBFlush, Policy::kGpipe}) {
+      for (const Split& split : splits) {
+        const PipelineLayout layout = Layout(
+            policy, split.begin, split.replicas, spec.max_steps(), 4, layers);
+        const std::string what =
+            absl::StrCat(mlp ? "mlp " : "cnn ", PolicyName(policy), " ",
+                         split.begin.size(), " stages");
+        const Result got = RunPipeline(spec, layout);
+        const Result want = Reference(spec, layout);
+        Result local_result = want;
+        local_result.losses = local;
+        ExpectClose(got, local_result, 1e-5, what + " vs train-local");
+        ExpectClose(got, want, 1e-5, what + " vs reference");
+        for (const StageStats& st : got.stats) {
+          EXPECT_EQ(st.peak_stashed_versions, 0) << what;
+          EXPECT_EQ(st.committed_version, spec.max_steps()) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineTest, ReplicatedStageEqualsTrainLocal) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  const std::vector<double> local = LocalLosses(spec);
+  for (Policy policy : {Policy::kOneFOneBFlush, Policy::kGpipe}) {
+    const PipelineLayout layout =
+        Layout(policy, {0, 5}, {2, 1}, spec.max_steps(), 4, 10);
+    const Result got = RunPipeline(spec, layout);
+    Result want = Reference(spec, layout);
+    want.losses = local;
+    ExpectClose(got, want, 1e-4,
+                absl::StrCat("replicated ", PolicyName(policy)));
+  }
+}
+
+TEST(PipelineTest, StashingPoliciesMatchTheirReference) {
+  for (const char* text : {kMlp, kCnn}) {
+    const JobSpec spec = *ParseJobSpec(text, "test");
+    const int layers = spec.model().layers_size();
+    const bool mlp = text == kMlp;
+    for (Policy policy :
+         {Policy::kOneFOneBStashed, Policy::kOneFOneBVerticalSync}) {
+      for (int stages : {2, 3, 4}) {
+        std::vector<int> begin = {0, 2, mlp ? 5 : 4, mlp ? 8 : 6};
+        begin.resize(stages);
+        const PipelineLayout layout =
+            Layout(policy, begin, std::vector<int>(stages, 1), spec.max_steps(),
+                   1, layers);
+        const std::string what = absl::StrCat(
+            mlp ? "mlp " : "cnn ", PolicyName(policy), " ", stages, " stages");
+        const Result got = RunPipeline(spec, layout);
+        ExpectClose(got, Reference(spec, layout), 1e-5, what);
+        for (int s = 0; s < stages; ++s) {
+          const int depth = layout.warmup_depth[s];
+          // Weight versions kept (stashed plus the newest) never exceed
+          // depth + 1; under vertical sync every stage keeps as many as
+          // stage 0 (it uses stage 0's versions).
+          const int allowed = policy == Policy::kOneFOneBStashed
+                                  ? depth
+                                  : layout.warmup_depth[0];
+          EXPECT_LE(got.stats[s].peak_stashed_versions, allowed) << what;
+          EXPECT_LE(got.stats[s].peak_in_flight, depth + 1) << what;
+          if (policy == Policy::kOneFOneBStashed) {
+            EXPECT_EQ(got.stats[s].peak_in_flight, depth + 1) << what;
+          }
+        }
+        // Stale weights change the trajectory: it is not train-local's.
+        if (policy == Policy::kOneFOneBStashed) {
+          const std::vector<double> local = LocalLosses(spec);
+          double gap = 0;
+          for (size_t i = 0; i < local.size(); ++i) {
+            gap = std::max(gap, std::fabs(local[i] - got.losses[i]));
+          }
+          EXPECT_GT(gap, 1e-6) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineTest, LostPeerFailsWithinTheDeadline) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  PipelineLayout layout =
+      Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 12, 1, 10);
+  auto job = ValidateJobSpec(spec);
+  auto data = LoadData(spec.data());
+  auto hub = std::make_shared<InMemoryHub>(2);
+  // Only stage 0 runs; stage 1 never answers.
+  CpuDevice device(CpuDeviceOptions{1});
+  InMemoryCommunicator comm(hub, 0);
+  PipelineStage::Options options;
+  options.timeout = absl::Milliseconds(300);
+  PipelineStage stage(job->model.get(), spec, layout, 0, 0, &device, &comm,
+                      &data->train, *InitParameters(*job->model, 0, 5, &device),
+                      options);
+  const absl::Time start = absl::Now();
+  const absl::Status s = stage.Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s;
+}
+
+TEST(PipelineTest, MismatchedFrameIsRefused) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  PipelineLayout layout =
+      Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 2, 1, 10);
+  auto job = ValidateJobSpec(spec);
+  auto data = LoadData(spec.data());
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator rank0(hub, 0);
+  // A frame for the wrong minibatch arrives under minibatch 0's tag.
+  ASSERT_TRUE(rank0.Send(1, ActivationTag(0, 0), std::string(200, 'x'))
+                  ->Wait(absl::Now())
+                  .ok());
+  CpuDevice device(CpuDeviceOptions{1});
+  InMemoryCommunicator rank1(hub, 1);
+  PipelineStage::Options options;
+  options.timeout = absl::Seconds(2);
+  PipelineStage stage(job->model.get(), spec, layout, 1, 0, &device, &rank1,
+                      nullptr, *InitParameters(*job->model, 5, 10, &device),
+                      options);
+  const absl::Status s = stage.Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("stage 1 (rank 1) expected the activation of "
+                             "minibatch 0 microbatch 0 with shape [16, 16]"),
+            std::string::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace aqueduct
