@@ -210,7 +210,24 @@ absl::Status PipelineStage::Run() {
     }
   }
   stats_.committed_version = version_;
+  while (!pending_sends_.empty()) {
+    RETURN_IF_ERROR(
+        pending_sends_.front()->Wait(absl::Now() + options_.timeout));
+    pending_sends_.pop_front();
+  }
   return device_->Synchronize();
+}
+
+absl::Status PipelineStage::PostSend(int peer, uint64_t tag,
+                                     std::string message) {
+  constexpr size_t kMaxPending = 64;
+  while (pending_sends_.size() >= kMaxPending) {
+    RETURN_IF_ERROR(
+        pending_sends_.front()->Wait(absl::Now() + options_.timeout));
+    pending_sends_.pop_front();
+  }
+  pending_sends_.push_back(comm_->Send(peer, tag, std::move(message)));
+  return absl::OkStatus();
 }
 
 absl::Status PipelineStage::Execute(const Op& op) {
@@ -329,10 +346,8 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     std::vector<int32_t> labels(rows);
     RETURN_IF_ERROR(device_->CopyToHost(y, data.data()));
     RETURN_IF_ERROR(device_->CopyToHost(f.labels, labels.data()));
-    RETURN_IF_ERROR(comm_
-                        ->Send(PeerRank(stage_ + 1, j), ActivationTag(m, j),
-                               Encode(h, data.data(), y.numel(), labels.data()))
-                        ->Wait(absl::Now() + options_.timeout));
+    RETURN_IF_ERROR(PostSend(PeerRank(stage_ + 1, j), ActivationTag(m, j),
+                             Encode(h, data.data(), y.numel(), labels.data())));
   }
   f.activation_bytes = CacheBytes(f.cache);
   in_flight_[{m, j}] = std::move(f);
@@ -406,10 +421,8 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
     for (int d = 0; d < h.ndims; ++d) h.dims[d] = dx.shape()[d];
     std::vector<float> data(dx.numel());
     RETURN_IF_ERROR(device_->CopyToHost(dx, data.data()));
-    RETURN_IF_ERROR(comm_
-                        ->Send(PeerRank(stage_ - 1, j), GradientTag(m, j),
-                               Encode(h, data.data(), dx.numel(), nullptr))
-                        ->Wait(absl::Now() + options_.timeout));
+    RETURN_IF_ERROR(PostSend(PeerRank(stage_ - 1, j), GradientTag(m, j),
+                             Encode(h, data.data(), dx.numel(), nullptr)));
   }
   in_flight_.erase(it);
   DropUnneededVersions();

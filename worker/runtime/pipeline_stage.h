@@ -14,6 +14,7 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_
 #define AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -135,6 +136,11 @@ class PipelineStage {
   std::map<std::pair<int64_t, int>, InFlight> in_flight_;
   std::map<std::pair<int64_t, int>, int64_t> vertical_versions_;
   int64_t next_forward_ = 0;
+  // Sends still in flight: a stage never waits for its send before moving
+  // on (a peer may be sending to it at the same time); it waits for the
+  // oldest when too many are pending, and for all at the end.
+  std::deque<std::unique_ptr<SendWork>> pending_sends_;
+  absl::Status PostSend(int peer, uint64_t tag, std::string message);
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
   StageStats stats_;
 };

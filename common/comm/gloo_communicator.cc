@@ -1,0 +1,229 @@
+#include "common/comm/gloo_communicator.h"
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/common/error.h"
+#include "gloo/context.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace aqueduct {
+
+namespace {
+
+// Slots: user messages use 2*tag (length) and 2*tag+1 (bytes), tags below
+// 2^61; all-reduces use the top range.
+constexpr uint64_t kReduceBase = uint64_t{1} << 62;
+
+std::chrono::milliseconds Left(absl::Time deadline) {
+  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
+}
+
+absl::Status FromGloo(const std::exception& e, const std::string& what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
+}
+
+// Gloo's store interface over a RendezvousStore. Gloo expects exceptions.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(RendezvousStore* store, absl::Duration timeout)
+      : store_(store), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const absl::Status s =
+        store_->Set(key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw gloo::IoException(std::string(s.message()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto v = store_->Get(key, timeout_);
+    if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    for (const std::string& k : keys) (void)get(k);
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds&) override {
+    wait(keys);
+  }
+
+ private:
+  RendezvousStore* store_;
+  absl::Duration timeout_;
+};
+
+class GlooSend final : public SendWork {
+ public:
+  GlooSend(std::shared_ptr<gloo::Context> context, int peer, uint64_t tag,
+           std::string message)
+      : peer_(peer), tag_(tag), message_(std::move(message)) {
+    length_ = static_cast<uint64_t>(message_.size());
+    try {
+      header_ = context->createUnboundBuffer(&length_, sizeof(length_));
+      header_->send(peer, 2 * tag);
+      if (!message_.empty()) {
+        body_ = context->createUnboundBuffer(message_.data(), message_.size());
+        body_->send(peer, 2 * tag + 1);
+      }
+    } catch (const std::exception& e) {
+      error_ =
+          FromGloo(e, absl::StrCat("sending tag ", tag, " to rank ", peer));
+    }
+  }
+  absl::Status Wait(absl::Time deadline) override {
+    if (!error_.ok()) return error_;
+    try {
+      if (!header_->waitSend(Left(deadline)) ||
+          (body_ != nullptr && !body_->waitSend(Left(deadline)))) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("timed out sending tag ", tag_, " to rank ", peer_));
+      }
+    } catch (const std::exception& e) {
+      return FromGloo(e,
+                      absl::StrCat("sending tag ", tag_, " to rank ", peer_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int peer_;
+  uint64_t tag_;
+  std::string message_;
+  uint64_t length_ = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> header_, body_;
+  absl::Status error_;
+};
+
+}  // namespace
+
+class GlooRecv final : public RecvWork {
+ public:
+  GlooRecv(GlooCommunicator* comm, int peer, uint64_t tag)
+      : comm_(comm), peer_(peer), tag_(tag) {}
+  absl::StatusOr<std::string> Wait(absl::Time deadline) override {
+    const std::string what =
+        absl::StrCat("receiving tag ", tag_, " from rank ", peer_);
+    try {
+      uint64_t length = 0;
+      auto header = comm_->context_->createUnboundBuffer(&length, 8);
+      header->recv(peer_, 2 * tag_);
+      if (!header->waitRecv(Left(deadline))) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank ", comm_->rank_, " timed out ", what));
+      }
+      std::string message(length, '\0');
+      if (length > 0) {
+        auto body = comm_->context_->createUnboundBuffer(message.data(),
+                                                         message.size());
+        body->recv(peer_, 2 * tag_ + 1);
+        if (!body->waitRecv(Left(deadline))) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("rank ", comm_->rank_, " timed out ", what));
+        }
+      }
+      comm_->received_ += static_cast<int64_t>(length);
+      return message;
+    } catch (const std::exception& e) {
+      return FromGloo(e, what);
+    }
+  }
+
+ private:
+  GlooCommunicator* comm_;
+  int peer_;
+  uint64_t tag_;
+};
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
+    RendezvousStore* store, const std::string& prefix, int rank, int size,
+    const std::string& hostname, absl::Duration timeout) {
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside a world of ", size));
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(
+        std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+    StoreAdapter adapter(store, timeout);
+    gloo::rendezvous::PrefixStore prefixed(prefix, adapter);
+    context->connectFullMesh(prefixed, device);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(std::move(context), rank, size));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("connecting rank ", rank, " of ",
+                                               size, " through '", prefix,
+                                               "': ", e.what()));
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+std::unique_ptr<SendWork> GlooCommunicator::Send(int peer, uint64_t tag,
+                                                 std::string message) {
+  sent_ += static_cast<int64_t>(message.size());
+  return std::make_unique<GlooSend>(context_, peer, tag, std::move(message));
+}
+
+std::unique_ptr<RecvWork> GlooCommunicator::Recv(int peer, uint64_t tag) {
+  return std::make_unique<GlooRecv>(this, peer, tag);
+}
+
+absl::Status GlooCommunicator::AllReduce(const std::vector<int>& group,
+                                         uint64_t sequence, float* data,
+                                         size_t n, absl::Time deadline) {
+  if (group.size() <= 1) return absl::OkStatus();
+  const uint64_t tag = kReduceBase / 2 + sequence;
+  const int root = group[0];
+  const std::string bytes(reinterpret_cast<const char*>(data),
+                          n * sizeof(float));
+  if (rank_ != root) {
+    absl::Status s = Send(root, tag, bytes)->Wait(deadline);
+    if (!s.ok()) return s;
+    auto sum = Recv(root, tag)->Wait(deadline);
+    if (!sum.ok()) return sum.status();
+    if (sum->size() != bytes.size()) {
+      return absl::DataLossError(
+          absl::StrCat("all-reduce ", sequence, ": the sum has ", sum->size(),
+                       " bytes, expected ", bytes.size()));
+    }
+    std::memcpy(data, sum->data(), sum->size());
+    return absl::OkStatus();
+  }
+  // The root adds the others' contributions in rank order.
+  std::vector<float> total(data, data + n);
+  for (size_t g = 1; g < group.size(); ++g) {
+    auto part = Recv(group[g], tag)->Wait(deadline);
+    if (!part.ok()) return part.status();
+    if (part->size() != bytes.size()) {
+      return absl::DataLossError(
+          absl::StrCat("all-reduce ", sequence, ": rank ", group[g], " sent ",
+                       part->size(), " bytes, expected ", bytes.size()));
+    }
+    const float* p = reinterpret_cast<const float*>(part->data());
+    for (size_t i = 0; i < n; ++i) total[i] += p[i];
+  }
+  std::memcpy(data, total.data(), n * sizeof(float));
+  const std::string sum(reinterpret_cast<const char*>(total.data()),
+                        n * sizeof(float));
+  std::vector<std::unique_ptr<SendWork>> sends;
+  for (size_t g = 1; g < group.size(); ++g) {
+    sends.push_back(Send(group[g], tag, sum));
+  }
+  for (auto& s : sends) {
+    absl::Status status = s->Wait(deadline);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace aqueduct

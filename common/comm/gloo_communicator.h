@@ -1,0 +1,70 @@
+// GlooCommunicator: the Communicator over TCP with Debian's Gloo. Ranks find
+// each other through a rendezvous store (the coordinator's, in a job) and
+// open a full mesh of TCP pairs. A message of any size travels as two Gloo
+// transfers on a pair of slots derived from its tag: an 8-byte length, then
+// the bytes. All-reduce sums on the group's first rank in rank order (a
+// deterministic order) and sends the sum back.
+//
+// Thread-safety: thread-safe (Gloo pairs serialise their I/O).
+#ifndef AQUEDUCT_COMMON_COMM_GLOO_COMMUNICATOR_H_
+#define AQUEDUCT_COMMON_COMM_GLOO_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/comm/communicator.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace aqueduct {
+
+// Where ranks publish and look up their addresses.
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+  virtual absl::Status Set(const std::string& key,
+                           const std::string& value) = 0;
+  // Waits up to `wait` for the key.
+  virtual absl::StatusOr<std::string> Get(const std::string& key,
+                                          absl::Duration wait) = 0;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Connects `size` ranks: every rank calls this with the same prefix.
+  // `hostname` is the address peers reach this rank at. Fails with
+  // DEADLINE_EXCEEDED or UNAVAILABLE naming the problem after `timeout`.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
+      RendezvousStore* store, const std::string& prefix, int rank, int size,
+      const std::string& hostname, absl::Duration timeout);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::unique_ptr<SendWork> Send(int peer, uint64_t tag,
+                                 std::string message) override;
+  std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) override;
+  absl::Status AllReduce(const std::vector<int>& group, uint64_t sequence,
+                         float* data, size_t n, absl::Time deadline) override;
+  int64_t bytes_sent() const override { return sent_; }
+  int64_t bytes_received() const override { return received_; }
+
+ private:
+  friend class GlooRecv;
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size)
+      : context_(std::move(context)), rank_(rank), size_(size) {}
+
+  std::shared_ptr<gloo::Context> context_;
+  const int rank_, size_;
+  std::atomic<int64_t> sent_{0};
+  std::atomic<int64_t> received_{0};
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COMMON_COMM_GLOO_COMMUNICATOR_H_
