@@ -26,8 +26,14 @@ std::chrono::milliseconds Left(absl::Time deadline) {
   return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
 }
 
+// Gloo reports timeouts and I/O errors as exceptions.
 absl::Status FromGloo(const std::exception& e, const std::string& what) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
+  const std::string message = e.what();
+  if (message.find("Timed out") != std::string::npos) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("timed out ", what, ": ", message));
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": ", message));
 }
 
 // Gloo's store interface over a RendezvousStore. Gloo expects exceptions.

@@ -2,8 +2,11 @@
 // each other through a rendezvous store (the coordinator's, in a job) and
 // open a full mesh of TCP pairs. A message of any size travels as two Gloo
 // transfers on a pair of slots derived from its tag: an 8-byte length, then
-// the bytes. All-reduce sums on the group's first rank in rank order (a
-// deterministic order) and sends the sum back.
+// the bytes. Between two ranks, messages in one direction must be received
+// in the order they were sent (Gloo's TCP pairs deliver in order; the
+// pipeline's schedules send and receive each direction in minibatch order).
+// All-reduce sums on the group's first rank in rank order (a deterministic
+// order) and sends the sum back.
 //
 // Thread-safety: thread-safe (Gloo pairs serialise their I/O).
 #ifndef AQUEDUCT_COMMON_COMM_GLOO_COMMUNICATOR_H_
