@@ -150,7 +150,16 @@ absl::Status CoordinatorCore::ReportProgress(
     l.utilization = p.utilization();
     l.bytes_sent += p.bytes_sent();
     l.bytes_received += p.bytes_received();
-    for (const LossPoint& point : p.losses()) {
+    for (LossPoint point : p.losses()) {
+      if (point.samples() > 0 && point.samples() < job.spec.batch_size()) {
+        auto& share = job.loss_shares[point.minibatch()];
+        share.first += point.loss() * point.samples();
+        share.second += point.samples();
+        if (share.second < job.spec.batch_size()) continue;
+        point.set_loss(share.first / share.second);
+        point.set_samples(share.second);
+        job.loss_shares.erase(point.minibatch());
+      }
       job.loss = point.loss();
       if (point.minibatch() % job.loss_stride == 0) {
         job.loss_curve.push_back(point);
@@ -175,7 +184,8 @@ absl::Status CoordinatorCore::ReportProgress(
     }
     if (p.finished()) {
       job.finished_replicas[{p.stage(), p.replica()}] = true;
-      if (job.has_plan && p.stage() == job.plan.stages_size() - 1) {
+      if (job.has_plan && p.stage() == job.plan.stages_size() - 1 &&
+          (p.test_accuracy() != 0 || p.test_loss() != 0)) {
         job.test_accuracy = p.test_accuracy();
         job.test_loss = p.test_loss();
       }
@@ -370,11 +380,15 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
       stage->set_committed_version(
           std::max(stage->committed_version(), l.committed_version));
       for (const InFlight& f : l.in_flight) *stage->add_in_flight() = f;
-      stage->set_minibatches_done(stage->minibatches_done() +
-                                  l.minibatches_done);
+      // Every replica steps on every minibatch: the stage's count is theirs.
+      stage->set_minibatches_done(
+          std::max(stage->minibatches_done(), l.minibatches_done));
       step_ms.insert(step_ms.end(), l.step_ms.begin(), l.step_ms.end());
       const double span = absl::ToDoubleSeconds(l.last_report - l.first_report);
-      if (span > 0) rate += (l.minibatches_done - l.first_done) * batch / span;
+      if (span > 0) {
+        rate =
+            std::max(rate, (l.minibatches_done - l.first_done) * batch / span);
+      }
       utilization += l.utilization;
       stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent);
       stage->set_bytes_received(stage->bytes_received() + l.bytes_received);
@@ -591,6 +605,9 @@ void CoordinatorCore::Drive(std::string job_id) {
       {static_cast<int>(reserved.size()),
        p.bandwidth_bytes_per_s() > 0 ? p.bandwidth_bytes_per_s() : 1e9}};
   request.threads = 1;
+  // Weight stashing runs unreplicated stages: plan a straight pipeline.
+  request.straight_pipeline = request.schedule == "1f1b_stashed" ||
+                              request.schedule == "1f1b_vertical_sync";
   auto plan = MakePlan(*graph, request);
   if (!plan.ok()) {
     fail(absl::StrCat("planning failed: ", plan.status().message()));

@@ -127,6 +127,9 @@ class CoordinatorCore {
     std::map<ReplicaKey, StageLedger> replicas;
     std::map<ReplicaKey, bool> finished_replicas;
     std::vector<LossPoint> loss_curve;
+    // Shares of minibatch losses from replicated output stages: (sum,
+    // samples) until the whole minibatch is in.
+    std::map<int64_t, std::pair<double, int64_t>> loss_shares;
     int64_t loss_stride = 1;
     double loss = 0;
     double test_accuracy = 0, test_loss = 0;

@@ -95,7 +95,10 @@ class ControlPlaneTest : public ::testing::Test {
 
   void AddWorker(const std::string& id) {
     auto w = std::make_unique<Worker>();
-    w->runtime = std::make_unique<StageRuntime>(StageRuntimeOptions{1});
+    StageRuntimeOptions runtime_options;
+    runtime_options.coordinator_address = absl::StrCat("127.0.0.1:", port_);
+    runtime_options.peer_timeout = absl::Seconds(20);
+    w->runtime = std::make_unique<StageRuntime>(runtime_options);
     Worker* raw = w.get();
     w->service = std::make_unique<GrpcWorkerService>(
         w->runtime.get(), 1, [raw] { return raw->agent->info(); });
@@ -164,6 +167,44 @@ TEST_F(ControlPlaneTest, JobRunsThroughRealRpcs) {
   PartitionPlan plan;
   ASSERT_TRUE(stub_->GetPlan(&plan_ctx, plan_request, &plan).ok());
   EXPECT_EQ(plan.stages_size(), 1);
+}
+
+JobStatus SubmitAndWatch(v1::Coordinator::Stub* stub, const JobSpec& spec) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::SubmitJobResponse response;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(stub->SubmitJob(&ctx, request, &response).ok());
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(120));
+  v1::WatchJobRequest watch;
+  watch.set_job_id(response.job_id());
+  auto reader = stub->WatchJob(&watch_ctx, watch);
+  JobStatus status, last;
+  while (reader->Read(&status)) last = status;
+  EXPECT_TRUE(reader->Finish().ok());
+  return last;
+}
+
+TEST_F(ControlPlaneTest, PipelinesRunAcrossWorkersOverGloo) {
+  for (const char* id : {"a", "b", "c"}) AddWorker(id);
+  for (const char* schedule : {"1f1b_stashed", "1f1b_flush", "gpipe"}) {
+    JobSpec spec = *ParseJobSpec(kSpec, "test");
+    spec.mutable_pipeline()->set_workers(3);
+    spec.mutable_pipeline()->set_schedule(schedule);
+    spec.mutable_pipeline()->set_microbatches(4);
+    const JobStatus last = SubmitAndWatch(stub_.get(), spec);
+    EXPECT_EQ(last.state(), v1::JOB_SUCCEEDED)
+        << schedule << ": " << last.reason();
+    EXPECT_EQ(last.step(), 64) << schedule;
+    EXPECT_GE(last.stages_size(), 1) << schedule;
+    EXPECT_GT(last.test_accuracy(), 0.5) << schedule;
+    EXPECT_EQ(last.loss_curve_size(), 64) << schedule;
+    for (const StageStatus& st : last.stages()) {
+      EXPECT_EQ(st.committed_version(), 64) << schedule;
+    }
+  }
 }
 
 TEST_F(ControlPlaneTest, BadRequestsGetPreciseStatuses) {

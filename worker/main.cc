@@ -37,6 +37,8 @@ ABSL_FLAG(std::string, worker_id, "",
 ABSL_FLAG(std::string, device, "cpu", "device: cpu (cuda:N needs a GPU build)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
+ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
+          "deadline of every wait on a pipeline peer");
 ABSL_FLAG(bool, measure_gemm, true,
           "measure GEMM throughput at start (reported on registration)");
 ABSL_FLAG(std::string, log_level, "info",
@@ -70,7 +72,13 @@ int Main() {
   }
   BlockTerminationSignals();
 
-  StageRuntime runtime(StageRuntimeOptions{threads});
+  StageRuntimeOptions runtime_options;
+  runtime_options.threads = threads;
+  runtime_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  runtime_options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  runtime_options.peer_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
+  StageRuntime runtime(runtime_options);
   std::unique_ptr<WorkerAgent> agent;
   GrpcWorkerService service(&runtime, threads, [&agent] {
     return agent != nullptr ? agent->info() : WorkerInfo();

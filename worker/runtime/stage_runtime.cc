@@ -1,8 +1,17 @@
 #include "worker/runtime/stage_runtime.h"
 
+#include <map>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "common/comm/gloo_communicator.h"
 #include "common/device/cpu_device.h"
 #include "common/logging.h"
+#include "common/status.h"
+#include "worker/nn/spec.h"
+#include "worker/nn/weights.h"
+#include "worker/runtime/coordinator_store.h"
+#include "worker/runtime/pipeline_stage.h"
 #include "worker/train/local_trainer.h"
 
 namespace aqueduct {
@@ -25,14 +34,6 @@ absl::Status StageRuntime::Assign(const StageAssignment& a) {
       (phase_ == "assigned" || phase_ == "running")) {
     return absl::FailedPreconditionError(
         absl::StrCat("this worker is busy with job ", assignment_.job_id()));
-  }
-  if (a.plan().stages_size() != 1 || a.plan().stages(0).replicas() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the plan has ", a.plan().stages_size(), " stage(s) and ",
-        a.plan().workers_used(),
-        " worker(s); this worker runtime runs one-stage, one-worker plans "
-        "only (pipelined execution comes with the data-plane runtime); set "
-        "pipeline.workers: 1"));
   }
   if (phase_ == "running") {
     return absl::FailedPreconditionError(
@@ -119,12 +120,28 @@ WorkerRuntimeStatus StageRuntime::Status() const {
   return s;
 }
 
+void StageRuntime::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (status.code() == absl::StatusCode::kCancelled) {
+    phase_ = "stopped";
+    return;
+  }
+  phase_ = "failed";
+  pending_.set_error(std::string(status.message()));
+  dirty_ = true;
+  AQ_LOG_WARN("job {} failed: {}", pending_.job_id(), status.ToString());
+}
+
 void StageRuntime::Run(StageAssignment a) {
   {
     absl::MutexLock lock(&mu_);
     pending_.set_job_id(a.job_id());
     pending_.set_stage(a.stage());
     pending_.set_replica(a.replica());
+  }
+  if (a.plan().stages_size() != 1 || a.plan().stages(0).replicas() != 1) {
+    RunPipeline(a);
+    return;
   }
   CpuDevice device(CpuDeviceOptions{options_.threads});
   LocalTrainOptions options;
@@ -170,6 +187,170 @@ void StageRuntime::Run(StageAssignment a) {
     AQ_LOG_WARN("job {} failed: {}", a.job_id(), result.status().ToString());
   }
   dirty_ = true;
+}
+
+namespace {
+
+constexpr uint64_t kWeightsTag = uint64_t{1} << 58;
+
+std::string Flatten(const ParameterSet& params) {
+  std::string out;
+  for (const Tensor& t : params.tensors) {
+    out.append(reinterpret_cast<const char*>(t.raw()), t.nbytes());
+  }
+  return out;
+}
+
+}  // namespace
+
+void StageRuntime::RunPipeline(const StageAssignment& a) {
+  auto result = [&]() -> absl::Status {
+    const JobSpec& spec = a.spec();
+    ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec));
+    const Model& model = *job.model;
+    ASSIGN_OR_RETURN(Policy policy, ParsePolicy(spec.pipeline().schedule()));
+    int micro = 1;
+    if (policy == Policy::kOneFOneBFlush || policy == Policy::kGpipe) {
+      micro = spec.pipeline().microbatches() > 0
+                  ? spec.pipeline().microbatches()
+                  : a.world_size();
+      if (spec.batch_size() % micro != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("pipeline.microbatches=", micro,
+                         " does not divide batch_size=", spec.batch_size()));
+      }
+    }
+    const int64_t per_epoch = job.data.train_samples / spec.batch_size();
+    int64_t total = spec.epochs() > 0 ? spec.epochs() * per_epoch
+                                      : std::numeric_limits<int64_t>::max();
+    if (spec.max_steps() > 0) total = std::min(total, spec.max_steps());
+    ASSIGN_OR_RETURN(
+        PipelineLayout layout,
+        LayoutFromPlan(a.plan(), model.num_layers(), policy, total, micro));
+    const int S = layout.num_stages();
+    const bool first = a.stage() == 0, last = a.stage() == S - 1;
+    CpuDevice device(CpuDeviceOptions{options_.threads});
+    CoordinatorStore store(options_.coordinator_address);
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GlooCommunicator> comm,
+        GlooCommunicator::Connect(
+            &store, a.rendezvous_key() + "gloo/", a.rank(), a.world_size(),
+            options_.advertise_host, options_.peer_timeout));
+    std::optional<DataSplits> data;
+    if (first || last) {
+      ASSIGN_OR_RETURN(DataSplits loaded, LoadData(spec.data()));
+      data = std::move(loaded);
+    }
+    const int begin = layout.layer_begin[a.stage()];
+    const int end = layout.layer_begin[a.stage() + 1];
+    ASSIGN_OR_RETURN(ParameterSet params,
+                     InitParameters(model, begin, end, &device));
+    if (!spec.init_weights().empty()) {
+      RETURN_IF_ERROR(
+          Annotate(LoadParametersFile(spec.init_weights(), device, params),
+                   "init_weights"));
+    }
+    const int64_t batch = spec.batch_size();
+    std::map<int64_t, std::pair<double, int64_t>> loss_parts;
+    absl::Time last_step = absl::Now();
+    PipelineStage::Options options;
+    options.timeout = options_.peer_timeout;
+    options.on_loss = [&](int64_t m, double sum, int64_t rows) {
+      auto& part = loss_parts[m];
+      part.first += sum;
+      part.second += rows;
+      const int64_t mine =
+          batch / micro *
+          ((micro + static_cast<int>(layout.ranks[S - 1].size()) - 1 -
+            a.replica()) /
+           static_cast<int>(layout.ranks[S - 1].size()));
+      if (part.second >= mine || part.second >= batch) {
+        absl::MutexLock lock(&mu_);
+        LossPoint* p = pending_.add_losses();
+        p->set_minibatch(m);
+        p->set_loss(part.first / part.second);
+        p->set_samples(part.second);
+        dirty_ = true;
+        loss_parts.erase(m);
+      }
+    };
+    options.on_event = [&](const StageEvent& e) {
+      if (stop_.load()) return;
+      absl::MutexLock lock(&mu_);
+      if (e.kind == OpKind::kOptimizerStep) {
+        const absl::Time now = absl::Now();
+        pending_.add_step_ms(absl::ToDoubleMilliseconds(now - last_step));
+        last_step = now;
+        done_ = e.minibatch + 1;
+        pending_.set_minibatches_done(done_);
+        pending_.set_committed_version(e.version);
+        pending_.set_utilization(1.0);
+        dirty_ = true;
+      }
+    };
+    PipelineStage stage(&model, spec, layout, a.stage(), a.replica(), &device,
+                        comm.get(), first ? &data->train : nullptr,
+                        std::move(params), options);
+    RETURN_IF_ERROR(stage.Run());
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.set_bytes_sent(comm->bytes_sent());
+      pending_.set_bytes_received(comm->bytes_received());
+    }
+    // Evaluation: replica 0 of every stage sends its weights to the output
+    // stage's replica 0, which evaluates the whole model.
+    const int evaluator = layout.ranks[S - 1][0];
+    if (a.replica() == 0 && !last) {
+      RETURN_IF_ERROR(comm->Send(evaluator, kWeightsTag + a.stage(),
+                                 Flatten(stage.params()))
+                          ->Wait(absl::Now() + options_.peer_timeout));
+    }
+    if (a.replica() == 0 && last && data->test.has_value()) {
+      ASSIGN_OR_RETURN(ParameterSet full,
+                       InitParameters(model, 0, model.num_layers(), &device));
+      size_t index = 0;
+      for (int s = 0; s < S; ++s) {
+        std::string bytes;
+        if (s == S - 1) {
+          bytes = Flatten(stage.params());
+        } else {
+          ASSIGN_OR_RETURN(bytes,
+                           comm->Recv(layout.ranks[s][0], kWeightsTag + s)
+                               ->Wait(absl::Now() + options_.peer_timeout));
+        }
+        size_t offset = 0;
+        const int count = full.offsets[layout.layer_begin[s + 1]] -
+                          full.offsets[layout.layer_begin[s]];
+        for (int i = 0; i < count; ++i, ++index) {
+          const Tensor& t = full.tensors[index];
+          if (offset + t.nbytes() > bytes.size()) {
+            return absl::DataLossError(
+                absl::StrCat("the weights of stage ", s, " have ", bytes.size(),
+                             " bytes, fewer than the model needs"));
+          }
+          RETURN_IF_ERROR(device.CopyFromHost(bytes.data() + offset, t));
+          offset += t.nbytes();
+        }
+      }
+      ASSIGN_OR_RETURN(EvalResult eval,
+                       Evaluate(model, &device, full, *data->test, batch));
+      absl::MutexLock lock(&mu_);
+      pending_.set_test_accuracy(eval.accuracy);
+      pending_.set_test_loss(eval.loss);
+    }
+    return absl::OkStatus();
+  }();
+  if (!result.ok()) {
+    Fail(result);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  phase_ = "finished";
+  pending_.set_finished(true);
+  pending_.clear_in_flight();
+  dirty_ = true;
+  AQ_LOG_INFO("job {}: stage {} replica {} finished", a.job_id(), a.stage(),
+              a.replica());
 }
 
 }  // namespace aqueduct

@@ -2,12 +2,14 @@
 // coordinator, runs it on a thread of its own when started, stops it on
 // request, and queues progress for the agent to report.
 //
-// What runs today: a plan whose stage is the whole model on one worker (a
-// one-stage, one-replica plan) trains through the single-process trainer,
-// reporting per-step times, losses and the committed weight version.
-// Pipelined plans (several stages, or replicated stages) need the data
-// plane's runtime and are refused with FAILED_PRECONDITION, which fails the
-// job with that reason.
+// A one-stage, one-worker plan trains through the single-process trainer.
+// Any other plan runs as a pipeline: the workers of the job connect a Gloo
+// communicator through the coordinator's rendezvous store and each runs its
+// stage replica's schedule (worker/runtime/pipeline_stage.h); at the end
+// every stage sends its weights to the output stage, which evaluates the
+// whole model on the test split. Progress reports carry per-step times,
+// losses (output stage), the committed weight version and the minibatches
+// in flight with their versions.
 //
 // Thread-safe.
 #ifndef AQUEDUCT_WORKER_RUNTIME_STAGE_RUNTIME_H_
@@ -21,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/service_types.h"
 
 namespace aqueduct {
@@ -28,6 +31,12 @@ namespace aqueduct {
 struct StageRuntimeOptions {
   // CPU threads for the device.
   int threads = 1;
+  // For pipelines: the coordinator (rendezvous store) and the address
+  // peers reach this worker at.
+  std::string coordinator_address;
+  std::string advertise_host = "127.0.0.1";
+  // Deadline of every wait on a peer.
+  absl::Duration peer_timeout = absl::Seconds(60);
 };
 
 class StageRuntime {
@@ -53,6 +62,8 @@ class StageRuntime {
 
  private:
   void Run(StageAssignment assignment);
+  void RunPipeline(const StageAssignment& assignment);
+  void Fail(const absl::Status& status);
 
   const StageRuntimeOptions options_;
   mutable absl::Mutex mu_;
