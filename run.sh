@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job: starts a local coordinator and worker (deploy/local), submits
-# the Fashion-MNIST MLP of examples/fmnist_mlp.textproto through `aq submit
-# --wait`, prints the job's progress and final status with its test
-# accuracy, and stops the daemons. Another job spec may be given:
-#   ./run.sh examples/fmnist_cnn.textproto
+# The main job: starts a local coordinator and as many workers as the job
+# asks for (deploy/local), submits examples/fmnist_mlp_pipeline.textproto (a
+# 4-stage 1F1B pipeline with weight stashing over 4 worker daemons) with
+# `aq submit --wait`, which shows its progress, prints the final status with
+# the test accuracy, and stops the daemons. Another job spec may be given:
+#   ./run.sh examples/fmnist_mlp.textproto      (one worker)
 # (For quick experiments in one process: aq train-local JOB --epochs N.)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -12,12 +13,16 @@ bazel build --config=opt //client:aq //coordinator:coordinator //worker:worker \
   >/dev/null 2>&1 ||
   bazel build --config=opt //client:aq //coordinator:coordinator //worker:worker
 bin="$(bazel info --config=opt bazel-bin 2>/dev/null)"
-job="${1:-examples/fmnist_mlp.textproto}"
+job="${1:-examples/fmnist_mlp_pipeline.textproto}"
 state="${AQ_STATE_DIR:-$(mktemp -d /tmp/aqueduct-run.XXXXXX)}"
-threads="$(nproc)"
+workers=$(sed -n 's/^ *workers: *\([0-9]*\).*/\1/p' "$job" | head -1)
+workers="${workers:-1}"
+# One thread per worker when they share the machine's cores.
+threads=1
+[ "$workers" -eq 1 ] && threads="$(nproc)"
 
-address=$(deploy/local/aqueduct-local.sh start --workers 1 --threads "$threads" \
-  --state-dir "$state" --bin "$bin")
+address=$(deploy/local/aqueduct-local.sh start --workers "$workers" \
+  --threads "$threads" --state-dir "$state" --bin "$bin")
 trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXIT
 echo "coordinator at $address (logs in $state)"
 "$bin/client/aq" workers --coordinator "$address"

@@ -358,6 +358,10 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
   s.set_test_accuracy(job.test_accuracy);
   s.set_test_loss(job.test_loss);
   s.set_workers(job.workers_needed);
+  if (job.has_plan) *s.mutable_plan() = job.plan;
+  s.set_schedule(job.spec.pipeline().schedule().empty()
+                     ? "1f1b_stashed"
+                     : job.spec.pipeline().schedule());
   const int64_t batch = job.spec.batch_size();
   const int last_stage = static_cast<int>(job.stage_workers.size()) - 1;
   double job_rate = 0;

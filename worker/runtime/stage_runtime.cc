@@ -146,7 +146,10 @@ void StageRuntime::Run(StageAssignment a) {
   CpuDevice device(CpuDeviceOptions{options_.threads});
   LocalTrainOptions options;
   options.stop = &stop_;
+  const absl::Time run_start = absl::Now();
+  double busy_ms = 0;
   options.on_step = [&](const StepReport& r) {
+    busy_ms += r.step_ms;
     absl::MutexLock lock(&mu_);
     done_ = r.step;
     pending_.set_minibatches_done(r.step);
@@ -161,7 +164,9 @@ void StageRuntime::Run(StageAssignment a) {
     LossPoint* loss = pending_.add_losses();
     loss->set_minibatch(r.step - 1);
     loss->set_loss(r.loss);
-    pending_.set_utilization(1.0);
+    pending_.set_utilization(
+        busy_ms /
+        std::max(1e-9, absl::ToDoubleMilliseconds(absl::Now() - run_start)));
     dirty_ = true;
   };
   AQ_LOG_INFO("job {}: training stage {} replica {}", a.job_id(), a.stage(),
@@ -253,6 +258,8 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     const int64_t batch = spec.batch_size();
     std::map<int64_t, std::pair<double, int64_t>> loss_parts;
     absl::Time last_step = absl::Now();
+    const absl::Time run_start = absl::Now();
+    absl::Duration busy;  // Compute time (forward, backward, step).
     PipelineStage::Options options;
     options.timeout = options_.peer_timeout;
     options.on_loss = [&](int64_t m, double sum, int64_t rows) {
@@ -276,6 +283,10 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     };
     options.on_event = [&](const StageEvent& e) {
       if (stop_.load()) return;
+      if (e.kind == OpKind::kForward || e.kind == OpKind::kBackward ||
+          e.kind == OpKind::kOptimizerStep) {
+        busy += e.end - e.start;
+      }
       absl::MutexLock lock(&mu_);
       if (e.kind == OpKind::kOptimizerStep) {
         const absl::Time now = absl::Now();
@@ -284,7 +295,8 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         done_ = e.minibatch + 1;
         pending_.set_minibatches_done(done_);
         pending_.set_committed_version(e.version);
-        pending_.set_utilization(1.0);
+        // Busy fraction since the stage started (waits on peers excluded).
+        pending_.set_utilization(absl::FDivDuration(busy, now - run_start));
         dirty_ = true;
       }
     };
