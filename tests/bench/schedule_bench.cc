@@ -5,7 +5,10 @@
 // minibatch per max stage time (15 ms); flush and GPipe with m microbatches
 // and p stages lose the bubble fraction (p-1)/(m+p-1).
 //
-//   schedule_bench [--minibatches 96] [--microbatches 8]
+//   schedule_bench [--minibatches 96] [--microbatches 8] [--forward-ms 5]
+//                  [--backward-ms 10]
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -24,7 +27,7 @@
 namespace aqueduct {
 namespace {
 
-constexpr double kForwardMs = 5, kBackwardMs = 10;
+double kForwardMs = 5, kBackwardMs = 10;
 constexpr int kStages = 4;
 
 JobSpec Spec(int64_t minibatches) {
@@ -44,8 +47,21 @@ JobSpec Spec(int64_t minibatches) {
   return *ParseJobSpec(text, "bench");
 }
 
-// Runs the pipeline; returns the end times of the last stage's steps.
-std::vector<absl::Time> Run(Policy policy, int64_t minibatches, int micro) {
+struct RunResult {
+  std::vector<absl::Time> steps;  // End times of the last stage's steps.
+  // Median measured forward + backward + step time of the slowest stage,
+  // per microbatch (the Delay layers' sleeps as they actually took).
+  double measured_stage_ms = 0;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs the pipeline.
+RunResult Run(Policy policy, int64_t minibatches, int micro) {
   const JobSpec spec = Spec(minibatches);
   auto job = ValidateJobSpec(spec);
   auto data = LoadData(spec.data());
@@ -63,20 +79,28 @@ std::vector<absl::Time> Run(Policy policy, int64_t minibatches, int micro) {
   auto hub = std::make_shared<InMemoryHub>(kStages);
   absl::Mutex mu;
   std::vector<absl::Time> steps;
+  std::vector<std::vector<double>> forward_ms(kStages), backward_ms(kStages),
+      step_ms(kStages);
   std::vector<std::thread> threads;
   for (int s = 0; s < kStages; ++s) {
     threads.emplace_back([&, s] {
+      // Sleep precision: the kernel's default 50 us timer slack would add
+      // to every Delay on the critical path; this measures the schedule.
+      prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
       CpuDevice device(CpuDeviceOptions{1});
       InMemoryCommunicator comm(hub, s);
       PipelineStage::Options options;
-      if (s == kStages - 1) {
-        options.on_event = [&](const StageEvent& e) {
-          if (e.kind == OpKind::kOptimizerStep) {
-            absl::MutexLock lock(&mu);
-            steps.push_back(e.end);
-          }
-        };
-      }
+      options.on_event = [&, s](const StageEvent& e) {
+        // Compute only: a forward that waits for its input is not slower.
+        const double ms = absl::ToDoubleMilliseconds(e.compute);
+        absl::MutexLock lock(&mu);
+        if (e.kind == OpKind::kForward) forward_ms[s].push_back(ms);
+        if (e.kind == OpKind::kBackward) backward_ms[s].push_back(ms);
+        if (e.kind == OpKind::kOptimizerStep) {
+          step_ms[s].push_back(ms);
+          if (s == kStages - 1) steps.push_back(e.end);
+        }
+      };
       PipelineStage stage(job->model.get(), spec, layout, s, 0, &device, &comm,
                           &data->train,
                           *InitParameters(*job->model, layout.layer_begin[s],
@@ -88,11 +112,20 @@ std::vector<absl::Time> Run(Policy policy, int64_t minibatches, int micro) {
   }
   for (auto& t : threads) t.join();
   std::sort(steps.begin(), steps.end());
-  return steps;
+  RunResult result;
+  result.steps = steps;
+  for (int s = 0; s < kStages; ++s) {
+    result.measured_stage_ms =
+        std::max(result.measured_stage_ms, Median(forward_ms[s]) +
+                                               Median(backward_ms[s]) +
+                                               Median(step_ms[s]) / micro);
+  }
+  return result;
 }
 
 // Median gap between consecutive steps over the middle of the run.
 double SteadyMsPerMinibatch(const std::vector<absl::Time>& steps) {
+  // (steps are the last stage's optimizer steps, one per minibatch)
   const size_t skip = steps.size() / 8;
   std::vector<double> gaps;
   for (size_t i = skip + 1; i + skip < steps.size(); ++i) {
@@ -110,32 +143,41 @@ int Main(int argc, char** argv) {
     if (flag == "--minibatches")
       (void)absl::SimpleAtoi(argv[i + 1], &minibatches);
     if (flag == "--microbatches") (void)absl::SimpleAtoi(argv[i + 1], &micro);
+    if (flag == "--forward-ms")
+      (void)absl::SimpleAtod(argv[i + 1], &kForwardMs);
+    if (flag == "--backward-ms") {
+      (void)absl::SimpleAtod(argv[i + 1], &kBackwardMs);
+    }
   }
-  const double stage_ms = kForwardMs + kBackwardMs;
+  const double nominal = kForwardMs + kBackwardMs;
   {
-    const double ms =
-        SteadyMsPerMinibatch(Run(Policy::kOneFOneBStashed, minibatches, 1));
+    const RunResult r = Run(Policy::kOneFOneBStashed, minibatches, 1);
+    const double ms = SteadyMsPerMinibatch(r.steps);
     std::printf(
         "{\"policy\":\"1f1b_stashed\",\"stages\":%d,\"minibatches\":%lld,"
-        "\"steady_ms_per_minibatch\":%.3f,\"bound_ms\":%.1f,"
-        "\"efficiency\":%.4f}\n",
-        kStages, static_cast<long long>(minibatches), ms, stage_ms,
-        stage_ms / ms);
+        "\"steady_ms_per_minibatch\":%.3f,\"nominal_bound_ms\":%.1f,"
+        "\"efficiency_vs_nominal\":%.4f,\"measured_stage_ms\":%.3f,"
+        "\"efficiency_vs_measured\":%.4f}\n",
+        kStages, static_cast<long long>(minibatches), ms, nominal, nominal / ms,
+        r.measured_stage_ms, r.measured_stage_ms / ms);
   }
   for (Policy policy : {Policy::kOneFOneBFlush, Policy::kGpipe}) {
     const int64_t n = std::max<int64_t>(8, minibatches / micro);
-    const double ms = SteadyMsPerMinibatch(Run(policy, n, micro));
-    const double ideal = micro * stage_ms;
-    const double bubble = 1.0 - ideal / ms;
+    const RunResult r = Run(policy, n, micro);
+    const double ms = SteadyMsPerMinibatch(r.steps);
     const double predicted =
         static_cast<double>(kStages - 1) / (micro + kStages - 1);
+    const double bubble_nominal = 1.0 - micro * nominal / ms;
+    const double bubble_measured = 1.0 - micro * r.measured_stage_ms / ms;
     std::printf(
         "{\"policy\":\"%s\",\"stages\":%d,\"microbatches\":%d,"
         "\"minibatches\":%lld,\"steady_ms_per_minibatch\":%.3f,"
-        "\"bubble\":%.4f,\"predicted_bubble\":%.4f,\"difference_points\":%.2f}"
-        "\n",
+        "\"predicted_bubble\":%.4f,\"bubble_vs_nominal\":%.4f,"
+        "\"measured_stage_ms\":%.3f,\"bubble_vs_measured\":%.4f,"
+        "\"difference_points_vs_measured\":%.2f}\n",
         PolicyName(policy), kStages, micro, static_cast<long long>(n), ms,
-        bubble, predicted, 100 * (bubble - predicted));
+        predicted, bubble_nominal, r.measured_stage_ms, bubble_measured,
+        100 * (bubble_measured - predicted));
   }
   return 0;
 }

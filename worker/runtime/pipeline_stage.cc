@@ -203,10 +203,13 @@ absl::Status PipelineStage::Run() {
   ASSIGN_OR_RETURN(std::vector<Op> ops, BuildSchedule(config));
   for (const Op& op : ops) {
     const absl::Time start = absl::Now();
+    last_compute_ = absl::ZeroDuration();
     RETURN_IF_ERROR(Execute(op));
+    const absl::Time end = absl::Now();
+    if (op.kind == OpKind::kOptimizerStep) last_compute_ = end - start;
     if (options_.on_event) {
-      options_.on_event(
-          {op.kind, op.minibatch, op.microbatch, version_, start, absl::Now()});
+      options_.on_event({op.kind, op.minibatch, op.microbatch, version_, start,
+                         end, last_compute_});
     }
   }
   stats_.committed_version = version_;
@@ -319,7 +322,9 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   ctx.minibatch = static_cast<uint64_t>(m);
   ctx.sample_offset = static_cast<uint64_t>(j) * rows;
   Tensor y;
+  const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(ForwardRange(*model_, *device_, range, x, ctx, &y, &f.cache));
+  last_compute_ = absl::Now() - compute_start;
   if (stage_ == S - 1) {
     ASSIGN_OR_RETURN(
         LossOutput loss,
@@ -406,8 +411,10 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
   const bool accumulate =
       accumulated_ && (layout_.policy == Policy::kOneFOneBFlush ||
                        layout_.policy == Policy::kGpipe);
+  const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(BackwardRange(*model_, *device_, range, f.cache, dy, ctx,
                                 stage_ > 0 ? &dx : nullptr, grads, accumulate));
+  last_compute_ = absl::Now() - compute_start;
   accumulated_ = true;
   if (stage_ > 0) {
     Header h;

@@ -65,6 +65,8 @@ struct StageEvent {
   int microbatch = 0;
   int64_t version = 0;
   absl::Time start, end;
+  // The part of [start, end) spent computing (waits on peers excluded).
+  absl::Duration compute;
 };
 
 struct StageStats {
@@ -136,6 +138,7 @@ class PipelineStage {
   std::map<std::pair<int64_t, int>, InFlight> in_flight_;
   std::map<std::pair<int64_t, int>, int64_t> vertical_versions_;
   int64_t next_forward_ = 0;
+  absl::Duration last_compute_;  // Of the op being executed.
   // Sends still in flight: a stage never waits for its send before moving
   // on (a peer may be sending to it at the same time); it waits for the
   // oldest when too many are pending, and for all at the end.

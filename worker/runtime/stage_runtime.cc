@@ -285,7 +285,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
       if (stop_.load()) return;
       if (e.kind == OpKind::kForward || e.kind == OpKind::kBackward ||
           e.kind == OpKind::kOptimizerStep) {
-        busy += e.end - e.start;
+        busy += e.compute;
       }
       absl::MutexLock lock(&mu_);
       if (e.kind == OpKind::kOptimizerStep) {
