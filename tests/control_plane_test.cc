@@ -207,6 +207,16 @@ TEST_F(ControlPlaneTest, PipelinesRunAcrossWorkersOverGloo) {
   }
 }
 
+TEST_F(ControlPlaneTest, PipelineWithoutTestSplitSucceeds) {
+  for (const char* id : {"a", "b"}) AddWorker(id);
+  JobSpec spec = *ParseJobSpec(kSpec, "test");
+  spec.mutable_data()->mutable_synthetic()->set_test_samples(0);
+  spec.mutable_pipeline()->set_workers(2);
+  const JobStatus last = SubmitAndWatch(stub_.get(), spec);
+  EXPECT_EQ(last.state(), v1::JOB_SUCCEEDED) << last.reason();
+  EXPECT_EQ(last.test_accuracy(), 0);
+}
+
 TEST_F(ControlPlaneTest, BadRequestsGetPreciseStatuses) {
   AddWorker("a");
   // Oversized message: refused by gRPC's limit, the server keeps serving.

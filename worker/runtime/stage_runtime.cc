@@ -310,14 +310,23 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
       pending_.set_bytes_received(comm->bytes_received());
     }
     // Evaluation: replica 0 of every stage sends its weights to the output
-    // stage's replica 0, which evaluates the whole model.
+    // stage's replica 0, which evaluates the whole model, when the data has
+    // a test split (every stage decides alike from the spec).
+    const DataSpec& d = spec.data();
+    const bool has_test =
+        d.has_fashion_mnist_dir() ||
+        (d.has_idx() && !d.idx().test_images().empty()) ||
+        (d.has_synthetic() && d.synthetic().test_samples() > 0);
     const int evaluator = layout.ranks[S - 1][0];
-    if (a.replica() == 0 && !last) {
+    if (has_test && a.replica() == 0 && !last) {
       RETURN_IF_ERROR(comm->Send(evaluator, kWeightsTag + a.stage(),
                                  Flatten(stage.params()))
                           ->Wait(absl::Now() + options_.peer_timeout));
     }
-    if (a.replica() == 0 && last && data->test.has_value()) {
+    if (has_test && a.replica() == 0 && last) {
+      if (!data->test.has_value()) {
+        return absl::InternalError("the test split did not load");
+      }
       ASSIGN_OR_RETURN(ParameterSet full,
                        InitParameters(model, 0, model.num_layers(), &device));
       size_t index = 0;
