@@ -150,6 +150,13 @@ absl::Status CoordinatorCore::ReportProgress(
     l.utilization = p.utilization();
     l.bytes_sent += p.bytes_sent();
     l.bytes_received += p.bytes_received();
+    if (p.peak_rss_bytes() > 0) {
+      l.memory.set_peak_rss_bytes(p.peak_rss_bytes());
+      l.memory.set_stashed_weight_bytes(p.stashed_weight_bytes());
+      l.memory.set_stashed_activation_bytes(p.stashed_activation_bytes());
+      l.memory.set_peak_stashed_versions(p.peak_stashed_versions());
+      l.memory.set_peak_in_flight(p.peak_in_flight());
+    }
     for (LossPoint point : p.losses()) {
       if (point.samples() > 0 && point.samples() < job.spec.batch_size()) {
         auto& share = job.loss_shares[point.minibatch()];
@@ -395,6 +402,17 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
       }
       utilization += l.utilization;
       stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent);
+      stage->set_peak_rss_bytes(
+          std::max(stage->peak_rss_bytes(), l.memory.peak_rss_bytes()));
+      stage->set_stashed_weight_bytes(std::max(
+          stage->stashed_weight_bytes(), l.memory.stashed_weight_bytes()));
+      stage->set_stashed_activation_bytes(
+          std::max(stage->stashed_activation_bytes(),
+                   l.memory.stashed_activation_bytes()));
+      stage->set_peak_stashed_versions(std::max(
+          stage->peak_stashed_versions(), l.memory.peak_stashed_versions()));
+      stage->set_peak_in_flight(
+          std::max(stage->peak_in_flight(), l.memory.peak_in_flight()));
       stage->set_bytes_received(stage->bytes_received() + l.bytes_received);
     }
     stage->set_samples_per_second(rate);

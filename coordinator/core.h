@@ -97,6 +97,7 @@ class CoordinatorCore {
     std::deque<double> step_ms;
     double utilization = 0;
     int64_t bytes_sent = 0, bytes_received = 0;
+    StageProgress memory;  // The memory fields of the latest report.
     // For samples/s: (time, minibatches_done) of the first and last report.
     absl::Time first_report = absl::InfinitePast();
     int64_t first_done = 0;

@@ -60,7 +60,8 @@ class ControlPlaneTest : public ::testing::Test {
   void SetUp() override {
     CoordinatorOptions o;
     o.registry.heartbeat_interval = absl::Milliseconds(50);
-    o.registry.dead_after = absl::Milliseconds(1000);
+    // Generous: three training workers share two cores here.
+    o.registry.dead_after = absl::Seconds(5);
     o.registry.version = kVersion;
     core_ = std::make_unique<CoordinatorCore>(o, RealClock::Get(),
                                               clients_.Factory());
@@ -201,8 +202,17 @@ TEST_F(ControlPlaneTest, PipelinesRunAcrossWorkersOverGloo) {
     EXPECT_GE(last.stages_size(), 1) << schedule;
     EXPECT_GT(last.test_accuracy(), 0.5) << schedule;
     EXPECT_EQ(last.loss_curve_size(), 64) << schedule;
-    for (const StageStatus& st : last.stages()) {
+    for (int s = 0; s < last.stages_size(); ++s) {
+      const StageStatus& st = last.stages(s);
       EXPECT_EQ(st.committed_version(), 64) << schedule;
+      EXPECT_GT(st.peak_rss_bytes(), 0) << schedule;
+      const int depth = last.plan().stages(s).warmup_depth();
+      // Stashed versions never exceed depth (+ the newest), saved
+      // activations never exceed the in-flight count.
+      EXPECT_LE(st.peak_stashed_versions(), depth) << schedule;
+      if (std::string(schedule) == "1f1b_stashed") {
+        EXPECT_LE(st.peak_in_flight(), depth + 1) << schedule;
+      }
     }
   }
 }

@@ -98,6 +98,7 @@ class PipelineStage {
   absl::Status Run();
 
   const ParameterSet& params() const { return latest_; }
+  // Statistics so far (safe to read from the stage loop's callbacks).
   const StageStats& stats() const { return stats_; }
 
  private:

@@ -1,7 +1,9 @@
 #include "worker/runtime/stage_runtime.h"
 
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/comm/gloo_communicator.h"
@@ -198,6 +200,20 @@ namespace {
 
 constexpr uint64_t kWeightsTag = uint64_t{1} << 58;
 
+// The process's peak resident set size (VmHWM), in bytes.
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      int64_t kb = 0;
+      std::istringstream(line.substr(6)) >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
 std::string Flatten(const ParameterSet& params) {
   std::string out;
   for (const Tensor& t : params.tensors) {
@@ -300,9 +316,22 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         dirty_ = true;
       }
     };
+    const PipelineStage* stage_ptr = nullptr;
+    options.on_event = [&, on_event = options.on_event](const StageEvent& e) {
+      on_event(e);
+      if (e.kind != OpKind::kOptimizerStep || stage_ptr == nullptr) return;
+      const StageStats& st = stage_ptr->stats();
+      absl::MutexLock lock(&mu_);
+      pending_.set_peak_rss_bytes(PeakRssBytes());
+      pending_.set_stashed_weight_bytes(st.stashed_weight_bytes_peak);
+      pending_.set_stashed_activation_bytes(st.stashed_activation_bytes_peak);
+      pending_.set_peak_stashed_versions(st.peak_stashed_versions);
+      pending_.set_peak_in_flight(st.peak_in_flight);
+    };
     PipelineStage stage(&model, spec, layout, a.stage(), a.replica(), &device,
                         comm.get(), first ? &data->train : nullptr,
                         std::move(params), options);
+    stage_ptr = &stage;
     RETURN_IF_ERROR(stage.Run());
     {
       absl::MutexLock lock(&mu_);
