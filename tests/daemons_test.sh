@@ -36,7 +36,8 @@ grep -q "cannot reach the coordinator at 127.0.0.1:1" "$tmp/err" || fail "unreac
 
 for w in w1 w2; do
   "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false >"$tmp/$w.log" 2>&1 &
+    --threads 1 --measure_gemm=false --peer_timeout_ms 3000 \
+    >"$tmp/$w.log" 2>&1 &
   pids+=("$!"); eval "pid_$w=$!"
 done
 healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 2 ]; }
@@ -110,8 +111,32 @@ aq status "$id" >"$tmp/status" 2>&1
 grep -q "worker $victim (stage 0, replica 0) is DEAD: no heartbeat for" "$tmp/status" ||
   fail "failure reason: $(cat "$tmp/status")"
 
-# The coordinator and the other worker are unharmed; SIGTERM exits 0.
+# A pipeline over two workers: one of them disappears mid-step. The job
+# fails naming it; the survivor gives up on its peer within its deadline,
+# returns to idle and runs the next job.
 other=w1; [ "$victim" = w1 ] && other=w2
+"$WORKER" --coordinator "$addr" --worker_id w3 --listen 127.0.0.1:0 \
+  --threads 1 --measure_gemm=false --peer_timeout_ms 3000 >"$tmp/w3.log" 2>&1 &
+pids+=("$!"); pid_w3=$!
+three() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 2 ]; }
+wait_until 15 three || fail "w3 never HEALTHY: $(aq workers)"
+sed 's/^epochs: 1000$/epochs: 1000\npipeline { workers: 2 schedule: "1f1b_stashed" }/' \
+  "$tmp/slow.textproto" >"$tmp/pipe.textproto"
+pid=$(aq submit "$tmp/pipe.textproto") || fail "pipeline submit"
+prunning() { aq status "$pid" --output json | grep -q '"committed_version":"[1-9]'; }
+wait_until 30 prunning || fail "pipeline never progressed: $(aq status "$pid")"
+kill -KILL "$pid_w3"
+pfailed() { aq status "$pid" --output json | grep -q '"state":"JOB_FAILED"'; }
+wait_until 10 pfailed || fail "pipeline not FAILED after its worker died: $(aq status "$pid")"
+aq status "$pid" >"$tmp/pstatus" 2>&1
+# Either the lease expires first, or the survivor notices the closed
+# connection first; both name the vanished worker and its stage.
+grep -q -E "worker w3 \(stage [01], replica 0\) is DEAD|=w3 \(stage [01]\)" "$tmp/pstatus" ||
+  fail "pipeline failure reason: $(cat "$tmp/pstatus")"
+aq submit "$tmp/ok.textproto" --wait >"$tmp/after.out" 2>&1 ||
+  fail "the survivor did not run the next job: $(cat "$tmp/after.out")"
+
+# The coordinator and the other worker are unharmed; SIGTERM exits 0.
 eval "opid=\$pid_$other"
 aq workers >/dev/null || fail "coordinator stopped answering"
 kill -TERM "$opid"; wait "$opid"; rc=$?

@@ -391,7 +391,19 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     return absl::OkStatus();
   }();
   if (!result.ok()) {
-    Fail(result);
+    // Name the workers behind the ranks an error may mention.
+    std::string ranks;
+    for (int s = 0; s < a.plan().stages_size() && s < a.peers_size(); ++s) {
+      for (int r = 0; r < a.plan().stages(s).worker_ranks_size() &&
+                      r < a.peers(s).worker_ids_size();
+           ++r) {
+        absl::StrAppend(&ranks, ranks.empty() ? "" : ", ",
+                        a.plan().stages(s).worker_ranks(r), "=",
+                        a.peers(s).worker_ids(r), " (stage ", s, ")");
+      }
+    }
+    Fail(absl::Status(result.code(),
+                      absl::StrCat(result.message(), " [ranks: ", ranks, "]")));
     return;
   }
   absl::MutexLock lock(&mu_);
