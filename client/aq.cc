@@ -28,6 +28,8 @@ constexpr char kUsage[] =
     "  jobs                 list jobs\n"
     "  workers              list workers\n"
     "  cancel JOB           cancel a job\n"
+    "  trace JOB -o FILE    the executed schedule as Chrome trace JSON\n"
+    "                       (Perfetto, chrome://tracing); --svg FILE too\n"
     "  help                 this text\n"
     "\n"
     "\n"
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
   if (command == "plan") return aqueduct::PlanMain(args);
   if (command == "profile") return aqueduct::ProfileMain(args);
   if (command == "submit" || command == "status" || command == "watch" ||
-      command == "jobs" || command == "workers" || command == "cancel") {
+      command == "jobs" || command == "workers" || command == "cancel" ||
+      command == "trace") {
     return aqueduct::RemoteMain(command, args);
   }
   if (command == "help" || command == "--help" || command == "-h") {

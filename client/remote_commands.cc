@@ -6,11 +6,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
@@ -36,6 +39,7 @@ constexpr char kRemoteUsage[] =
     "  jobs [--output text|json]\n"
     "  workers [--output text|json]\n"
     "  cancel JOB\n"
+    "  trace JOB -o FILE [--svg FILE] [--window-ms MS]\n"
     "The coordinator defaults to $AQ_COORDINATOR, else 127.0.0.1:7070.\n";
 
 constexpr int kUnreachable = 3;
@@ -46,6 +50,8 @@ struct Common {
   std::vector<std::string> positional;
   bool wait = false;
   std::string profile;
+  std::string out, svg;
+  double window_ms = 0;
 };
 
 // Parses the flags every remote command takes.
@@ -67,6 +73,16 @@ bool ParseCommon(const std::vector<std::string>& args, Common* c,
       c->wait = true;
     } else if (TakeValue(args, &i, "--profile", &v)) {
       c->profile = v;
+    } else if (TakeValue(args, &i, "-o", &v) ||
+               TakeValue(args, &i, "--out", &v)) {
+      c->out = v;
+    } else if (TakeValue(args, &i, "--svg", &v)) {
+      c->svg = v;
+    } else if (TakeValue(args, &i, "--window-ms", &v)) {
+      if (!absl::SimpleAtod(v, &c->window_ms) || c->window_ms < 0) {
+        *error = "--window-ms needs a number of milliseconds";
+        return false;
+      }
     } else if (!args[i].empty() && args[i][0] == '-') {
       *error = "unknown or incomplete flag '" + args[i] + "'";
       return false;
@@ -190,6 +206,98 @@ int Watch(v1::Coordinator::Stub* stub, const Common& c,
   return ExitFor(last);
 }
 
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+// Chrome trace JSON: one process per stage replica, a thread for compute and
+// one for communication; times relative to the job's first event.
+std::string ChromeTrace(const v1::GetTraceResponse& trace, int64_t t0) {
+  std::string out = "{\"traceEvents\":[";
+  bool first = true;
+  auto emit = [&](const std::string& e) {
+    absl::StrAppend(&out, first ? "" : ",\n", e);
+    first = false;
+  };
+  for (int p = 0; p < trace.stages_size(); ++p) {
+    const v1::StageTrace& st = trace.stages(p);
+    emit(absl::StrCat(
+        "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", p,
+        ",\"args\":{\"name\":",
+        JsonString(absl::StrCat("stage ", st.stage(), " replica ", st.replica(),
+                                " (", st.worker_id(), ")")),
+        "}}"));
+    emit(absl::StrCat("{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":",
+                      p, ",\"args\":{\"sort_index\":", p, "}}"));
+    for (int tid : {1, 2}) {
+      emit(absl::StrCat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":", p,
+                        ",\"tid\":", tid, ",\"args\":{\"name\":\"",
+                        tid == 1 ? "compute" : "send/recv", "\"}}"));
+    }
+    for (const TraceEvent& e : st.events()) {
+      emit(absl::StrCat(
+          "{\"ph\":\"X\",\"name\":", JsonString(e.name()), ",\"pid\":", p,
+          ",\"tid\":", e.track() == "compute" ? 1 : 2,
+          ",\"ts\":", e.start_us() - t0, ",\"dur\":", e.duration_us(), "}"));
+    }
+  }
+  return out + "]}\n";
+}
+
+// A static SVG timeline of the first `window_us` microseconds.
+std::string SvgTimeline(const v1::GetTraceResponse& trace, int64_t t0,
+                        int64_t window_us) {
+  const int width = 1400, label = 190, row = 26, top = 30;
+  const int rows = trace.stages_size();
+  const double scale = static_cast<double>(width - label - 10) / window_us;
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "font-family=\"sans-serif\" font-size=\"10\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%d\" y=\"18\" font-size=\"12\">first %.0f ms; F forward, "
+      "B backward (blue/green), step (grey), waits for peers (yellow)</text>\n",
+      width, top + rows * row + 20, label, window_us / 1000.0);
+  for (int p = 0; p < rows; ++p) {
+    const v1::StageTrace& st = trace.stages(p);
+    const int y = top + p * row;
+    absl::StrAppend(
+        &svg,
+        absl::StrFormat("<text x=\"4\" y=\"%d\">stage %d replica %d (%s)"
+                        "</text>\n",
+                        y + 16, st.stage(), st.replica(), st.worker_id()));
+    for (const TraceEvent& e : st.events()) {
+      const int64_t start = e.start_us() - t0;
+      if (start > window_us) continue;
+      const double x = label + start * scale;
+      const double w = std::max(1.0, e.duration_us() * scale);
+      const bool compute = e.track() == "compute";
+      const char* fill = !compute                       ? "#f2d45c"
+                         : e.name().rfind("F ", 0) == 0 ? "#5b8def"
+                         : e.name().rfind("B ", 0) == 0 ? "#4caf50"
+                                                        : "#9e9e9e";
+      absl::StrAppend(
+          &svg,
+          absl::StrFormat("<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" "
+                          "height=\"%d\" fill=\"%s\" stroke=\"white\" "
+                          "stroke-width=\"0.5\"><title>%s</title></rect>\n",
+                          x, y + (compute ? 2 : 14), w, compute ? 12 : 8, fill,
+                          e.name()));
+      if (compute && w > 38) {
+        absl::StrAppend(
+            &svg, absl::StrFormat("<text x=\"%.1f\" y=\"%d\" fill=\"white\">"
+                                  "%s</text>\n",
+                                  x + 2, y + 11, e.name().substr(0, w / 5.5)));
+      }
+    }
+  }
+  return svg + "</svg>\n";
+}
+
 }  // namespace
 
 int RemoteMain(const std::string& command,
@@ -288,6 +396,45 @@ int RemoteMain(const std::string& command,
                 : absl::StrCat(w.job_id(), " stage ", w.stage()));
       }
     }
+    return 0;
+  }
+  if (command == "trace") {
+    if (c.positional.size() != 1 || c.out.empty()) {
+      return UsageError("trace needs a job id and -o FILE", kRemoteUsage);
+    }
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 60);
+    v1::GetTraceRequest request;
+    request.set_job_id(c.positional[0]);
+    v1::GetTraceResponse trace;
+    const grpc::Status s = stub->GetTrace(&ctx, request, &trace);
+    if (!s.ok()) return CallFailed(s, c.coordinator);
+    int64_t t0 = std::numeric_limits<int64_t>::max(), t1 = 0, events = 0;
+    for (const v1::StageTrace& st : trace.stages()) {
+      for (const TraceEvent& e : st.events()) {
+        t0 = std::min(t0, e.start_us());
+        t1 = std::max(t1, e.start_us() + e.duration_us());
+        ++events;
+      }
+    }
+    if (events == 0) {
+      std::cerr << "aq: job " << c.positional[0]
+                << " has no trace events (one-worker jobs are not traced)\n";
+      return 1;
+    }
+    std::ofstream(c.out) << ChromeTrace(trace, t0);
+    if (!c.svg.empty()) {
+      const int64_t window =
+          c.window_ms > 0 ? static_cast<int64_t>(c.window_ms * 1000) : t1 - t0;
+      std::ofstream(c.svg) << SvgTimeline(trace, t0,
+                                          std::max<int64_t>(1, window));
+    }
+    std::cout << "wrote " << events << " events of " << trace.stages_size()
+              << " stage replicas to " << c.out
+              << (trace.dropped() > 0
+                      ? absl::StrCat(" (", trace.dropped(), " dropped)")
+                      : "")
+              << "\n";
     return 0;
   }
   if (command == "cancel") {

@@ -181,6 +181,21 @@ absl::Status CoordinatorCore::ReportProgress(
         job.loss_curve = std::move(kept);
       }
     }
+    {
+      constexpr int64_t kMaxTraceEvents = 2000000;
+      v1::StageTrace& trace = job.trace[{p.stage(), p.replica()}];
+      trace.set_worker_id(worker_id);
+      trace.set_stage(p.stage());
+      trace.set_replica(p.replica());
+      for (const TraceEvent& e : p.events()) {
+        if (job.trace_events >= kMaxTraceEvents) {
+          ++job.trace_dropped;
+          continue;
+        }
+        *trace.add_events() = e;
+        ++job.trace_events;
+      }
+    }
     ++job.version;
     if (!p.error().empty()) {
       FinishLocked(
@@ -326,6 +341,22 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
                      JobStateName(it->second.state), ")"));
   }
   return it->second.plan;
+}
+
+absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  v1::GetTraceResponse response;
+  for (const auto& [key, trace] : it->second.trace) {
+    *response.add_stages() = trace;
+  }
+  response.set_dropped(it->second.trace_dropped);
+  return response;
 }
 
 std::vector<WorkerStatus> CoordinatorCore::ListWorkers() const {

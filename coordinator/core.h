@@ -76,6 +76,8 @@ class CoordinatorCore {
   // unchanged.
   absl::StatusOr<JobState> CancelJob(const std::string& job_id);
   absl::StatusOr<PartitionPlan> GetPlan(const std::string& job_id) const;
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(
+      const std::string& job_id) const;
   std::vector<WorkerStatus> ListWorkers() const;
   // Waits until the job's status differs from `seen_version` (or it is
   // final) or `deadline`; returns the status and its version.
@@ -135,6 +137,9 @@ class CoordinatorCore {
     double loss = 0;
     double test_accuracy = 0, test_loss = 0;
     int64_t version = 0;
+    // Trace events by (stage, replica), and the worker of each.
+    std::map<ReplicaKey, v1::StageTrace> trace;
+    int64_t trace_events = 0, trace_dropped = 0;
   };
 
   bool Final(JobState s) const {

@@ -138,6 +138,15 @@ grpc::Status GrpcCoordinatorService::GetPlan(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcCoordinatorService::GetTrace(
+    grpc::ServerContext*, const v1::GetTraceRequest* request,
+    v1::GetTraceResponse* response) {
+  auto trace = core_->GetTrace(request->job_id());
+  if (!trace.ok()) return ToGrpcStatus(trace.status());
+  *response = *std::move(trace);
+  return grpc::Status::OK;
+}
+
 grpc::Status GrpcCoordinatorService::StoreSet(
     grpc::ServerContext*, const v1::StoreSetRequest* request,
     v1::StoreSetResponse*) {

@@ -49,6 +49,9 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
   grpc::Status GetPlan(grpc::ServerContext* ctx,
                        const v1::GetPlanRequest* request,
                        PartitionPlan* response) override;
+  grpc::Status GetTrace(grpc::ServerContext* ctx,
+                        const v1::GetTraceRequest* request,
+                        v1::GetTraceResponse* response) override;
   grpc::Status StoreSet(grpc::ServerContext* ctx,
                         const v1::StoreSetRequest* request,
                         v1::StoreSetResponse* response) override;

@@ -15,6 +15,7 @@ using v1::LossPoint;
 using v1::StageAssignment;
 using v1::StageProgress;
 using v1::StageStatus;
+using v1::TraceEvent;
 using v1::WorkerInfo;
 using v1::WorkerRuntimeStatus;
 using v1::WorkerState;

@@ -202,6 +202,23 @@ TEST_F(ControlPlaneTest, PipelinesRunAcrossWorkersOverGloo) {
     EXPECT_GE(last.stages_size(), 1) << schedule;
     EXPECT_GT(last.test_accuracy(), 0.5) << schedule;
     EXPECT_EQ(last.loss_curve_size(), 64) << schedule;
+    // The executed schedule is traced: every stage replica's forwards.
+    grpc::ClientContext trace_ctx;
+    v1::GetTraceRequest trace_request;
+    trace_request.set_job_id(last.job_id());
+    v1::GetTraceResponse trace;
+    ASSERT_TRUE(stub_->GetTrace(&trace_ctx, trace_request, &trace).ok());
+    int workers = 0;
+    for (const StageStatus& st : last.stages()) workers += st.workers_size();
+    EXPECT_EQ(trace.stages_size(), workers) << schedule;
+    for (const v1::StageTrace& st : trace.stages()) {
+      int forwards = 0;
+      for (const TraceEvent& e : st.events()) {
+        forwards += e.name().rfind("F mb=", 0) == 0;
+        EXPECT_GE(e.duration_us(), 0);
+      }
+      EXPECT_GT(forwards, 0) << schedule << " stage " << st.stage();
+    }
     for (int s = 0; s < last.stages_size(); ++s) {
       const StageStatus& st = last.stages(s);
       EXPECT_EQ(st.committed_version(), 64) << schedule;

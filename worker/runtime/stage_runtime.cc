@@ -96,6 +96,7 @@ std::vector<StageProgress> StageRuntime::TakeProgress() {
   // Keep the identity and cumulative fields; clear the per-report ones.
   pending_.clear_step_ms();
   pending_.clear_losses();
+  pending_.clear_events();
   pending_.set_finished(false);
   pending_.clear_error();
   dirty_ = false;
@@ -224,6 +225,50 @@ std::string Flatten(const ParameterSet& params) {
 
 }  // namespace
 
+void StageRuntime::RecordTrace(const StageEvent& e, int stage) {
+  constexpr int kMaxPending = 20000;
+  auto add = [&](std::string name, const char* track, absl::Time start,
+                 absl::Duration d) {
+    if (pending_.events_size() >= kMaxPending) return;
+    TraceEvent* t = pending_.add_events();
+    t->set_name(std::move(name));
+    t->set_track(track);
+    t->set_start_us(absl::ToUnixMicros(start));
+    t->set_duration_us(absl::ToInt64Microseconds(d));
+  };
+  absl::MutexLock lock(&mu_);
+  const std::string mb =
+      absl::StrCat("mb=", e.minibatch,
+                   e.microbatch > 0 ? absl::StrCat(".", e.microbatch) : "");
+  switch (e.kind) {
+    case OpKind::kForward:
+    case OpKind::kBackward: {
+      const bool forward = e.kind == OpKind::kForward;
+      const absl::Duration wait = (e.end - e.start) - e.compute;
+      if (wait > absl::Microseconds(20)) {
+        // The input stage's forward waits on its data loader, not a peer.
+        const char* what = !forward     ? "recv grad "
+                           : stage == 0 ? "load "
+                                        : "recv act ";
+        add(absl::StrCat(what, mb), "comm", e.start, wait);
+      }
+      add(absl::StrCat(forward ? "F " : "B ", mb, " v=", e.version), "compute",
+          e.end - e.compute, e.compute);
+      break;
+    }
+    case OpKind::kOptimizerStep:
+      add(absl::StrCat("step v=", e.version), "compute", e.start,
+          e.end - e.start);
+      break;
+    case OpKind::kAllReduce:
+      add(absl::StrCat("all-reduce ", mb), "comm", e.start, e.end - e.start);
+      break;
+    default:
+      break;
+  }
+  dirty_ = true;
+}
+
 void StageRuntime::RunPipeline(const StageAssignment& a) {
   auto result = [&]() -> absl::Status {
     const JobSpec& spec = a.spec();
@@ -319,6 +364,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     const PipelineStage* stage_ptr = nullptr;
     options.on_event = [&, on_event = options.on_event](const StageEvent& e) {
       on_event(e);
+      RecordTrace(e, a.stage());
       if (e.kind != OpKind::kOptimizerStep || stage_ptr == nullptr) return;
       const StageStats& st = stage_ptr->stats();
       absl::MutexLock lock(&mu_);

@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/service_types.h"
+#include "worker/runtime/pipeline_stage.h"
 
 namespace aqueduct {
 
@@ -64,6 +65,7 @@ class StageRuntime {
   void Run(StageAssignment assignment);
   void RunPipeline(const StageAssignment& assignment);
   void Fail(const absl::Status& status);
+  void RecordTrace(const StageEvent& event, int stage);
 
   const StageRuntimeOptions options_;
   mutable absl::Mutex mu_;
