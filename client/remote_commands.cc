@@ -125,23 +125,8 @@ std::string Json(const google::protobuf::Message& m) {
   return out;
 }
 
-const char* StateName(JobState s) {
-  switch (s) {
-    case v1::JOB_PENDING:
-      return "PENDING";
-    case v1::JOB_PLANNING:
-      return "PLANNING";
-    case v1::JOB_RUNNING:
-      return "RUNNING";
-    case v1::JOB_SUCCEEDED:
-      return "SUCCEEDED";
-    case v1::JOB_FAILED:
-      return "FAILED";
-    case v1::JOB_CANCELLED:
-      return "CANCELLED";
-    default:
-      return "UNKNOWN";
-  }
+// "JOB_RUNNING" -> "RUNNING".
+std::string StateName(JobState s) { return v1::JobState_Name(s).substr(4); }
 }
 
 std::string Summary(const JobStatus& j) {
