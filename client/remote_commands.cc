@@ -127,7 +127,6 @@ std::string Json(const google::protobuf::Message& m) {
 
 // "JOB_RUNNING" -> "RUNNING".
 std::string StateName(JobState s) { return v1::JobState_Name(s).substr(4); }
-}
 
 std::string Summary(const JobStatus& j) {
   std::string line =
