@@ -71,7 +71,8 @@ TEST(ScheduleTest, InFlightNeverExceedsDepthPlusOne) {
     c.stage = stage;
     c.num_minibatches = 20;
     int in_flight = 0, peak = 0;
-    for (const Op& op : *BuildSchedule(c)) {
+    const std::vector<Op> ops = *BuildSchedule(c);
+    for (const Op& op : ops) {
       if (op.kind == OpKind::kForward) peak = std::max(peak, ++in_flight);
       if (op.kind == OpKind::kBackward) --in_flight;
     }
