@@ -43,7 +43,9 @@ TEST(GlooTest, SendRecvAllSizes) {
     auto m = comms[1]->Recv(0, 100 + i)->Wait(absl::Now() + absl::Seconds(20));
     ASSERT_TRUE(m.ok()) << m.status();
     ASSERT_EQ(m->size(), sizes[i]);
-    if (!m->empty()) EXPECT_EQ((*m)[m->size() - 1], static_cast<char>('a' + i));
+    if (!m->empty()) {
+      EXPECT_EQ((*m)[m->size() - 1], static_cast<char>('a' + i));
+    }
   }
   sender.join();
   EXPECT_GT(comms[0]->bytes_sent(), 3 << 20);
