@@ -658,6 +658,10 @@ void CoordinatorCore::Drive(std::string job_id) {
       {static_cast<int>(reserved.size()),
        p.bandwidth_bytes_per_s() > 0 ? p.bandwidth_bytes_per_s() : 1e9}};
   request.threads = 1;
+  // Optimizer state per parameter byte, for the predicted memory.
+  const OptimizerSpec& opt = spec.optimizer();
+  request.optimizer_state_factor =
+      opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
   // Weight stashing runs unreplicated stages: plan a straight pipeline.
   request.straight_pipeline = request.schedule == "1f1b_stashed" ||
                               request.schedule == "1f1b_vertical_sync";
