@@ -45,6 +45,18 @@ class Communicator {
   virtual std::unique_ptr<SendWork> Send(int peer, uint64_t tag,
                                          std::string message) = 0;
   virtual std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) = 0;
+  // Messages whose size both sides know (pipeline frames, all-reduce
+  // buffers): one transfer, no length prefix. A message sent with SendExact
+  // must be received with RecvExact of the same size, and vice versa.
+  virtual std::unique_ptr<SendWork> SendExact(int peer, uint64_t tag,
+                                              std::string message) {
+    return Send(peer, tag, std::move(message));
+  }
+  virtual std::unique_ptr<RecvWork> RecvExact(int peer, uint64_t tag,
+                                              size_t bytes) {
+    (void)bytes;
+    return Recv(peer, tag);
+  }
   // Sums `data` element-wise across `group` (ranks, ascending, including
   // this one); every member gets the sum. `sequence` distinguishes
   // successive all-reduces of the same group.

@@ -67,12 +67,14 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 class GlooSend final : public SendWork {
  public:
   GlooSend(std::shared_ptr<gloo::Context> context, int peer, uint64_t tag,
-           std::string message)
+           std::string message, bool exact)
       : peer_(peer), tag_(tag), message_(std::move(message)) {
     length_ = static_cast<uint64_t>(message_.size());
     try {
-      header_ = context->createUnboundBuffer(&length_, sizeof(length_));
-      header_->send(peer, 2 * tag);
+      if (!exact) {
+        header_ = context->createUnboundBuffer(&length_, sizeof(length_));
+        header_->send(peer, 2 * tag);
+      }
       if (!message_.empty()) {
         body_ = context->createUnboundBuffer(message_.data(), message_.size());
         body_->send(peer, 2 * tag + 1);
@@ -85,7 +87,7 @@ class GlooSend final : public SendWork {
   absl::Status Wait(absl::Time deadline) override {
     if (!error_.ok()) return error_;
     try {
-      if (!header_->waitSend(Left(deadline)) ||
+      if ((header_ != nullptr && !header_->waitSend(Left(deadline))) ||
           (body_ != nullptr && !body_->waitSend(Left(deadline)))) {
         return absl::DeadlineExceededError(
             absl::StrCat("timed out sending tag ", tag_, " to rank ", peer_));
@@ -107,6 +109,46 @@ class GlooSend final : public SendWork {
 };
 
 }  // namespace
+
+// A receive of a known size: one transfer straight into the result.
+class GlooRecvExact final : public RecvWork {
+ public:
+  GlooRecvExact(GlooCommunicator* comm, int peer, uint64_t tag, size_t bytes)
+      : comm_(comm), peer_(peer), tag_(tag), message_(bytes, '\0') {
+    try {
+      if (bytes > 0) {
+        body_ = comm_->context_->createUnboundBuffer(message_.data(), bytes);
+        body_->recv(peer_, 2 * tag_ + 1);  // Posted now: ready when it lands.
+      }
+    } catch (const std::exception& e) {
+      error_ = FromGloo(
+          e, absl::StrCat("receiving tag ", tag_, " from rank ", peer_));
+    }
+  }
+  absl::StatusOr<std::string> Wait(absl::Time deadline) override {
+    if (!error_.ok()) return error_;
+    const std::string what =
+        absl::StrCat("receiving tag ", tag_, " from rank ", peer_);
+    try {
+      if (body_ != nullptr && !body_->waitRecv(Left(deadline))) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank ", comm_->rank_, " timed out ", what));
+      }
+    } catch (const std::exception& e) {
+      return FromGloo(e, what);
+    }
+    comm_->received_ += static_cast<int64_t>(message_.size());
+    return std::move(message_);
+  }
+
+ private:
+  GlooCommunicator* comm_;
+  int peer_;
+  uint64_t tag_;
+  std::string message_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> body_;
+  absl::Status error_;
+};
 
 class GlooRecv final : public RecvWork {
  public:
@@ -177,7 +219,20 @@ GlooCommunicator::~GlooCommunicator() = default;
 std::unique_ptr<SendWork> GlooCommunicator::Send(int peer, uint64_t tag,
                                                  std::string message) {
   sent_ += static_cast<int64_t>(message.size());
-  return std::make_unique<GlooSend>(context_, peer, tag, std::move(message));
+  return std::make_unique<GlooSend>(context_, peer, tag, std::move(message),
+                                    /*exact=*/false);
+}
+
+std::unique_ptr<SendWork> GlooCommunicator::SendExact(int peer, uint64_t tag,
+                                                      std::string message) {
+  sent_ += static_cast<int64_t>(message.size());
+  return std::make_unique<GlooSend>(context_, peer, tag, std::move(message),
+                                    /*exact=*/true);
+}
+
+std::unique_ptr<RecvWork> GlooCommunicator::RecvExact(int peer, uint64_t tag,
+                                                      size_t bytes) {
+  return std::make_unique<GlooRecvExact>(this, peer, tag, bytes);
 }
 
 std::unique_ptr<RecvWork> GlooCommunicator::Recv(int peer, uint64_t tag) {
@@ -193,9 +248,10 @@ absl::Status GlooCommunicator::AllReduce(const std::vector<int>& group,
   const std::string bytes(reinterpret_cast<const char*>(data),
                           n * sizeof(float));
   if (rank_ != root) {
-    absl::Status s = Send(root, tag, bytes)->Wait(deadline);
+    auto sum_work = RecvExact(root, tag, bytes.size());
+    absl::Status s = SendExact(root, tag, bytes)->Wait(deadline);
     if (!s.ok()) return s;
-    auto sum = Recv(root, tag)->Wait(deadline);
+    auto sum = sum_work->Wait(deadline);
     if (!sum.ok()) return sum.status();
     if (sum->size() != bytes.size()) {
       return absl::DataLossError(
@@ -208,7 +264,7 @@ absl::Status GlooCommunicator::AllReduce(const std::vector<int>& group,
   // The root adds the others' contributions in rank order.
   std::vector<float> total(data, data + n);
   for (size_t g = 1; g < group.size(); ++g) {
-    auto part = Recv(group[g], tag)->Wait(deadline);
+    auto part = RecvExact(group[g], tag, bytes.size())->Wait(deadline);
     if (!part.ok()) return part.status();
     if (part->size() != bytes.size()) {
       return absl::DataLossError(
@@ -223,7 +279,7 @@ absl::Status GlooCommunicator::AllReduce(const std::vector<int>& group,
                         n * sizeof(float));
   std::vector<std::unique_ptr<SendWork>> sends;
   for (size_t g = 1; g < group.size(); ++g) {
-    sends.push_back(Send(group[g], tag, sum));
+    sends.push_back(SendExact(group[g], tag, sum));
   }
   for (auto& s : sends) {
     absl::Status status = s->Wait(deadline);

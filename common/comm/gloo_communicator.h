@@ -52,6 +52,10 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<SendWork> Send(int peer, uint64_t tag,
                                  std::string message) override;
   std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) override;
+  std::unique_ptr<SendWork> SendExact(int peer, uint64_t tag,
+                                      std::string message) override;
+  std::unique_ptr<RecvWork> RecvExact(int peer, uint64_t tag,
+                                      size_t bytes) override;
   absl::Status AllReduce(const std::vector<int>& group, uint64_t sequence,
                          float* data, size_t n, absl::Time deadline) override;
   int64_t bytes_sent() const override { return sent_; }
@@ -59,6 +63,7 @@ class GlooCommunicator final : public Communicator {
 
  private:
   friend class GlooRecv;
+  friend class GlooRecvExact;
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size)
       : context_(std::move(context)), rank_(rank), size_(size) {}
 

@@ -229,7 +229,7 @@ absl::Status PipelineStage::PostSend(int peer, uint64_t tag,
         pending_sends_.front()->Wait(absl::Now() + options_.timeout));
     pending_sends_.pop_front();
   }
-  pending_sends_.push_back(comm_->Send(peer, tag, std::move(message)));
+  pending_sends_.push_back(comm_->SendExact(peer, tag, std::move(message)));
   return absl::OkStatus();
 }
 
@@ -295,9 +295,13 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     RETURN_IF_ERROR(device_->CopyFromHost(labels.data(), f.labels));
   } else {
     const int from = PeerRank(stage_ - 1, j);
-    ASSIGN_OR_RETURN(std::string bytes,
-                     comm_->Recv(from, ActivationTag(m, j))
-                         ->Wait(absl::Now() + options_.timeout));
+    ASSIGN_OR_RETURN(
+        std::string bytes,
+        comm_
+            ->RecvExact(from, ActivationTag(m, j),
+                        sizeof(Header) + in_shape.numel() * sizeof(float) +
+                            rows * sizeof(int32_t))
+            ->Wait(absl::Now() + options_.timeout));
     ASSIGN_OR_RETURN(Header h,
                      Check(bytes, kActivation, m, j, in_shape, rows, who));
     ASSIGN_OR_RETURN(x, device_->Allocate(in_shape, DType::kF32));
@@ -387,9 +391,12 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
     const Shape out_shape =
         model_->layer(end - 1).output_shape().WithLeading(rows);
     const int from = PeerRank(stage_ + 1, j);
-    ASSIGN_OR_RETURN(std::string bytes,
-                     comm_->Recv(from, GradientTag(m, j))
-                         ->Wait(absl::Now() + options_.timeout));
+    ASSIGN_OR_RETURN(
+        std::string bytes,
+        comm_
+            ->RecvExact(from, GradientTag(m, j),
+                        sizeof(Header) + out_shape.numel() * sizeof(float))
+            ->Wait(absl::Now() + options_.timeout));
     ASSIGN_OR_RETURN(Header h,
                      Check(bytes, kGradient, m, j, out_shape, 0, who));
     (void)h;
