@@ -27,6 +27,8 @@ struct Header {
   int64_t num_labels = 0;
 };
 
+constexpr size_t kHeaderBytes = sizeof(Header);
+
 const char* KindName(uint32_t kind) {
   return kind == kActivation ? "activation" : "gradient";
 }
@@ -201,7 +203,9 @@ absl::Status PipelineStage::Run() {
   config.num_minibatches = layout_.num_minibatches;
   config.microbatches = layout_.microbatches;
   ASSIGN_OR_RETURN(std::vector<Op> ops, BuildSchedule(config));
-  for (const Op& op : ops) {
+  for (size_t index = 0; index < ops.size(); ++index) {
+    const Op& op = ops[index];
+    PostAhead(ops, index);
     const absl::Time start = absl::Now();
     last_compute_ = absl::ZeroDuration();
     RETURN_IF_ERROR(Execute(op));
@@ -219,6 +223,42 @@ absl::Status PipelineStage::Run() {
     pending_sends_.pop_front();
   }
   return device_->Synchronize();
+}
+
+void PipelineStage::PostAhead(const std::vector<Op>& ops, size_t from) {
+  constexpr size_t kWindow = 8;  // Ops ahead.
+  const size_t until = std::min(ops.size(), from + kWindow);
+  const int rows = MicroRows();
+  for (size_t i = std::max(from, posted_until_); i < until; ++i) {
+    const Op& op = ops[i];
+    if (op.kind == OpKind::kRecvActivation) {
+      const int begin = layout_.layer_begin[stage_];
+      const Shape shape = model_->layer(begin).input_shape().WithLeading(rows);
+      const uint64_t tag = ActivationTag(op.minibatch, op.microbatch);
+      posted_[tag] =
+          comm_->RecvExact(PeerRank(stage_ - 1, op.microbatch), tag,
+                           kHeaderBytes + shape.numel() * sizeof(float) +
+                               rows * sizeof(int32_t));
+    } else if (op.kind == OpKind::kRecvGradient) {
+      const int end = layout_.layer_begin[stage_ + 1];
+      const Shape shape =
+          model_->layer(end - 1).output_shape().WithLeading(rows);
+      const uint64_t tag = GradientTag(op.minibatch, op.microbatch);
+      posted_[tag] =
+          comm_->RecvExact(PeerRank(stage_ + 1, op.microbatch), tag,
+                           kHeaderBytes + shape.numel() * sizeof(float));
+    }
+  }
+  posted_until_ = std::max(posted_until_, until);
+}
+
+std::unique_ptr<RecvWork> PipelineStage::TakeRecv(int peer, uint64_t tag,
+                                                  size_t bytes) {
+  auto it = posted_.find(tag);
+  if (it == posted_.end()) return comm_->RecvExact(peer, tag, bytes);
+  std::unique_ptr<RecvWork> work = std::move(it->second);
+  posted_.erase(it);
+  return work;
 }
 
 absl::Status PipelineStage::PostSend(int peer, uint64_t tag,
@@ -297,10 +337,9 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     const int from = PeerRank(stage_ - 1, j);
     ASSIGN_OR_RETURN(
         std::string bytes,
-        comm_
-            ->RecvExact(from, ActivationTag(m, j),
-                        sizeof(Header) + in_shape.numel() * sizeof(float) +
-                            rows * sizeof(int32_t))
+        TakeRecv(from, ActivationTag(m, j),
+                 sizeof(Header) + in_shape.numel() * sizeof(float) +
+                     rows * sizeof(int32_t))
             ->Wait(absl::Now() + options_.timeout));
     ASSIGN_OR_RETURN(Header h,
                      Check(bytes, kActivation, m, j, in_shape, rows, who));
@@ -393,9 +432,8 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
     const int from = PeerRank(stage_ + 1, j);
     ASSIGN_OR_RETURN(
         std::string bytes,
-        comm_
-            ->RecvExact(from, GradientTag(m, j),
-                        sizeof(Header) + out_shape.numel() * sizeof(float))
+        TakeRecv(from, GradientTag(m, j),
+                 sizeof(Header) + out_shape.numel() * sizeof(float))
             ->Wait(absl::Now() + options_.timeout));
     ASSIGN_OR_RETURN(Header h,
                      Check(bytes, kGradient, m, j, out_shape, 0, who));

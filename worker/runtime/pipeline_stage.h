@@ -145,6 +145,12 @@ class PipelineStage {
   // oldest when too many are pending, and for all at the end.
   std::deque<std::unique_ptr<SendWork>> pending_sends_;
   absl::Status PostSend(int peer, uint64_t tag, std::string message);
+  // Receives posted ahead of the op that needs them (a few ops ahead, in
+  // schedule order), so a transfer lands while the stage computes.
+  std::map<uint64_t, std::unique_ptr<RecvWork>> posted_;
+  std::unique_ptr<RecvWork> TakeRecv(int peer, uint64_t tag, size_t bytes);
+  void PostAhead(const std::vector<Op>& ops, size_t from);
+  size_t posted_until_ = 0;
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
   StageStats stats_;
 };
