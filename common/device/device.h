@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/device/dropout_hash.h"
 #include "common/tensor.h"
 
 namespace aqueduct {
@@ -182,17 +183,6 @@ class Device {
   virtual void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
                         const AdamParams& p) = 0;
 };
-
-// The uniform [0, 1) draw behind Device::Dropout, for reference
-// implementations and tests: a hash of (key, index), identical on every
-// device.
-inline float DropoutUniform(uint64_t key, uint64_t index) {
-  uint64_t z = key + (index + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z = z ^ (z >> 31);
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-}
 
 }  // namespace aqueduct
 

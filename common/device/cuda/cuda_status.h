@@ -1,0 +1,46 @@
+// CUDA, cuBLAS and NCCL errors as absl::Status naming the call, file and
+// line, e.g. "cudaMalloc(&p, 1024) failed at common/device/cuda/x.cc:42:
+// out of memory (cudaErrorMemoryAllocation)". Only built where the CUDA
+// toolkit is present (third_party/cuda). Thread-safe (stateless).
+#ifndef AQUEDUCT_COMMON_DEVICE_CUDA_CUDA_STATUS_H_
+#define AQUEDUCT_COMMON_DEVICE_CUDA_CUDA_STATUS_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "absl/status/status.h"
+
+namespace aqueduct {
+
+absl::Status CudaStatus(cudaError_t error, const char* call, const char* file,
+                        int line);
+absl::Status CublasStatus(cublasStatus_t error, const char* call,
+                          const char* file, int line);
+absl::Status NcclStatus(ncclResult_t error, const char* call, const char* file,
+                        int line);
+
+}  // namespace aqueduct
+
+// Evaluates a CUDA runtime / cuBLAS / NCCL call and returns a Status naming
+// it from the enclosing function when it fails.
+#define AQ_CUDA_RETURN_IF_ERROR(call)                              \
+  do {                                                             \
+    ::absl::Status aq_cuda_status_ =                               \
+        ::aqueduct::CudaStatus((call), #call, __FILE__, __LINE__); \
+    if (!aq_cuda_status_.ok()) return aq_cuda_status_;             \
+  } while (0)
+#define AQ_CUBLAS_RETURN_IF_ERROR(call)                              \
+  do {                                                               \
+    ::absl::Status aq_cuda_status_ =                                 \
+        ::aqueduct::CublasStatus((call), #call, __FILE__, __LINE__); \
+    if (!aq_cuda_status_.ok()) return aq_cuda_status_;               \
+  } while (0)
+#define AQ_NCCL_RETURN_IF_ERROR(call)                              \
+  do {                                                             \
+    ::absl::Status aq_cuda_status_ =                               \
+        ::aqueduct::NcclStatus((call), #call, __FILE__, __LINE__); \
+    if (!aq_cuda_status_.ok()) return aq_cuda_status_;             \
+  } while (0)
+
+#endif  // AQUEDUCT_COMMON_DEVICE_CUDA_CUDA_STATUS_H_
