@@ -103,6 +103,241 @@ __global__ void AdamKernel(float* w, const float* g, float* m, float* v,
   }
 }
 
+__global__ void SumRowsKernel(const float* x, int64_t rows, int64_t cols,
+                              float beta, float* out) {
+  AQ_GRID_STRIDE(c, cols) {
+    float s = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) s += x[r * cols + c];
+    out[c] = beta == 0.0f ? s : beta * out[c] + s;
+  }
+}
+
+__global__ void SwapAxes01Kernel(const float* x, int64_t dim0, int64_t dim1,
+                                 int64_t inner, const float* bias, float* y) {
+  AQ_GRID_STRIDE(i, dim0 * dim1 * inner) {
+    // i indexes y[b, a, p].
+    const int64_t p = i % inner;
+    const int64_t a = (i / inner) % dim0;
+    const int64_t b = i / (inner * dim0);
+    y[i] = x[(a * dim1 + b) * inner + p] + (bias == nullptr ? 0.0f : bias[a]);
+  }
+}
+
+// Sum of `v` over the block (blockDim.x a power of two <= kThreads); every
+// thread gets the result.
+__device__ float BlockSum(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+// One block per channel.
+__global__ void SumChannelsKernel(const float* x, int64_t outer,
+                                  int64_t channels, int64_t inner, float beta,
+                                  float* out) {
+  __shared__ float shared[kThreads];
+  const int64_t c = blockIdx.x;
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < outer * inner; i += blockDim.x) {
+    const int64_t a = i / inner, p = i % inner;
+    s += x[(a * channels + c) * inner + p];
+  }
+  const float total = BlockSum(s, shared);
+  if (threadIdx.x == 0) out[c] = total + (beta == 0.0f ? 0.0f : beta * out[c]);
+}
+
+__global__ void Im2ColKernel(const float* x, int64_t batch, Window w,
+                             float* col) {
+  const int64_t plane = w.out_h * w.out_w;
+  const int64_t row_len = batch * plane;
+  AQ_GRID_STRIDE(i, w.channels * w.kernel * w.kernel * row_len) {
+    const int64_t pos = i % row_len, row = i / row_len;
+    const int64_t kj = row % w.kernel, ki = (row / w.kernel) % w.kernel;
+    const int64_t c = row / (w.kernel * w.kernel);
+    const int64_t b = pos / plane, xo = pos % w.out_w,
+                  yo = (pos % plane) / w.out_w;
+    const int64_t iy = yo * w.stride - w.padding + ki;
+    const int64_t ix = xo * w.stride - w.padding + kj;
+    col[i] = (iy >= 0 && iy < w.height && ix >= 0 && ix < w.width)
+                 ? x[((b * w.channels + c) * w.height + iy) * w.width + ix]
+                 : 0.0f;
+  }
+}
+
+// Gather form of the adjoint: each input pixel sums the columns that read it.
+__global__ void Col2ImKernel(const float* col, int64_t batch, Window w,
+                             float* dx) {
+  const int64_t plane = w.out_h * w.out_w;
+  const int64_t row_len = batch * plane;
+  AQ_GRID_STRIDE(i, batch * w.channels * w.height * w.width) {
+    const int64_t ix = i % w.width, iy = (i / w.width) % w.height;
+    const int64_t c = (i / (w.width * w.height)) % w.channels;
+    const int64_t b = i / (w.width * w.height * w.channels);
+    float s = 0.0f;
+    for (int64_t ki = 0; ki < w.kernel; ++ki) {
+      const int64_t ty = iy + w.padding - ki;
+      if (ty < 0 || ty % w.stride != 0 || ty / w.stride >= w.out_h) continue;
+      for (int64_t kj = 0; kj < w.kernel; ++kj) {
+        const int64_t tx = ix + w.padding - kj;
+        if (tx < 0 || tx % w.stride != 0 || tx / w.stride >= w.out_w) continue;
+        const int64_t row = (c * w.kernel + ki) * w.kernel + kj;
+        s += col[row * row_len + b * plane + (ty / w.stride) * w.out_w +
+                 tx / w.stride];
+      }
+    }
+    dx[i] = s;
+  }
+}
+
+__global__ void MaxPoolKernel(const float* x, int64_t planes, Window w,
+                              float* y, int32_t* argmax) {
+  const int64_t out_plane = w.out_h * w.out_w;
+  AQ_GRID_STRIDE(i, planes * out_plane) {
+    const int64_t p = i / out_plane, xo = i % w.out_w,
+                  yo = (i % out_plane) / w.out_w;
+    const float* img = x + p * w.height * w.width;
+    float best = -INFINITY;
+    int32_t best_index = -1;
+    for (int64_t ki = 0; ki < w.kernel; ++ki) {
+      const int64_t iy = yo * w.stride - w.padding + ki;
+      if (iy < 0 || iy >= w.height) continue;
+      for (int64_t kj = 0; kj < w.kernel; ++kj) {
+        const int64_t ix = xo * w.stride - w.padding + kj;
+        if (ix < 0 || ix >= w.width) continue;
+        const float v = img[iy * w.width + ix];
+        if (v > best || best_index < 0 || isnan(v)) {
+          best = v;
+          best_index = static_cast<int32_t>(iy * w.width + ix);
+        }
+      }
+    }
+    y[i] = best;
+    argmax[i] = best_index;
+  }
+}
+
+__global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax,
+                                      int64_t planes, Window w, float* dx) {
+  const int64_t out_plane = w.out_h * w.out_w;
+  AQ_GRID_STRIDE(i, planes * out_plane) {
+    if (argmax[i] >= 0) {
+      atomicAdd(dx + (i / out_plane) * w.height * w.width + argmax[i], dy[i]);
+    }
+  }
+}
+
+// One block per row.
+__global__ void LayerNormKernel(const float* x, const float* gamma,
+                                const float* beta, int64_t cols, float eps,
+                                float* y, float* mean, float* rstd) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * cols;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
+  const float mu = BlockSum(s, shared) / static_cast<float>(cols);
+  float sq = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    sq += (xr[c] - mu) * (xr[c] - mu);
+  }
+  const float rs =
+      rsqrtf(BlockSum(sq, shared) / static_cast<float>(cols) + eps);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    y[r * cols + c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+  }
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+// dx: one block per row.
+__global__ void LayerNormDxKernel(const float* dy, const float* x,
+                                  const float* gamma, const float* mean,
+                                  const float* rstd, int64_t cols, float* dx) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float mu = mean[r], rs = rstd[r];
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float g = dy[r * cols + c] * gamma[c];
+    sg += g;
+    sgx += g * (x[r * cols + c] - mu) * rs;
+  }
+  const float mean_g = BlockSum(sg, shared) / static_cast<float>(cols);
+  const float mean_gx = BlockSum(sgx, shared) / static_cast<float>(cols);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float xhat = (x[r * cols + c] - mu) * rs;
+    dx[r * cols + c] =
+        rs * (dy[r * cols + c] * gamma[c] - mean_g - xhat * mean_gx);
+  }
+}
+
+// dgamma, dbeta: one thread per column.
+__global__ void LayerNormDparamsKernel(const float* dy, const float* x,
+                                       const float* mean, const float* rstd,
+                                       int64_t rows, int64_t cols,
+                                       float* dgamma, float* dbeta,
+                                       bool accumulate) {
+  AQ_GRID_STRIDE(c, cols) {
+    float g = 0.0f, b = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float d = dy[r * cols + c];
+      g += d * (x[r * cols + c] - mean[r]) * rstd[r];
+      b += d;
+    }
+    dgamma[c] = accumulate ? dgamma[c] + g : g;
+    dbeta[c] = accumulate ? dbeta[c] + b : b;
+  }
+}
+
+// One block per row; logits and dlogits may alias.
+__global__ void SoftmaxCrossEntropyKernel(const float* logits,
+                                          const int32_t* labels,
+                                          int64_t classes, float grad_scale,
+                                          float* losses, float* dlogits) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* l = logits + r * classes;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    m = fmaxf(m, l[c]);
+  }
+  shared[threadIdx.x] = m;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
+    }
+    __syncthreads();
+  }
+  m = shared[0];
+  __syncthreads();
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    s += expf(l[c] - m);
+  }
+  const float sum = BlockSum(s, shared);
+  const int32_t label = labels[r];
+  // Every thread has read what it needs of l before any write below, except
+  // l[label]: read it first, then synchronise.
+  const float l_label = l[label];
+  __syncthreads();
+  if (threadIdx.x == 0) losses[r] = m + logf(sum) - l_label;
+  const float inv_sum = 1.0f / sum;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    const float softmax = expf(l[c] - m) * inv_sum;
+    dlogits[r * classes + c] =
+        (softmax - (c == label ? 1.0f : 0.0f)) * grad_scale;
+  }
+}
+
 }  // namespace
 
 void Fill(float* x, int64_t n, float value, cudaStream_t s) {
@@ -148,6 +383,69 @@ void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
               float eps, float weight_decay, cudaStream_t s) {
   AdamKernel<<<Blocks(n), kThreads, 0, s>>>(
       w, g, m, v, n, step_size, inv_sqrt_bc2, beta1, beta2, eps, weight_decay);
+}
+
+void SumRows(const float* x, int64_t rows, int64_t cols, float beta, float* out,
+             cudaStream_t s) {
+  SumRowsKernel<<<Blocks(cols), kThreads, 0, s>>>(x, rows, cols, beta, out);
+}
+void SwapAxes01(const float* x, int64_t dim0, int64_t dim1, int64_t inner,
+                const float* bias, float* y, cudaStream_t s) {
+  SwapAxes01Kernel<<<Blocks(dim0 * dim1 * inner), kThreads, 0, s>>>(
+      x, dim0, dim1, inner, bias, y);
+}
+void SumChannels(const float* x, int64_t outer, int64_t channels, int64_t inner,
+                 float beta, float* out, cudaStream_t s) {
+  if (channels == 0) return;
+  SumChannelsKernel<<<static_cast<unsigned>(channels), kThreads, 0, s>>>(
+      x, outer, channels, inner, beta, out);
+}
+void Im2Col(const float* x, int64_t batch, const Window& w, float* col,
+            cudaStream_t s) {
+  const int64_t n =
+      w.channels * w.kernel * w.kernel * batch * w.out_h * w.out_w;
+  Im2ColKernel<<<Blocks(n), kThreads, 0, s>>>(x, batch, w, col);
+}
+void Col2Im(const float* col, int64_t batch, const Window& w, float* dx,
+            cudaStream_t s) {
+  const int64_t n = batch * w.channels * w.height * w.width;
+  Col2ImKernel<<<Blocks(n), kThreads, 0, s>>>(col, batch, w, dx);
+}
+void MaxPool(const float* x, int64_t planes, const Window& w, float* y,
+             int32_t* argmax, cudaStream_t s) {
+  MaxPoolKernel<<<Blocks(planes * w.out_h * w.out_w), kThreads, 0, s>>>(
+      x, planes, w, y, argmax);
+}
+void MaxPoolBackward(const float* dy, const int32_t* argmax, int64_t planes,
+                     const Window& w, float* dx, cudaStream_t s) {
+  const int64_t n = planes * w.height * w.width;
+  FillKernel<<<Blocks(n), kThreads, 0, s>>>(dx, n, 0.0f);
+  MaxPoolBackwardKernel<<<Blocks(planes * w.out_h * w.out_w), kThreads, 0, s>>>(
+      dy, argmax, planes, w, dx);
+}
+void LayerNorm(const float* x, const float* gamma, const float* beta,
+               int64_t rows, int64_t cols, float eps, float* y, float* mean,
+               float* rstd, cudaStream_t s) {
+  if (rows == 0) return;
+  LayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+      x, gamma, beta, cols, eps, y, mean, rstd);
+}
+void LayerNormBackward(const float* dy, const float* x, const float* gamma,
+                       const float* mean, const float* rstd, int64_t rows,
+                       int64_t cols, float* dx, float* dgamma, float* dbeta,
+                       bool accumulate, cudaStream_t s) {
+  LayerNormDparamsKernel<<<Blocks(cols), kThreads, 0, s>>>(
+      dy, x, mean, rstd, rows, cols, dgamma, dbeta, accumulate);
+  if (dx == nullptr || rows == 0) return;
+  LayerNormDxKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+      dy, x, gamma, mean, rstd, cols, dx);
+}
+void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                         int64_t rows, int64_t classes, float grad_scale,
+                         float* losses, float* dlogits, cudaStream_t s) {
+  if (rows == 0) return;
+  SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+      logits, labels, classes, grad_scale, losses, dlogits);
 }
 
 }  // namespace cuda

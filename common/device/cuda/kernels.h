@@ -40,6 +40,38 @@ void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
               float step_size, float inv_sqrt_bc2, float beta1, float beta2,
               float eps, float weight_decay, cudaStream_t stream);
 
+// out[c] = sum_r x[r, c] + beta * out[c].
+void SumRows(const float* x, int64_t rows, int64_t cols, float beta, float* out,
+             cudaStream_t stream);
+// y[b, a, p] = x[a, b, p] (+ bias[a] when bias is not null).
+void SwapAxes01(const float* x, int64_t dim0, int64_t dim1, int64_t inner,
+                const float* bias, float* y, cudaStream_t stream);
+// out[c] = sum over (a, p) of x[a, c, p] + beta * out[c].
+void SumChannels(const float* x, int64_t outer, int64_t channels, int64_t inner,
+                 float beta, float* out, cudaStream_t stream);
+// Window geometry as in Window2d (plain ints so this header needs no absl).
+struct Window {
+  int64_t channels, height, width, kernel, stride, padding, out_h, out_w;
+};
+void Im2Col(const float* x, int64_t batch, const Window& w, float* col,
+            cudaStream_t stream);
+void Col2Im(const float* col, int64_t batch, const Window& w, float* dx,
+            cudaStream_t stream);
+void MaxPool(const float* x, int64_t planes, const Window& w, float* y,
+             int32_t* argmax, cudaStream_t stream);
+void MaxPoolBackward(const float* dy, const int32_t* argmax, int64_t planes,
+                     const Window& w, float* dx, cudaStream_t stream);
+void LayerNorm(const float* x, const float* gamma, const float* beta,
+               int64_t rows, int64_t cols, float eps, float* y, float* mean,
+               float* rstd, cudaStream_t stream);
+void LayerNormBackward(const float* dy, const float* x, const float* gamma,
+                       const float* mean, const float* rstd, int64_t rows,
+                       int64_t cols, float* dx, float* dgamma, float* dbeta,
+                       bool accumulate, cudaStream_t stream);
+void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                         int64_t rows, int64_t classes, float grad_scale,
+                         float* losses, float* dlogits, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace aqueduct
 
