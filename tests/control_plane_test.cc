@@ -102,7 +102,8 @@ class ControlPlaneTest : public ::testing::Test {
     w->runtime = std::make_unique<StageRuntime>(runtime_options);
     Worker* raw = w.get();
     w->service = std::make_unique<GrpcWorkerService>(
-        w->runtime.get(), 1, [raw] { return raw->agent->info(); });
+        w->runtime.get(), DeviceSpec{}, 1,
+        [raw] { return raw->agent->info(); });
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &w->port);

@@ -34,6 +34,17 @@ aq() { "$AQ" "$@" --coordinator "$addr"; }
 [ "$rc" -eq 3 ] || fail "unreachable: exit $rc"
 grep -q "cannot reach the coordinator at 127.0.0.1:1" "$tmp/err" || fail "unreachable message: $(cat "$tmp/err")"
 
+# A device this machine or build cannot provide: the worker refuses to
+# start (exit 2) and says why, before registering.
+"$WORKER" --coordinator "$addr" --device tpu:0 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "bad --device: exit $rc"
+grep -q 'bad device "tpu:0": expected "cpu" or "cuda:N"' "$tmp/err" || fail "bad device message: $(cat "$tmp/err")"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  "$WORKER" --coordinator "$addr" --device cuda:0 >/dev/null 2>"$tmp/err"; rc=$?
+  [ "$rc" -eq 2 ] || fail "cuda:0 without a GPU: exit $rc"
+  grep -Eq "no usable CUDA device|built without CUDA" "$tmp/err" || fail "cuda:0 message: $(cat "$tmp/err")"
+fi
+
 for w in w1 w2; do
   "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
     --threads 1 --measure_gemm=false --peer_timeout_ms 3000 \

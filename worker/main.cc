@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
-#include "common/device/cpu_device.h"
+#include "common/device/factory.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -34,7 +34,8 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "at");
 ABSL_FLAG(std::string, worker_id, "",
           "stable worker name (default: <hostname>:<port>)");
-ABSL_FLAG(std::string, device, "cpu", "device: cpu (cuda:N needs a GPU build)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda:N in a binary built with the CUDA toolkit");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
 ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
@@ -58,11 +59,10 @@ int Main() {
     std::fprintf(stderr, "worker: bad --log_level or --log_format\n");
     return 2;
   }
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    AQ_LOG_ERROR(
-        "--device={} is not available in this build (only cpu; cuda:N needs "
-        "the GPU build)",
-        absl::GetFlag(FLAGS_device));
+  absl::StatusOr<DeviceSpec> device_spec =
+      ParseDeviceSpec(absl::GetFlag(FLAGS_device));
+  if (!device_spec.ok()) {
+    AQ_LOG_ERROR("--device: {}", std::string(device_spec.status().message()));
     return 2;
   }
   int threads = absl::GetFlag(FLAGS_threads);
@@ -73,6 +73,7 @@ int Main() {
   BlockTerminationSignals();
 
   StageRuntimeOptions runtime_options;
+  runtime_options.device = *device_spec;
   runtime_options.threads = threads;
   runtime_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   runtime_options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
@@ -80,7 +81,7 @@ int Main() {
       absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
   StageRuntime runtime(runtime_options);
   std::unique_ptr<WorkerAgent> agent;
-  GrpcWorkerService service(&runtime, threads, [&agent] {
+  GrpcWorkerService service(&runtime, *device_spec, threads, [&agent] {
     return agent != nullptr ? agent->info() : WorkerInfo();
   });
   grpc::EnableDefaultHealthCheckService(true);
@@ -101,7 +102,16 @@ int Main() {
                               absl::StrCat(port, "\n"));
   }
 
-  CpuDevice device(CpuDeviceOptions{threads});
+  // Created once at start so that a missing GPU or a CPU-only build fails
+  // the daemon at once, naming why, rather than every job later.
+  absl::StatusOr<std::unique_ptr<Device>> made =
+      CreateDevice(*device_spec, threads);
+  if (!made.ok()) {
+    AQ_LOG_ERROR("--device={}: {}", absl::GetFlag(FLAGS_device),
+                 std::string(made.status().message()));
+    return 2;
+  }
+  Device& device = **made;
   AgentOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   char hostname[256] = "localhost";
@@ -115,7 +125,8 @@ int Main() {
   info.set_host(hostname);
   info.set_address(
       absl::StrCat(absl::GetFlag(FLAGS_advertise_host), ":", port));
-  info.mutable_device()->set_kind("cpu");
+  info.mutable_device()->set_kind(device.kind() == DeviceKind::kCuda ? "cuda"
+                                                                     : "cpu");
   info.mutable_device()->set_name(device.name());
   info.mutable_device()->set_memory_bytes(
       static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));

@@ -1,6 +1,6 @@
 #include "worker/service.h"
 
-#include "common/device/cpu_device.h"
+#include "common/device/factory.h"
 #include "common/grpc_status.h"
 #include "worker/profiler.h"
 
@@ -35,8 +35,9 @@ grpc::Status GrpcWorkerService::Profile(grpc::ServerContext*,
     options.measured_iterations = request->measured_iterations();
   }
   // Its own device: profiling does not touch the running job's state.
-  CpuDevice device(CpuDeviceOptions{threads_});
-  auto profile = ProfileModel(request->spec(), &device, options);
+  auto device = CreateDevice(device_, threads_);
+  if (!device.ok()) return ToGrpcStatus(device.status());
+  auto profile = ProfileModel(request->spec(), device->get(), options);
   if (!profile.ok()) return ToGrpcStatus(profile.status());
   *response = *std::move(profile);
   return grpc::Status::OK;

@@ -9,6 +9,7 @@
 
 #include <functional>
 
+#include "common/device/factory.h"
 #include "proto/service.grpc.pb.h"
 #include "worker/runtime/stage_runtime.h"
 
@@ -16,10 +17,14 @@ namespace aqueduct {
 
 class GrpcWorkerService final : public v1::Worker::Service {
  public:
-  // `info` returns the worker's current identity (for GetStatus).
-  GrpcWorkerService(StageRuntime* runtime, int threads,
+  // `info` returns the worker's current identity (for GetStatus); Profile
+  // measures on a fresh `device` (CPU: `threads` BLAS threads).
+  GrpcWorkerService(StageRuntime* runtime, DeviceSpec device, int threads,
                     std::function<WorkerInfo()> info)
-      : runtime_(runtime), threads_(threads), info_(std::move(info)) {}
+      : runtime_(runtime),
+        device_(device),
+        threads_(threads),
+        info_(std::move(info)) {}
 
   grpc::Status AssignStage(grpc::ServerContext* ctx,
                            const StageAssignment* request,
@@ -39,6 +44,7 @@ class GrpcWorkerService final : public v1::Worker::Service {
 
  private:
   StageRuntime* runtime_;
+  DeviceSpec device_;
   int threads_;
   std::function<WorkerInfo()> info_;
 };

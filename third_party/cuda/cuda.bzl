@@ -59,3 +59,7 @@ def cuda_cc_test(name, **kwargs):
     skip (GTEST_SKIP) when the machine has no GPU."""
     if CUDA_ENABLED:
         native.cc_test(name = name, **kwargs)
+
+def if_cuda(if_true, if_false = []):
+    """`if_true` where the CUDA toolkit was found, else `if_false`."""
+    return if_true if CUDA_ENABLED else if_false

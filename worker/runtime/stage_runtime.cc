@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/comm/gloo_communicator.h"
-#include "common/device/cpu_device.h"
+#include "common/device/factory.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/nn/spec.h"
@@ -146,7 +146,17 @@ void StageRuntime::Run(StageAssignment a) {
     RunPipeline(a);
     return;
   }
-  CpuDevice device(CpuDeviceOptions{options_.threads});
+  absl::StatusOr<std::unique_ptr<Device>> made =
+      CreateDevice(options_.device, options_.threads);
+  if (!made.ok()) {
+    absl::MutexLock lock(&mu_);
+    phase_ = "failed";
+    pending_.set_error(std::string(made.status().message()));
+    dirty_ = true;
+    AQ_LOG_WARN("job {} failed: {}", a.job_id(), made.status().ToString());
+    return;
+  }
+  Device& device = **made;
   LocalTrainOptions options;
   options.stop = &stop_;
   const absl::Time run_start = absl::Now();
@@ -215,10 +225,16 @@ int64_t PeakRssBytes() {
   return 0;
 }
 
-std::string Flatten(const ParameterSet& params) {
-  std::string out;
+// The parameters' bytes on the host, tensor after tensor.
+absl::StatusOr<std::string> Flatten(Device& device,
+                                    const ParameterSet& params) {
+  size_t total = 0;
+  for (const Tensor& t : params.tensors) total += t.nbytes();
+  std::string out(total, '\0');
+  size_t offset = 0;
   for (const Tensor& t : params.tensors) {
-    out.append(reinterpret_cast<const char*>(t.raw()), t.nbytes());
+    RETURN_IF_ERROR(device.CopyToHost(t, out.data() + offset));
+    offset += t.nbytes();
   }
   return out;
 }
@@ -295,7 +311,9 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         LayoutFromPlan(a.plan(), model.num_layers(), policy, total, micro));
     const int S = layout.num_stages();
     const bool first = a.stage() == 0, last = a.stage() == S - 1;
-    CpuDevice device(CpuDeviceOptions{options_.threads});
+    ASSIGN_OR_RETURN(std::unique_ptr<Device> owned_device,
+                     CreateDevice(options_.device, options_.threads));
+    Device& device = *owned_device;
     CoordinatorStore store(options_.coordinator_address);
     ASSIGN_OR_RETURN(
         std::unique_ptr<GlooCommunicator> comm,
@@ -394,9 +412,10 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         (d.has_synthetic() && d.synthetic().test_samples() > 0);
     const int evaluator = layout.ranks[S - 1][0];
     if (has_test && a.replica() == 0 && !last) {
-      RETURN_IF_ERROR(comm->Send(evaluator, kWeightsTag + a.stage(),
-                                 Flatten(stage.params()))
-                          ->Wait(absl::Now() + options_.peer_timeout));
+      ASSIGN_OR_RETURN(std::string flat, Flatten(device, stage.params()));
+      RETURN_IF_ERROR(
+          comm->Send(evaluator, kWeightsTag + a.stage(), std::move(flat))
+              ->Wait(absl::Now() + options_.peer_timeout));
     }
     if (has_test && a.replica() == 0 && last) {
       if (!data->test.has_value()) {
@@ -408,7 +427,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
       for (int s = 0; s < S; ++s) {
         std::string bytes;
         if (s == S - 1) {
-          bytes = Flatten(stage.params());
+          ASSIGN_OR_RETURN(bytes, Flatten(device, stage.params()));
         } else {
           ASSIGN_OR_RETURN(bytes,
                            comm->Recv(layout.ranks[s][0], kWeightsTag + s)

@@ -24,13 +24,16 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/device/factory.h"
 #include "proto/service_types.h"
 #include "worker/runtime/pipeline_stage.h"
 
 namespace aqueduct {
 
 struct StageRuntimeOptions {
-  // CPU threads for the device.
+  // The device stages run on ("cpu" or "cuda:N", see common/device/factory.h)
+  // and the CPU device's BLAS threads.
+  DeviceSpec device;
   int threads = 1;
   // For pipelines: the coordinator (rendezvous store) and the address
   // peers reach this worker at.

@@ -1,0 +1,56 @@
+#include "common/device/factory.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/device/cpu_device.h"
+#include "common/status.h"
+
+#ifdef AQ_HAVE_CUDA
+#include "common/device/cuda/cuda_device.h"
+#endif
+
+namespace aqueduct {
+
+absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text) {
+  DeviceSpec spec;
+  if (text == "cpu") return spec;
+  int ordinal = -1;
+  if (absl::ConsumePrefix(&text, "cuda:") && absl::SimpleAtoi(text, &ordinal) &&
+      ordinal >= 0) {
+    spec.kind = DeviceKind::kCuda;
+    spec.ordinal = ordinal;
+    return spec;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad device \"", text, "\": expected \"cpu\" or \"cuda:N\" (N >= 0)"));
+}
+
+bool BuiltWithCuda() {
+#ifdef AQ_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec,
+                                                     int cpu_threads) {
+  if (spec.kind == DeviceKind::kCpu) {
+    return std::make_unique<CpuDevice>(CpuDeviceOptions{cpu_threads});
+  }
+#ifdef AQ_HAVE_CUDA
+  CudaDeviceOptions options;
+  options.ordinal = spec.ordinal;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
+                   CudaDevice::Create(options));
+  return std::unique_ptr<Device>(std::move(device));
+#else
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cuda:", spec.ordinal,
+      " requested but this binary was built without CUDA (no toolkit was "
+      "found at build time; set CUDA_PATH and rebuild, see docs/gpu.md)"));
+#endif
+}
+
+}  // namespace aqueduct
