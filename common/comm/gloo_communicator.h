@@ -19,23 +19,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/comm/communicator.h"
+#include "common/comm/rendezvous_store.h"
 
 namespace gloo {
 class Context;
 }
 
 namespace aqueduct {
-
-// Where ranks publish and look up their addresses.
-class RendezvousStore {
- public:
-  virtual ~RendezvousStore() = default;
-  virtual absl::Status Set(const std::string& key,
-                           const std::string& value) = 0;
-  // Waits up to `wait` for the key.
-  virtual absl::StatusOr<std::string> Get(const std::string& key,
-                                          absl::Duration wait) = 0;
-};
 
 class GlooCommunicator final : public Communicator {
  public:

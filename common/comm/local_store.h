@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/comm/gloo_communicator.h"
+#include "common/comm/rendezvous_store.h"
 
 namespace aqueduct {
 
