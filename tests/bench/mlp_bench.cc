@@ -1,11 +1,14 @@
-// Training-step throughput of an MLP on the CPU device: forward, softmax
-// cross-entropy, backward and an SGD-momentum step on a fixed random batch,
-// the loss read back every step (as a training loop does). Prints one JSON
-// line. The PyTorch counterpart is tests/bench/torch_mlp.py; run both side
-// by side with tests/bench/mlp_vs_torch.sh.
+// Training-step throughput of an MLP on a device (the CPU, or cuda:N in a
+// CUDA build): forward, softmax cross-entropy, backward and an SGD-momentum
+// step on a fixed random batch, the loss read back every step (as a training
+// loop does). Prints one JSON line with samples/s and the GEMM GFLOP/s the
+// step achieves; with --gemm_peak N also the device's GEMM GFLOP/s on N x N
+// x N (the peak to compare with). The PyTorch counterpart is
+// tests/bench/torch_mlp.py; run both side by side with
+// tests/bench/mlp_vs_torch.sh. GPU use is in docs/gpu.md.
 //
-//   mlp_bench [--hidden 1024,1024,1024] [--batch 128] [--threads 2]
-//             [--warmup 20] [--steps 200]
+//   mlp_bench [--device cpu|cuda:N] [--hidden 1024,1024,1024] [--batch 128]
+//             [--threads 2] [--warmup 20] [--steps 200] [--gemm_peak 0]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,7 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/device/cpu_device.h"
+#include "common/device/factory.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
@@ -27,6 +30,8 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> hidden = {1024, 1024, 1024};
   int64_t batch = 128, warmup = 20, steps = 200, in = 784, classes = 10;
   int threads = 2;
+  int64_t gemm_peak = 0;
+  std::string device_text = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
@@ -43,6 +48,10 @@ int Main(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &threads) && threads > 0;
     } else if (flag == "--warmup") {
       ok = absl::SimpleAtoi(value, &warmup) && warmup >= 0;
+    } else if (flag == "--device") {
+      device_text = value;
+    } else if (flag == "--gemm_peak") {
+      ok = absl::SimpleAtoi(value, &gemm_peak) && gemm_peak >= 0;
     } else if (flag == "--steps") {
       ok = absl::SimpleAtoi(value, &steps) && steps > 0;
     } else {
@@ -68,7 +77,28 @@ int Main(int argc, char** argv) {
   last->set_in_features(prev);
   last->set_out_features(classes);
 
-  CpuDevice device(CpuDeviceOptions{threads});
+  auto device_spec = ParseDeviceSpec(device_text);
+  if (!device_spec.ok()) {
+    std::fprintf(stderr, "mlp_bench: %s\n",
+                 device_spec.status().ToString().c_str());
+    return 2;
+  }
+  auto made = CreateDevice(*device_spec, threads);
+  if (!made.ok()) {
+    std::fprintf(stderr, "mlp_bench: %s\n", made.status().ToString().c_str());
+    return 2;
+  }
+  Device& device = **made;
+  // GEMM flops of one training step: forward, and backward's two GEMMs.
+  double step_flops = 0;
+  {
+    int64_t a = in;
+    for (int64_t h : hidden) {
+      step_flops += 6.0 * batch * a * h;
+      a = h;
+    }
+    step_flops += 6.0 * batch * a * classes;
+  }
   auto model = Model::Build(spec, Shape({in}), 1);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -117,12 +147,37 @@ int Main(int argc, char** argv) {
   }
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
+  double peak_gflops = 0;
+  if (gemm_peak > 0) {
+    const int64_t n = gemm_peak;
+    Tensor a = *device.Zeros(Shape({n, n}), DType::kF32);
+    Tensor b = *device.Zeros(Shape({n, n}), DType::kF32);
+    Tensor c = *device.Zeros(Shape({n, n}), DType::kF32);
+    auto gemm = [&] {
+      device.Gemm(false, false, n, n, n, 1.0f,
+                  static_cast<const float*>(a.raw()), n,
+                  static_cast<const float*>(b.raw()), n, 0.0f,
+                  static_cast<float*>(c.raw()), n);
+    };
+    gemm();
+    if (!device.Synchronize().ok()) return 1;
+    const int reps = 5;
+    const auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) gemm();
+    if (!device.Synchronize().ok()) return 1;
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    peak_gflops = reps * 2.0 * n * n * n / dt / 1e9;
+  }
+  const double step_gflops = steps * step_flops / seconds / 1e9;
   std::printf(
-      "{\"impl\":\"aqueduct\",\"batch\":%lld,\"threads\":%d,\"steps\":%lld,"
-      "\"samples_per_second\":%.1f,\"ms_per_step\":%.3f,\"final_loss\":%.4f}"
-      "\n",
-      static_cast<long long>(batch), threads, static_cast<long long>(steps),
-      steps * batch / seconds, 1000 * seconds / steps, last_loss);
+      "{\"impl\":\"aqueduct\",\"device\":\"%s\",\"batch\":%lld,"
+      "\"threads\":%d,\"steps\":%lld,\"samples_per_second\":%.1f,"
+      "\"ms_per_step\":%.3f,\"final_loss\":%.4f,\"step_gemm_gflops\":%.1f,"
+      "\"gemm_peak_gflops\":%.1f,\"fraction_of_peak\":%.3f}\n",
+      device.name().c_str(), static_cast<long long>(batch), threads,
+      static_cast<long long>(steps), steps * batch / seconds,
+      1000 * seconds / steps, last_loss, step_gflops, peak_gflops,
+      peak_gflops > 0 ? step_gflops / peak_gflops : 0.0);
   return 0;
 }
 

@@ -63,3 +63,8 @@ def cuda_cc_test(name, **kwargs):
 def if_cuda(if_true, if_false = []):
     """`if_true` where the CUDA toolkit was found, else `if_false`."""
     return if_true if CUDA_ENABLED else if_false
+
+def cuda_cc_binary(name, **kwargs):
+    """A cc_binary that exists only where the CUDA toolkit was found."""
+    if CUDA_ENABLED:
+        native.cc_binary(name = name, **kwargs)
