@@ -8,6 +8,7 @@
 
 #include "common/comm/in_memory.h"
 #include "common/device/cpu_device.h"
+#include "common/device/factory.h"
 #include "gtest/gtest.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/spec.h"
@@ -83,6 +84,14 @@ std::vector<float> Host(const Tensor& t) {
   return v;
 }
 
+// `t`'s values on the host, from any device.
+std::vector<float> HostOf(Device& device, const Tensor& t) {
+  std::vector<float> v(t.numel());
+  EXPECT_TRUE(device.Synchronize().ok());
+  EXPECT_TRUE(device.CopyToHost(t, v.data()).ok());
+  return v;
+}
+
 PipelineLayout Layout(Policy policy, std::vector<int> begin,
                       std::vector<int> replicas, int64_t n, int micro,
                       int num_layers) {
@@ -107,7 +116,10 @@ PipelineLayout Layout(Policy policy, std::vector<int> begin,
   return l;
 }
 
-Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout) {
+// Every stage on a fresh device made from `device_spec` (several stages may
+// share one GPU).
+Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
+                   DeviceSpec device_spec = DeviceSpec{}) {
   auto job = ValidateJobSpec(spec);
   EXPECT_TRUE(job.ok()) << job.status();
   auto data = LoadData(spec.data());
@@ -126,7 +138,13 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout) {
     for (size_t r = 0; r < layout.ranks[s].size(); ++r) {
       const int rank = layout.ranks[s][r];
       threads.emplace_back([&, s, r, rank] {
-        CpuDevice device(CpuDeviceOptions{1});
+        auto made = CreateDevice(device_spec, 1);
+        if (!made.ok()) {
+          statuses[rank] = made.status();
+          hub->KillRank(rank);
+          return;
+        }
+        Device& device = **made;
         InMemoryCommunicator comm(hub, rank);
         auto params = InitParameters(*job->model, layout.layer_begin[s],
                                      layout.layer_begin[s + 1], &device);
@@ -145,7 +163,7 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout) {
         if (r == 0) {
           result.stats[s] = stage.stats();
           for (const Tensor& t : stage.params().tensors) {
-            stage_weights[s].push_back(Host(t));
+            stage_weights[s].push_back(HostOf(device, t));
           }
         }
       });
@@ -302,6 +320,33 @@ TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
         }
       }
     }
+  }
+}
+
+// A 2-stage 1F1B pipeline with both stages on cuda:0 (two workers sharing
+// one GPU) against `aq train-local` on the CPU: per-step losses within 1e-4
+// relative. Skips where cuda:0 cannot be opened (CPU-only build, no GPU).
+TEST(PipelineTest, TwoStagesOnGpuMatchTrainLocalOnCpu) {
+  DeviceSpec gpu;
+  gpu.kind = DeviceKind::kCuda;
+  gpu.ordinal = 0;
+  auto probe = CreateDevice(gpu, 1);
+  if (!probe.ok()) {
+    GTEST_SKIP() << "cuda:0 unavailable (" << probe.status().message()
+                 << "); GPU pipeline not run";
+  }
+  probe->reset();
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  const PipelineLayout layout =
+      Layout(Policy::kOneFOneBFlush, {0, 5}, {1, 1}, spec.max_steps(), 4,
+             spec.model().layers_size());
+  const Result got = RunPipeline(spec, layout, gpu);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  const std::vector<double> local = LocalLosses(spec);
+  ASSERT_EQ(got.losses.size(), local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], local[i], 1e-4 * std::fabs(local[i]))
+        << "step " << i;
   }
 }
 
