@@ -58,7 +58,8 @@ def cuda_cc_test(name, **kwargs):
     """A cc_test that exists only where the CUDA toolkit was found. Its tests
     skip (GTEST_SKIP) when the machine has no GPU."""
     if CUDA_ENABLED:
-        native.cc_test(name = name, **kwargs)
+        tags = kwargs.pop("tags", [])
+        native.cc_test(name = name, tags = tags + ["gpu"], **kwargs)
 
 def if_cuda(if_true, if_false = []):
     """`if_true` where the CUDA toolkit was found, else `if_false`."""
