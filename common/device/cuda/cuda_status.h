@@ -24,23 +24,18 @@ absl::Status NcclStatus(ncclResult_t error, const char* call, const char* file,
 
 // Evaluates a CUDA runtime / cuBLAS / NCCL call and returns a Status naming
 // it from the enclosing function when it fails.
-#define AQ_CUDA_RETURN_IF_ERROR(call)                              \
-  do {                                                             \
-    ::absl::Status aq_cuda_status_ =                               \
-        ::aqueduct::CudaStatus((call), #call, __FILE__, __LINE__); \
-    if (!aq_cuda_status_.ok()) return aq_cuda_status_;             \
-  } while (0)
-#define AQ_CUBLAS_RETURN_IF_ERROR(call)                              \
-  do {                                                               \
-    ::absl::Status aq_cuda_status_ =                                 \
-        ::aqueduct::CublasStatus((call), #call, __FILE__, __LINE__); \
-    if (!aq_cuda_status_.ok()) return aq_cuda_status_;               \
-  } while (0)
-#define AQ_NCCL_RETURN_IF_ERROR(call)                              \
-  do {                                                             \
-    ::absl::Status aq_cuda_status_ =                               \
-        ::aqueduct::NcclStatus((call), #call, __FILE__, __LINE__); \
-    if (!aq_cuda_status_.ok()) return aq_cuda_status_;             \
+#define AQ_CUDA_RETURN_IF_ERROR(call) \
+  AQ_GPU_RETURN_IF_ERROR_(::aqueduct::CudaStatus, call)
+#define AQ_CUBLAS_RETURN_IF_ERROR(call) \
+  AQ_GPU_RETURN_IF_ERROR_(::aqueduct::CublasStatus, call)
+#define AQ_NCCL_RETURN_IF_ERROR(call) \
+  AQ_GPU_RETURN_IF_ERROR_(::aqueduct::NcclStatus, call)
+
+#define AQ_GPU_RETURN_IF_ERROR_(to_status, call)      \
+  do {                                                \
+    ::absl::Status aq_gpu_status_ =                   \
+        to_status((call), #call, __FILE__, __LINE__); \
+    if (!aq_gpu_status_.ok()) return aq_gpu_status_;  \
   } while (0)
 
 #endif  // AQUEDUCT_COMMON_DEVICE_CUDA_CUDA_STATUS_H_
