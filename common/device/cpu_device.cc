@@ -14,23 +14,24 @@ namespace aqueduct {
 
 namespace {
 
+// Size classes (CachingAllocator::RoundSize) are multiples of 512 bytes, so
+// every block is a valid aligned_alloc size.
 constexpr size_t kAlignment = 64;
-
-size_t RoundUp(size_t bytes) {
-  return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment *
-         kAlignment;
-}
 
 }  // namespace
 
-CpuDevice::CpuDevice(const CpuDeviceOptions& options) : options_(options) {
+CpuDevice::CpuDevice(const CpuDeviceOptions& options)
+    : options_(options),
+      alloc_(
+          "cpu",
+          [](size_t bytes) -> absl::StatusOr<void*> {
+            return std::aligned_alloc(kAlignment, bytes);
+          },
+          [](void* data, size_t) { std::free(data); }, options.cache_bytes) {
   if (options_.threads > 0) openblas_set_num_threads(options_.threads);
 }
 
-CpuDevice::~CpuDevice() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [bytes, data] : free_) std::free(data);
-}
+CpuDevice::~CpuDevice() = default;
 
 std::string CpuDevice::name() const {
   return absl::StrCat("cpu (OpenBLAS ", openblas_get_num_threads(),
@@ -38,35 +39,10 @@ std::string CpuDevice::name() const {
 }
 
 absl::StatusOr<void*> CpuDevice::AllocateRaw(size_t bytes) {
-  const size_t rounded = RoundUp(bytes);
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = free_.find(rounded);
-    if (it != free_.end()) {
-      void* data = it->second;
-      free_.erase(it);
-      free_bytes_ -= rounded;
-      return data;
-    }
-  }
-  void* data = std::aligned_alloc(kAlignment, rounded);
-  if (data == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
-  }
-  return data;
+  return alloc_.Allocate(bytes);
 }
 
-void CpuDevice::FreeRaw(void* data, size_t bytes) {
-  const size_t rounded = RoundUp(bytes);
-  absl::MutexLock lock(&mu_);
-  if (free_bytes_ + rounded > options_.cache_bytes) {
-    std::free(data);
-    return;
-  }
-  free_.emplace(rounded, data);
-  free_bytes_ += rounded;
-}
+void CpuDevice::FreeRaw(void* data, size_t bytes) { alloc_.Free(data, bytes); }
 
 absl::Status CpuDevice::CopyFromHost(const void* src, const Tensor& dst) {
   std::memcpy(dst.raw(), src, dst.nbytes());
@@ -406,10 +382,9 @@ void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
 
 void CpuDevice::AdamStep(float* w, const float* g, float* m, float* v,
                          int64_t n, const AdamParams& p) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
-  const float step_size = static_cast<float>(p.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const AdamScales scales = AdamStepScales(p);
+  const float step_size = scales.step_size;
+  const float inv_sqrt_bc2 = scales.inv_sqrt_bc2;
   const float b1 = p.beta1, b2 = p.beta2, wd = p.weight_decay, eps = p.eps;
   for (int64_t i = 0; i < n; ++i) {
     const float grad = g[i] + wd * w[i];

@@ -1,7 +1,7 @@
 // CpuDevice: the Device on the host. GEMM through OpenBLAS (its thread count
 // set from CpuDeviceOptions), every other kernel a plain loop written so the
-// compiler vectorises it. Memory comes from a small caching allocator (64-byte
-// aligned blocks kept per size), so steady-state training allocates nothing.
+// compiler vectorises it. Memory comes from a CachingAllocator over 64-byte
+// aligned blocks, so steady-state training allocates nothing.
 //
 // Thread-safety: kernels run synchronously on the calling thread (plus
 // OpenBLAS's pool); one owner thread at a time. AllocateRaw/FreeRaw are
@@ -10,11 +10,8 @@
 #define AQUEDUCT_COMMON_DEVICE_CPU_DEVICE_H_
 
 #include <cstddef>
-#include <map>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/device/caching_allocator.h"
 #include "common/device/device.h"
 
 namespace aqueduct {
@@ -89,10 +86,7 @@ class CpuDevice final : public Device {
 
  private:
   const CpuDeviceOptions options_;
-  absl::Mutex mu_;
-  // Free blocks by exact size.
-  std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);
-  size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  CachingAllocator alloc_;
 };
 
 }  // namespace aqueduct

@@ -13,6 +13,7 @@
 #ifndef AQUEDUCT_COMMON_DEVICE_DEVICE_H_
 #define AQUEDUCT_COMMON_DEVICE_DEVICE_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -63,6 +64,20 @@ struct AdamParams {
   // 1-based step count, for the bias corrections.
   int64_t step = 1;
 };
+
+// Adam's per-step scalars: step_size = lr / (1 - beta1^t) and
+// inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t), computed in double on the host so
+// that every device applies identical values.
+struct AdamScales {
+  float step_size;
+  float inv_sqrt_bc2;
+};
+inline AdamScales AdamStepScales(const AdamParams& p) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
+  return {static_cast<float>(p.lr / bc1),
+          static_cast<float>(1.0 / std::sqrt(bc2))};
+}
 
 class Device {
  public:

@@ -78,12 +78,6 @@ struct Result {
   absl::Status status;
 };
 
-std::vector<float> Host(const Tensor& t) {
-  std::vector<float> v(t.numel());
-  std::memcpy(v.data(), t.f32(), t.nbytes());
-  return v;
-}
-
 // `t`'s values on the host, from any device.
 std::vector<float> HostOf(Device& device, const Tensor& t) {
   std::vector<float> v(t.numel());
@@ -251,7 +245,7 @@ Result Reference(const JobSpec& spec, const PipelineLayout& layout) {
   }
   for (int s = 0; s < S; ++s) {
     for (const Tensor& t : versions[s].back().tensors) {
-      result.weights.push_back(Host(t));
+      result.weights.push_back(HostOf(device, t));
     }
   }
   return result;

@@ -115,25 +115,36 @@ absl::Status NcclCommunicator::CheckUsable() const {
   return absl::OkStatus();
 }
 
+absl::Status NcclCommunicator::PollAsync(const char* what, bool* busy) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+  if (r != ncclSuccess) {
+    return Abort(NcclStatus(r, "ncclCommGetAsyncError", __FILE__, __LINE__));
+  }
+  if (state != ncclSuccess && state != ncclInProgress) {
+    return Abort(Annotate(NcclStatus(state, what, __FILE__, __LINE__),
+                          "a peer failed or vanished"));
+  }
+  *busy = state == ncclInProgress;
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::CheckDeadline(absl::Time deadline,
+                                             const char* what) {
+  if (absl::Now() < deadline) return absl::OkStatus();
+  return Abort(absl::DeadlineExceededError(
+      absl::StrCat(what, " on NCCL rank ", rank_, "/", size_,
+                   " did not complete by its deadline (a peer is hung or "
+                   "gone)")));
+}
+
 absl::Status NcclCommunicator::AwaitComm(absl::Time deadline,
                                          const char* what) {
   while (true) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-    if (r != ncclSuccess) {
-      return Abort(NcclStatus(r, "ncclCommGetAsyncError", __FILE__, __LINE__));
-    }
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) {
-      return Abort(Annotate(NcclStatus(state, what, __FILE__, __LINE__),
-                            "a peer failed or vanished"));
-    }
-    if (absl::Now() >= deadline) {
-      return Abort(absl::DeadlineExceededError(
-          absl::StrCat(what, " on NCCL rank ", rank_, "/", size_,
-                       " did not complete by its deadline (a peer is hung "
-                       "or gone)")));
-    }
+    bool busy = false;
+    RETURN_IF_ERROR(PollAsync(what, &busy));
+    if (!busy) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckDeadline(deadline, what));
     usleep(100);
   }
 }
@@ -211,26 +222,16 @@ absl::Status NcclCommunicator::RecordDone(cudaEvent_t event) {
 
 absl::Status NcclCommunicator::Wait(absl::Time deadline) {
   RETURN_IF_ERROR(CheckUsable());
+  constexpr const char* kWhat = "communication stream";
   while (true) {
     const cudaError_t q = cudaStreamQuery(stream_);
-    if (q == cudaSuccess) return AwaitComm(deadline, "communication stream");
+    if (q == cudaSuccess) return AwaitComm(deadline, kWhat);
     if (q != cudaErrorNotReady) {
       return Abort(CudaStatus(q, "cudaStreamQuery", __FILE__, __LINE__));
     }
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-    if (r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-      return Abort(
-          Annotate(NcclStatus(r != ncclSuccess ? r : state,
-                              "ncclCommGetAsyncError", __FILE__, __LINE__),
-                   "a peer failed or vanished"));
-    }
-    if (absl::Now() >= deadline) {
-      return Abort(absl::DeadlineExceededError(absl::StrCat(
-          "NCCL rank ", rank_, "/", size_,
-          ": communication did not finish by its deadline (a peer is hung "
-          "or gone)")));
-    }
+    bool busy = false;
+    RETURN_IF_ERROR(PollAsync(kWhat, &busy));
+    RETURN_IF_ERROR(CheckDeadline(deadline, kWhat));
     usleep(50);
   }
 }

@@ -72,6 +72,11 @@ class NcclCommunicator {
 
  private:
   NcclCommunicator(int rank, int size, int device_ordinal, std::string prefix);
+  // One look at NCCL's asynchronous state: an error aborts the
+  // communicator; *busy is true while an operation is still in progress.
+  absl::Status PollAsync(const char* what, bool* busy);
+  // DEADLINE_EXCEEDED (and abort) once `deadline` has passed.
+  absl::Status CheckDeadline(absl::Time deadline, const char* what);
   // Polls the communicator until its pending operation completes.
   absl::Status AwaitComm(absl::Time deadline, const char* what);
   absl::Status Abort(absl::Status why);

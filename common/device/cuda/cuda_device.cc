@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -279,12 +278,9 @@ void CudaDevice::SgdStep(float* w, const float* g, float* momentum_buf,
 }
 void CudaDevice::AdamStep(float* w, const float* g, float* m, float* v,
                           int64_t n, const AdamParams& p) {
-  // Bias corrections in double on the host, exactly as CpuDevice.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
-  cuda::AdamStep(w, g, m, v, n, static_cast<float>(p.lr / bc1),
-                 static_cast<float>(1.0 / std::sqrt(bc2)), p.beta1, p.beta2,
-                 p.eps, p.weight_decay, stream_);
+  const AdamScales scales = AdamStepScales(p);
+  cuda::AdamStep(w, g, m, v, n, scales.step_size, scales.inv_sqrt_bc2, p.beta1,
+                 p.beta2, p.eps, p.weight_decay, stream_);
   AQ_LAUNCHED("AdamStep");
 }
 

@@ -33,9 +33,8 @@ void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
 void SgdStep(float* w, const float* g, float* buf, int64_t n, float lr,
              float momentum, float dampening, float weight_decay, bool nesterov,
              bool first_step, cudaStream_t stream);
-// torch.optim.Adam semantics; step_size = lr / (1 - beta1^t) and
-// inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t) are computed on the host in double,
-// exactly as CpuDevice does.
+// torch.optim.Adam semantics; step_size and inv_sqrt_bc2 from
+// AdamStepScales (common/device/device.h), as CpuDevice uses.
 void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
               float step_size, float inv_sqrt_bc2, float beta1, float beta2,
               float eps, float weight_decay, cudaStream_t stream);

@@ -152,14 +152,13 @@ TEST_F(KernelsTest, OptimizersMatchCpu) {
   ap.weight_decay = 1e-2f;
   ap.step = 3;
   cpu_.AdamStep(aw.data(), g.data(), m.data(), v.data(), n, ap);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(ap.beta1), ap.step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(ap.beta2), ap.step);
+  const AdamScales scales = AdamStepScales(ap);
   float* daw = Upload(w0);
   float* dm = Upload(std::vector<float>(n));
   float* dv = Upload(std::vector<float>(n));
-  cuda::AdamStep(daw, Upload(g), dm, dv, n, static_cast<float>(ap.lr / bc1),
-                 static_cast<float>(1.0 / std::sqrt(bc2)), ap.beta1, ap.beta2,
-                 ap.eps, ap.weight_decay, nullptr);
+  cuda::AdamStep(daw, Upload(g), dm, dv, n, scales.step_size,
+                 scales.inv_sqrt_bc2, ap.beta1, ap.beta2, ap.eps,
+                 ap.weight_decay, nullptr);
   ExpectNear(aw, Download(daw, n));
   ExpectNear(m, Download(dm, n));
   ExpectNear(v, Download(dv, n));
