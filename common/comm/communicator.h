@@ -30,10 +30,13 @@ class RecvWork {
   virtual absl::StatusOr<std::string> Wait(absl::Time deadline) = 0;
 };
 
-class SendWork {
+// A send, or a receive into caller-owned memory, in progress.
+class Work {
  public:
-  virtual ~SendWork() = default;
-  // OK once the message is handed to the transport (or delivered).
+  virtual ~Work() = default;
+  // A send: OK once the message is handed to the transport (or delivered).
+  // A receive into a buffer: OK once the bytes are there. Otherwise
+  // DEADLINE_EXCEEDED naming the peer and tag, or the transport's error.
   virtual absl::Status Wait(absl::Time deadline) = 0;
 };
 
@@ -42,14 +45,14 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::unique_ptr<SendWork> Send(int peer, uint64_t tag,
-                                         std::string message) = 0;
+  virtual std::unique_ptr<Work> Send(int peer, uint64_t tag,
+                                     std::string message) = 0;
   virtual std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) = 0;
   // Messages whose size both sides know (pipeline frames, all-reduce
   // buffers): one transfer, no length prefix. A message sent with SendExact
   // must be received with RecvExact of the same size, and vice versa.
-  virtual std::unique_ptr<SendWork> SendExact(int peer, uint64_t tag,
-                                              std::string message) {
+  virtual std::unique_ptr<Work> SendExact(int peer, uint64_t tag,
+                                          std::string message) {
     return Send(peer, tag, std::move(message));
   }
   virtual std::unique_ptr<RecvWork> RecvExact(int peer, uint64_t tag,
@@ -57,6 +60,18 @@ class Communicator {
     (void)bytes;
     return Recv(peer, tag);
   }
+  // Transfers of caller-owned memory, for tensors: no copy and no
+  // allocation on the way where the transport allows it (Gloo sends and
+  // receives in place). `bytes` must match on both sides, as for
+  // SendExact/RecvExact (which they are compatible with). The memory must
+  // stay valid, and a send's unchanged, until Wait has returned; a send
+  // holds `keep_alive` until then. The defaults copy through
+  // SendExact/RecvExact.
+  virtual std::unique_ptr<Work> SendBuffer(
+      int peer, uint64_t tag, const void* data, size_t bytes,
+      std::shared_ptr<const void> keep_alive);
+  virtual std::unique_ptr<Work> RecvBuffer(int peer, uint64_t tag, void* data,
+                                           size_t bytes);
   // Sums `data` element-wise across `group` (ranks, ascending, including
   // this one); every member gets the sum. `sequence` distinguishes
   // successive all-reduces of the same group.

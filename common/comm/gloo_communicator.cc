@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
 #include "gloo/rendezvous/context.h"
@@ -64,19 +65,31 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   absl::Duration timeout_;
 };
 
-class GlooSend final : public SendWork {
+// A send of `bytes` at `data`: optionally a length first (the
+// length-prefixed path), then the bytes, from memory this object keeps
+// alive (its own string, or the caller's `keep_alive`).
+class GlooSend final : public Work {
  public:
-  GlooSend(std::shared_ptr<gloo::Context> context, int peer, uint64_t tag,
-           std::string message, bool exact)
-      : peer_(peer), tag_(tag), message_(std::move(message)) {
-    length_ = static_cast<uint64_t>(message_.size());
+  GlooSend(const std::shared_ptr<gloo::Context>& context, int peer,
+           uint64_t tag, std::string owned, const void* data, size_t bytes,
+           std::shared_ptr<const void> keep_alive, bool exact)
+      : peer_(peer),
+        tag_(tag),
+        owned_(std::move(owned)),
+        keep_alive_(std::move(keep_alive)) {
+    if (data == nullptr) {
+      data = owned_.data();
+      bytes = owned_.size();
+    }
+    length_ = static_cast<uint64_t>(bytes);
     try {
       if (!exact) {
         header_ = context->createUnboundBuffer(&length_, sizeof(length_));
         header_->send(peer, 2 * tag);
       }
-      if (!message_.empty()) {
-        body_ = context->createUnboundBuffer(message_.data(), message_.size());
+      if (bytes > 0) {
+        // Gloo's buffer type is mutable; a send only reads it.
+        body_ = context->createUnboundBuffer(const_cast<void*>(data), bytes);
         body_->send(peer, 2 * tag + 1);
       }
     } catch (const std::exception& e) {
@@ -96,13 +109,17 @@ class GlooSend final : public SendWork {
       return FromGloo(e,
                       absl::StrCat("sending tag ", tag_, " to rank ", peer_));
     }
+    header_.reset();
+    body_.reset();
+    keep_alive_.reset();
     return absl::OkStatus();
   }
 
  private:
   int peer_;
   uint64_t tag_;
-  std::string message_;
+  std::string owned_;
+  std::shared_ptr<const void> keep_alive_;
   uint64_t length_ = 0;
   std::unique_ptr<gloo::transport::UnboundBuffer> header_, body_;
   absl::Status error_;
@@ -146,6 +163,50 @@ class GlooRecvExact final : public RecvWork {
   int peer_;
   uint64_t tag_;
   std::string message_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> body_;
+  absl::Status error_;
+};
+
+// A receive of a known size straight into the caller's memory.
+class GlooRecvBuffer final : public Work {
+ public:
+  GlooRecvBuffer(GlooCommunicator* comm, int peer, uint64_t tag, void* data,
+                 size_t bytes)
+      : comm_(comm), peer_(peer), tag_(tag), bytes_(bytes) {
+    try {
+      if (bytes > 0) {
+        body_ = comm_->context_->createUnboundBuffer(data, bytes);
+        body_->recv(peer_, 2 * tag_ + 1);
+      }
+    } catch (const std::exception& e) {
+      error_ = FromGloo(
+          e, absl::StrCat("receiving tag ", tag_, " from rank ", peer_));
+    }
+  }
+  absl::Status Wait(absl::Time deadline) override {
+    if (!error_.ok()) return error_;
+    if (done_) return absl::OkStatus();
+    const std::string what =
+        absl::StrCat("receiving tag ", tag_, " from rank ", peer_);
+    try {
+      if (body_ != nullptr && !body_->waitRecv(Left(deadline))) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank ", comm_->rank_, " timed out ", what));
+      }
+    } catch (const std::exception& e) {
+      return FromGloo(e, what);
+    }
+    comm_->received_ += static_cast<int64_t>(bytes_);
+    done_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  GlooCommunicator* comm_;
+  int peer_;
+  uint64_t tag_;
+  size_t bytes_;
+  bool done_ = false;
   std::unique_ptr<gloo::transport::UnboundBuffer> body_;
   absl::Status error_;
 };
@@ -216,18 +277,32 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
 
 GlooCommunicator::~GlooCommunicator() = default;
 
-std::unique_ptr<SendWork> GlooCommunicator::Send(int peer, uint64_t tag,
-                                                 std::string message) {
+std::unique_ptr<Work> GlooCommunicator::Send(int peer, uint64_t tag,
+                                             std::string message) {
   sent_ += static_cast<int64_t>(message.size());
   return std::make_unique<GlooSend>(context_, peer, tag, std::move(message),
-                                    /*exact=*/false);
+                                    nullptr, 0, nullptr, /*exact=*/false);
 }
 
-std::unique_ptr<SendWork> GlooCommunicator::SendExact(int peer, uint64_t tag,
-                                                      std::string message) {
+std::unique_ptr<Work> GlooCommunicator::SendExact(int peer, uint64_t tag,
+                                                  std::string message) {
   sent_ += static_cast<int64_t>(message.size());
   return std::make_unique<GlooSend>(context_, peer, tag, std::move(message),
+                                    nullptr, 0, nullptr, /*exact=*/true);
+}
+
+std::unique_ptr<Work> GlooCommunicator::SendBuffer(
+    int peer, uint64_t tag, const void* data, size_t bytes,
+    std::shared_ptr<const void> keep_alive) {
+  sent_ += static_cast<int64_t>(bytes);
+  return std::make_unique<GlooSend>(context_, peer, tag, std::string(), data,
+                                    bytes, std::move(keep_alive),
                                     /*exact=*/true);
+}
+
+std::unique_ptr<Work> GlooCommunicator::RecvBuffer(int peer, uint64_t tag,
+                                                   void* data, size_t bytes) {
+  return std::make_unique<GlooRecvBuffer>(this, peer, tag, data, bytes);
 }
 
 std::unique_ptr<RecvWork> GlooCommunicator::RecvExact(int peer, uint64_t tag,
@@ -245,46 +320,28 @@ absl::Status GlooCommunicator::AllReduce(const std::vector<int>& group,
   if (group.size() <= 1) return absl::OkStatus();
   const uint64_t tag = kReduceBase / 2 + sequence;
   const int root = group[0];
-  const std::string bytes(reinterpret_cast<const char*>(data),
-                          n * sizeof(float));
+  const size_t bytes = n * sizeof(float);
   if (rank_ != root) {
-    auto sum_work = RecvExact(root, tag, bytes.size());
-    absl::Status s = SendExact(root, tag, bytes)->Wait(deadline);
-    if (!s.ok()) return s;
-    auto sum = sum_work->Wait(deadline);
-    if (!sum.ok()) return sum.status();
-    if (sum->size() != bytes.size()) {
-      return absl::DataLossError(
-          absl::StrCat("all-reduce ", sequence, ": the sum has ", sum->size(),
-                       " bytes, expected ", bytes.size()));
-    }
-    std::memcpy(data, sum->data(), sum->size());
+    std::vector<float> sum(n);
+    auto sum_work = RecvBuffer(root, tag, sum.data(), bytes);
+    RETURN_IF_ERROR(
+        SendBuffer(root, tag, data, bytes, nullptr)->Wait(deadline));
+    RETURN_IF_ERROR(sum_work->Wait(deadline));
+    std::memcpy(data, sum.data(), bytes);
     return absl::OkStatus();
   }
   // The root adds the others' contributions in rank order.
-  std::vector<float> total(data, data + n);
+  std::vector<float> part(n);
   for (size_t g = 1; g < group.size(); ++g) {
-    auto part = RecvExact(group[g], tag, bytes.size())->Wait(deadline);
-    if (!part.ok()) return part.status();
-    if (part->size() != bytes.size()) {
-      return absl::DataLossError(
-          absl::StrCat("all-reduce ", sequence, ": rank ", group[g], " sent ",
-                       part->size(), " bytes, expected ", bytes.size()));
-    }
-    const float* p = reinterpret_cast<const float*>(part->data());
-    for (size_t i = 0; i < n; ++i) total[i] += p[i];
+    RETURN_IF_ERROR(
+        RecvBuffer(group[g], tag, part.data(), bytes)->Wait(deadline));
+    for (size_t i = 0; i < n; ++i) data[i] += part[i];
   }
-  std::memcpy(data, total.data(), n * sizeof(float));
-  const std::string sum(reinterpret_cast<const char*>(total.data()),
-                        n * sizeof(float));
-  std::vector<std::unique_ptr<SendWork>> sends;
+  std::vector<std::unique_ptr<Work>> sends;
   for (size_t g = 1; g < group.size(); ++g) {
-    sends.push_back(SendExact(group[g], tag, sum));
+    sends.push_back(SendBuffer(group[g], tag, data, bytes, nullptr));
   }
-  for (auto& s : sends) {
-    absl::Status status = s->Wait(deadline);
-    if (!status.ok()) return status;
-  }
+  for (auto& s : sends) RETURN_IF_ERROR(s->Wait(deadline));
   return absl::OkStatus();
 }
 

@@ -39,13 +39,18 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::unique_ptr<SendWork> Send(int peer, uint64_t tag,
-                                 std::string message) override;
+  std::unique_ptr<Work> Send(int peer, uint64_t tag,
+                             std::string message) override;
   std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) override;
-  std::unique_ptr<SendWork> SendExact(int peer, uint64_t tag,
-                                      std::string message) override;
+  std::unique_ptr<Work> SendExact(int peer, uint64_t tag,
+                                  std::string message) override;
   std::unique_ptr<RecvWork> RecvExact(int peer, uint64_t tag,
                                       size_t bytes) override;
+  std::unique_ptr<Work> SendBuffer(
+      int peer, uint64_t tag, const void* data, size_t bytes,
+      std::shared_ptr<const void> keep_alive) override;
+  std::unique_ptr<Work> RecvBuffer(int peer, uint64_t tag, void* data,
+                                   size_t bytes) override;
   absl::Status AllReduce(const std::vector<int>& group, uint64_t sequence,
                          float* data, size_t n, absl::Time deadline) override;
   int64_t bytes_sent() const override { return sent_; }
@@ -54,6 +59,7 @@ class GlooCommunicator final : public Communicator {
  private:
   friend class GlooRecv;
   friend class GlooRecvExact;
+  friend class GlooRecvBuffer;
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size)
       : context_(std::move(context)), rank_(rank), size_(size) {}
 

@@ -6,7 +6,7 @@ namespace aqueduct {
 
 namespace {
 
-class DoneSend final : public SendWork {
+class DoneSend final : public Work {
  public:
   explicit DoneSend(absl::Status s) : status_(std::move(s)) {}
   absl::Status Wait(absl::Time) override { return status_; }
@@ -60,8 +60,8 @@ void InMemoryHub::KillRank(int rank) {
   dead_[rank] = true;
 }
 
-std::unique_ptr<SendWork> InMemoryCommunicator::Send(int peer, uint64_t tag,
-                                                     std::string message) {
+std::unique_ptr<Work> InMemoryCommunicator::Send(int peer, uint64_t tag,
+                                                 std::string message) {
   if (peer < 0 || peer >= hub_->size()) {
     return std::make_unique<DoneSend>(absl::InvalidArgumentError(
         absl::StrCat("rank ", peer, " is out of range")));

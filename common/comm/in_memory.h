@@ -52,8 +52,8 @@ class InMemoryCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return hub_->size(); }
-  std::unique_ptr<SendWork> Send(int peer, uint64_t tag,
-                                 std::string message) override;
+  std::unique_ptr<Work> Send(int peer, uint64_t tag,
+                             std::string message) override;
   std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) override;
   absl::Status AllReduce(const std::vector<int>& group, uint64_t sequence,
                          float* data, size_t n, absl::Time deadline) override;

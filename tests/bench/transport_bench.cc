@@ -1,8 +1,10 @@
-// Transport: Send/Recv bandwidth between two ranks on loopback through
-// GlooCommunicator (what the pipeline uses: a length, then the bytes), as a
-// ratio of raw Gloo send/recv of the same sizes over the same connection, in
-// the same run; and small-message round-trip latency. Ranks are threads of
-// this process, each with its own Gloo context.
+// Transport: bandwidth between two ranks on loopback as a ratio of raw Gloo
+// send/recv of the same sizes, in the same run, for (a) pipeline frames
+// (worker/runtime/frame.h: SendFrame from a tensor the device allocated,
+// PendingFrame posted ahead into a tensor, header checked: exactly what
+// stages do) and (b) the communicator's length-prefixed messages (fresh
+// strings); and small-message round-trip latency. Ranks are threads of this
+// process, each with its own Gloo context and CPU device.
 //
 //   transport_bench [--seconds-per-size 1]
 #include <algorithm>
@@ -17,11 +19,13 @@
 #include "absl/strings/numbers.h"
 #include "common/comm/gloo_communicator.h"
 #include "common/comm/local_store.h"
+#include "common/device/cpu_device.h"
 #include "gloo/context.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "worker/runtime/frame.h"
 
 namespace aqueduct {
 namespace {
@@ -59,6 +63,7 @@ int Main(int argc, char** argv) {
     }
   }
   LocalRendezvousStore store;
+  CpuDevice devices[2];
   std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
   std::vector<std::shared_ptr<gloo::Context>> raw(2);
   {
@@ -84,22 +89,62 @@ int Main(int argc, char** argv) {
   for (size_t size : sizes) {
     const int reps = std::max<int>(
         3, static_cast<int>(seconds_per_size * 1e9 / 4 / size));  // ~4 GB/s.
-    // Aqueduct's communicator: rank 0 sends `reps` messages, rank 1 receives
-    // (exact: sizes known on both sides, as pipeline frames are).
-    auto run_aq = [&](bool exact) {
+    // The length-prefixed path: rank 0 sends `reps` fresh strings, rank 1
+    // receives them (at most 4 sends outstanding).
+    auto run_prefixed = [&]() {
       const Clock::time_point start = Clock::now();
       std::thread receiver([&] {
         for (int i = 0; i < reps; ++i) {
-          auto r = exact ? comms[1]->RecvExact(0, 1000 + i, size)
-                         : comms[1]->Recv(0, 1000 + i);
-          (void)r->Wait(absl::Now() + absl::Seconds(60));
+          (void)comms[1]
+              ->Recv(0, 1000 + i)
+              ->Wait(absl::Now() + absl::Seconds(60));
         }
       });
-      std::vector<std::unique_ptr<SendWork>> sends;
+      std::vector<std::unique_ptr<Work>> sends;
       for (int i = 0; i < reps; ++i) {
-        sends.push_back(
-            exact ? comms[0]->SendExact(1, 1000 + i, std::string(size, 'x'))
-                  : comms[0]->Send(1, 1000 + i, std::string(size, 'x')));
+        sends.push_back(comms[0]->Send(1, 1000 + i, std::string(size, 'x')));
+        if (sends.size() > 4) {
+          (void)sends.front()->Wait(absl::Now() + absl::Seconds(60));
+          sends.erase(sends.begin());
+        }
+      }
+      for (auto& s : sends) (void)s->Wait(absl::Now() + absl::Seconds(60));
+      receiver.join();
+      return reps * static_cast<double>(size) /
+             std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    // Frames as a stage sends them: a tensor from the device per message,
+    // receives posted 8 ahead, at most 4 sends outstanding.
+    const Shape shape({static_cast<int64_t>(size / sizeof(float))});
+    int64_t minibatch = 0;
+    auto run_frames = [&]() {
+      const int64_t first = minibatch;
+      minibatch += reps;
+      const Clock::time_point start = Clock::now();
+      std::thread receiver([&] {
+        std::vector<std::unique_ptr<PendingFrame>> posted;
+        int next_post = 0;
+        for (int i = 0; i < reps; ++i) {
+          for (; next_post < reps && next_post < i + 8; ++next_post) {
+            posted.push_back(*PendingFrame::Post(
+                *comms[1], devices[1], 0, FrameKind::kActivation,
+                first + next_post, 0, shape, 0));
+          }
+          auto frame = posted[i]->Wait(absl::Now() + absl::Seconds(60),
+                                       "transport_bench");
+          if (!frame.ok()) {
+            std::fprintf(stderr, "%s\n", frame.status().ToString().c_str());
+            std::exit(1);
+          }
+          posted[i].reset();
+        }
+      });
+      std::vector<std::unique_ptr<Work>> sends;
+      for (int i = 0; i < reps; ++i) {
+        const FrameInfo info{FrameKind::kActivation, first + i, 0, 0, 0};
+        sends.push_back(*SendFrame(*comms[0], devices[0], 1, info,
+                                   *devices[0].Allocate(shape, DType::kF32),
+                                   nullptr));
         if (sends.size() > 4) {
           (void)sends.front()->Wait(absl::Now() + absl::Seconds(60));
           sends.erase(sends.begin());
@@ -131,17 +176,18 @@ int Main(int argc, char** argv) {
              std::chrono::duration<double>(Clock::now() - start).count();
     };
     // Alternate, best of three each, to share the machine's noise.
-    double aq = 0, exact = 0, rawbw = 0;
+    double prefixed = 0, frames = 0, rawbw = 0;
     for (int round = 0; round < 3; ++round) {
       rawbw = std::max(rawbw, run_raw());
-      aq = std::max(aq, run_aq(false));
-      exact = std::max(exact, run_aq(true));
+      frames = std::max(frames, run_frames());
+      prefixed = std::max(prefixed, run_prefixed());
     }
     std::printf(
-        "{\"bytes\":%zu,\"exact_gb_per_s\":%.3f,\"length_prefixed_gb_per_s\":"
-        "%.3f,\"raw_gloo_gb_per_s\":%.3f,\"exact_ratio\":%.3f,"
+        "{\"bytes\":%zu,\"frames_gb_per_s\":%.3f,\"length_prefixed_gb_per_"
+        "s\":%.3f,\"raw_gloo_gb_per_s\":%.3f,\"frames_ratio\":%.3f,"
         "\"length_prefixed_ratio\":%.3f}\n",
-        size, exact / 1e9, aq / 1e9, rawbw / 1e9, exact / rawbw, aq / rawbw);
+        size, frames / 1e9, prefixed / 1e9, rawbw / 1e9, frames / rawbw,
+        prefixed / rawbw);
     std::fflush(stdout);
   }
   // Small-message round trip (8 bytes), median of 2,000.

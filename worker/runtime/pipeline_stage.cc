@@ -10,77 +10,6 @@ namespace aqueduct {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x41514652;  // "AQFR"
-constexpr uint32_t kActivation = 1, kGradient = 2;
-constexpr int kMaxDims = 8;
-
-struct Header {
-  uint32_t magic = kMagic;
-  uint32_t kind = 0;
-  int64_t minibatch = 0;
-  int32_t microbatch = 0;
-  int32_t sender = 0;
-  int64_t version = 0;
-  int32_t ndims = 0;
-  int32_t dtype = 0;
-  int64_t dims[kMaxDims] = {};
-  int64_t num_labels = 0;
-};
-
-constexpr size_t kHeaderBytes = sizeof(Header);
-
-const char* KindName(uint32_t kind) {
-  return kind == kActivation ? "activation" : "gradient";
-}
-
-std::string Encode(const Header& h, const float* data, int64_t n,
-                   const int32_t* labels) {
-  std::string out(
-      sizeof(Header) + n * sizeof(float) + h.num_labels * sizeof(int32_t),
-      '\0');
-  std::memcpy(out.data(), &h, sizeof(Header));
-  std::memcpy(out.data() + sizeof(Header), data, n * sizeof(float));
-  if (labels != nullptr && h.num_labels > 0) {
-    std::memcpy(out.data() + sizeof(Header) + n * sizeof(float), labels,
-                h.num_labels * sizeof(int32_t));
-  }
-  return out;
-}
-
-// Checks a received frame against what the schedule expects.
-absl::StatusOr<Header> Check(const std::string& bytes, uint32_t kind, int64_t m,
-                             int j, const Shape& shape, int64_t labels,
-                             const std::string& who) {
-  Header h;
-  if (bytes.size() < sizeof(Header)) {
-    return absl::DataLossError(
-        absl::StrCat(who, ": a ", KindName(kind), " frame of ", bytes.size(),
-                     " bytes is shorter than its header"));
-  }
-  std::memcpy(&h, bytes.data(), sizeof(Header));
-  Shape got;
-  if (h.ndims >= 0 && h.ndims <= kMaxDims) {
-    got = Shape(std::vector<int64_t>(h.dims, h.dims + h.ndims));
-  }
-  const bool ok =
-      h.magic == kMagic && h.kind == kind && h.minibatch == m &&
-      h.microbatch == j && got == shape &&
-      h.dtype == static_cast<int32_t>(DType::kF32) && h.num_labels == labels &&
-      bytes.size() == sizeof(Header) + shape.numel() * sizeof(float) +
-                          labels * sizeof(int32_t);
-  if (!ok) {
-    return absl::DataLossError(absl::StrCat(
-        who, " expected the ", KindName(kind), " of minibatch ", m,
-        " microbatch ", j, " with shape ", shape.ToString(), " and ", labels,
-        " labels; received ",
-        h.magic == kMagic ? KindName(h.kind) : "a frame with a bad magic",
-        " of minibatch ", h.minibatch, " microbatch ", h.microbatch,
-        " with shape ", got.ToString(), " and ", h.num_labels, " labels (",
-        bytes.size(), " bytes)"));
-  }
-  return h;
-}
-
 absl::StatusOr<ParameterSet> Clone(Device* device, const ParameterSet& from) {
   ParameterSet copy = from;
   for (size_t i = 0; i < copy.tensors.size(); ++i) {
@@ -103,13 +32,11 @@ int64_t CacheBytes(const RangeCache& cache) {
 }  // namespace
 
 uint64_t ActivationTag(int64_t minibatch, int microbatch) {
-  return (static_cast<uint64_t>(minibatch) << 20) |
-         (static_cast<uint64_t>(microbatch) << 2) | kActivation;
+  return FrameTag(FrameKind::kActivation, minibatch, microbatch);
 }
 
 uint64_t GradientTag(int64_t minibatch, int microbatch) {
-  return (static_cast<uint64_t>(minibatch) << 20) |
-         (static_cast<uint64_t>(microbatch) << 2) | kGradient;
+  return FrameTag(FrameKind::kGradient, minibatch, microbatch);
 }
 
 absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
@@ -205,7 +132,7 @@ absl::Status PipelineStage::Run() {
   ASSIGN_OR_RETURN(std::vector<Op> ops, BuildSchedule(config));
   for (size_t index = 0; index < ops.size(); ++index) {
     const Op& op = ops[index];
-    PostAhead(ops, index);
+    RETURN_IF_ERROR(PostAhead(ops, index));
     const absl::Time start = absl::Now();
     last_compute_ = absl::ZeroDuration();
     RETURN_IF_ERROR(Execute(op));
@@ -225,51 +152,69 @@ absl::Status PipelineStage::Run() {
   return device_->Synchronize();
 }
 
-void PipelineStage::PostAhead(const std::vector<Op>& ops, size_t from) {
+absl::Status PipelineStage::PostAhead(const std::vector<Op>& ops, size_t from) {
   constexpr size_t kWindow = 8;  // Ops ahead.
   const size_t until = std::min(ops.size(), from + kWindow);
-  const int rows = MicroRows();
   for (size_t i = std::max(from, posted_until_); i < until; ++i) {
     const Op& op = ops[i];
     if (op.kind == OpKind::kRecvActivation) {
-      const int begin = layout_.layer_begin[stage_];
-      const Shape shape = model_->layer(begin).input_shape().WithLeading(rows);
-      const uint64_t tag = ActivationTag(op.minibatch, op.microbatch);
-      posted_[tag] =
-          comm_->RecvExact(PeerRank(stage_ - 1, op.microbatch), tag,
-                           kHeaderBytes + shape.numel() * sizeof(float) +
-                               rows * sizeof(int32_t));
+      ASSIGN_OR_RETURN(
+          posted_[ActivationTag(op.minibatch, op.microbatch)],
+          PostRecv(FrameKind::kActivation, op.minibatch, op.microbatch));
     } else if (op.kind == OpKind::kRecvGradient) {
-      const int end = layout_.layer_begin[stage_ + 1];
-      const Shape shape =
-          model_->layer(end - 1).output_shape().WithLeading(rows);
-      const uint64_t tag = GradientTag(op.minibatch, op.microbatch);
-      posted_[tag] =
-          comm_->RecvExact(PeerRank(stage_ + 1, op.microbatch), tag,
-                           kHeaderBytes + shape.numel() * sizeof(float));
+      ASSIGN_OR_RETURN(
+          posted_[GradientTag(op.minibatch, op.microbatch)],
+          PostRecv(FrameKind::kGradient, op.minibatch, op.microbatch));
     }
   }
   posted_until_ = std::max(posted_until_, until);
+  return absl::OkStatus();
 }
 
-std::unique_ptr<RecvWork> PipelineStage::TakeRecv(int peer, uint64_t tag,
-                                                  size_t bytes) {
+absl::StatusOr<std::unique_ptr<PendingFrame>> PipelineStage::PostRecv(
+    FrameKind kind, int64_t m, int j) {
+  const int rows = MicroRows();
+  if (kind == FrameKind::kActivation) {
+    const int begin = layout_.layer_begin[stage_];
+    return PendingFrame::Post(
+        *comm_, *device_, PeerRank(stage_ - 1, j), kind, m, j,
+        model_->layer(begin).input_shape().WithLeading(rows), rows);
+  }
+  const int end = layout_.layer_begin[stage_ + 1];
+  return PendingFrame::Post(
+      *comm_, *device_, PeerRank(stage_ + 1, j), kind, m, j,
+      model_->layer(end - 1).output_shape().WithLeading(rows), 0);
+}
+
+absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
+                                               int j) {
+  const uint64_t tag = FrameTag(kind, m, j);
+  std::unique_ptr<PendingFrame> pending;
   auto it = posted_.find(tag);
-  if (it == posted_.end()) return comm_->RecvExact(peer, tag, bytes);
-  std::unique_ptr<RecvWork> work = std::move(it->second);
-  posted_.erase(it);
-  return work;
+  if (it != posted_.end()) {
+    pending = std::move(it->second);
+    posted_.erase(it);
+  } else {
+    ASSIGN_OR_RETURN(pending, PostRecv(kind, m, j));
+  }
+  return pending->Wait(absl::Now() + options_.timeout, Who());
 }
 
-absl::Status PipelineStage::PostSend(int peer, uint64_t tag,
-                                     std::string message) {
+std::string PipelineStage::Who() const {
+  return absl::StrCat("stage ", stage_, " (rank ", comm_->rank(), ")");
+}
+
+absl::Status PipelineStage::PostSend(int peer, const FrameInfo& info,
+                                     const Tensor& data, const Tensor* labels) {
   constexpr size_t kMaxPending = 64;
   while (pending_sends_.size() >= kMaxPending) {
     RETURN_IF_ERROR(
         pending_sends_.front()->Wait(absl::Now() + options_.timeout));
     pending_sends_.pop_front();
   }
-  pending_sends_.push_back(comm_->SendExact(peer, tag, std::move(message)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Work> work,
+                   SendFrame(*comm_, *device_, peer, info, data, labels));
+  pending_sends_.push_back(std::move(work));
   return absl::OkStatus();
 }
 
@@ -317,8 +262,6 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   const int S = layout_.num_stages();
   const int begin = layout_.layer_begin[stage_];
   const int end = layout_.layer_begin[stage_ + 1];
-  const std::string who =
-      absl::StrCat("stage ", stage_, " (rank ", comm_->rank(), ")");
   InFlight f;
   Tensor x;
   int64_t version = version_;
@@ -334,25 +277,16 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     RETURN_IF_ERROR(device_->CopyFromHost(inputs.data(), x));
     RETURN_IF_ERROR(device_->CopyFromHost(labels.data(), f.labels));
   } else {
-    const int from = PeerRank(stage_ - 1, j);
-    ASSIGN_OR_RETURN(
-        std::string bytes,
-        TakeRecv(from, ActivationTag(m, j),
-                 sizeof(Header) + in_shape.numel() * sizeof(float) +
-                     rows * sizeof(int32_t))
-            ->Wait(absl::Now() + options_.timeout));
-    ASSIGN_OR_RETURN(Header h,
-                     Check(bytes, kActivation, m, j, in_shape, rows, who));
-    ASSIGN_OR_RETURN(x, device_->Allocate(in_shape, DType::kF32));
-    RETURN_IF_ERROR(device_->CopyFromHost(bytes.data() + sizeof(Header), x));
-    RETURN_IF_ERROR(device_->CopyFromHost(
-        bytes.data() + sizeof(Header) + in_shape.numel() * sizeof(float),
-        f.labels));
-    if (layout_.policy == Policy::kOneFOneBVerticalSync) version = h.version;
+    ASSIGN_OR_RETURN(Frame frame, TakeFrame(FrameKind::kActivation, m, j));
+    x = std::move(frame.data);
+    RETURN_IF_ERROR(device_->CopyFromHost(frame.labels.data(), f.labels));
+    if (layout_.policy == Policy::kOneFOneBVerticalSync) {
+      version = frame.info.version;
+    }
   }
   if (version != VersionFor(m)) {
     return absl::InternalError(
-        absl::StrCat(who, ": minibatch ", m, " would use weight version ",
+        absl::StrCat(Who(), ": minibatch ", m, " would use weight version ",
                      version, " but the schedule says ", VersionFor(m)));
   }
   f.version = version;
@@ -380,22 +314,8 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     if (options_.on_loss) options_.on_loss(m, sum, rows);
     f.dlogits = loss.dlogits;
   } else {
-    Header h;
-    h.kind = kActivation;
-    h.minibatch = m;
-    h.microbatch = j;
-    h.sender = comm_->rank();
-    h.version = version;
-    h.ndims = y.shape().rank();
-    h.dtype = static_cast<int32_t>(DType::kF32);
-    for (int d = 0; d < h.ndims; ++d) h.dims[d] = y.shape()[d];
-    h.num_labels = rows;
-    std::vector<float> data(y.numel());
-    std::vector<int32_t> labels(rows);
-    RETURN_IF_ERROR(device_->CopyToHost(y, data.data()));
-    RETURN_IF_ERROR(device_->CopyToHost(f.labels, labels.data()));
-    RETURN_IF_ERROR(PostSend(PeerRank(stage_ + 1, j), ActivationTag(m, j),
-                             Encode(h, data.data(), y.numel(), labels.data())));
+    const FrameInfo info{FrameKind::kActivation, m, j, comm_->rank(), version};
+    RETURN_IF_ERROR(PostSend(PeerRank(stage_ + 1, j), info, y, &f.labels));
   }
   f.activation_bytes = CacheBytes(f.cache);
   in_flight_[{m, j}] = std::move(f);
@@ -414,12 +334,10 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
   const int S = layout_.num_stages();
   const int begin = layout_.layer_begin[stage_];
   const int end = layout_.layer_begin[stage_ + 1];
-  const std::string who =
-      absl::StrCat("stage ", stage_, " (rank ", comm_->rank(), ")");
   auto it = in_flight_.find({m, j});
   if (it == in_flight_.end()) {
-    return absl::InternalError(absl::StrCat(who, ": backward of minibatch ", m,
-                                            " microbatch ", j,
+    return absl::InternalError(absl::StrCat(Who(), ": backward of minibatch ",
+                                            m, " microbatch ", j,
                                             " without its forward"));
   }
   InFlight& f = it->second;
@@ -427,19 +345,8 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
   if (stage_ == S - 1) {
     dy = f.dlogits;
   } else {
-    const Shape out_shape =
-        model_->layer(end - 1).output_shape().WithLeading(rows);
-    const int from = PeerRank(stage_ + 1, j);
-    ASSIGN_OR_RETURN(
-        std::string bytes,
-        TakeRecv(from, GradientTag(m, j),
-                 sizeof(Header) + out_shape.numel() * sizeof(float))
-            ->Wait(absl::Now() + options_.timeout));
-    ASSIGN_OR_RETURN(Header h,
-                     Check(bytes, kGradient, m, j, out_shape, 0, who));
-    (void)h;
-    ASSIGN_OR_RETURN(dy, device_->Allocate(out_shape, DType::kF32));
-    RETURN_IF_ERROR(device_->CopyFromHost(bytes.data() + sizeof(Header), dy));
+    ASSIGN_OR_RETURN(Frame frame, TakeFrame(FrameKind::kGradient, m, j));
+    dy = std::move(frame.data);
   }
   ASSIGN_OR_RETURN(const ParameterSet* weights, WeightsFor(f.version));
   ParameterSet range = *weights;
@@ -462,19 +369,8 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
   last_compute_ = absl::Now() - compute_start;
   accumulated_ = true;
   if (stage_ > 0) {
-    Header h;
-    h.kind = kGradient;
-    h.minibatch = m;
-    h.microbatch = j;
-    h.sender = comm_->rank();
-    h.version = f.version;
-    h.ndims = dx.shape().rank();
-    h.dtype = static_cast<int32_t>(DType::kF32);
-    for (int d = 0; d < h.ndims; ++d) h.dims[d] = dx.shape()[d];
-    std::vector<float> data(dx.numel());
-    RETURN_IF_ERROR(device_->CopyToHost(dx, data.data()));
-    RETURN_IF_ERROR(PostSend(PeerRank(stage_ - 1, j), GradientTag(m, j),
-                             Encode(h, data.data(), dx.numel(), nullptr)));
+    const FrameInfo info{FrameKind::kGradient, m, j, comm_->rank(), f.version};
+    RETURN_IF_ERROR(PostSend(PeerRank(stage_ - 1, j), info, dx, nullptr));
   }
   in_flight_.erase(it);
   DropUnneededVersions();

@@ -30,6 +30,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
+#include "worker/runtime/frame.h"
 #include "worker/runtime/schedule.h"
 
 namespace aqueduct {
@@ -143,13 +144,19 @@ class PipelineStage {
   // Sends still in flight: a stage never waits for its send before moving
   // on (a peer may be sending to it at the same time); it waits for the
   // oldest when too many are pending, and for all at the end.
-  std::deque<std::unique_ptr<SendWork>> pending_sends_;
-  absl::Status PostSend(int peer, uint64_t tag, std::string message);
+  std::deque<std::unique_ptr<Work>> pending_sends_;
+  absl::Status PostSend(int peer, const FrameInfo& info, const Tensor& data,
+                        const Tensor* labels);
   // Receives posted ahead of the op that needs them (a few ops ahead, in
-  // schedule order), so a transfer lands while the stage computes.
-  std::map<uint64_t, std::unique_ptr<RecvWork>> posted_;
-  std::unique_ptr<RecvWork> TakeRecv(int peer, uint64_t tag, size_t bytes);
-  void PostAhead(const std::vector<Op>& ops, size_t from);
+  // schedule order), so a transfer lands in its tensor while the stage
+  // computes.
+  std::map<uint64_t, std::unique_ptr<PendingFrame>> posted_;
+  absl::Status PostAhead(const std::vector<Op>& ops, size_t from);
+  absl::StatusOr<std::unique_ptr<PendingFrame>> PostRecv(FrameKind kind,
+                                                         int64_t m, int j);
+  // The frame of (kind, m, j), posted ahead or now, waited for and checked.
+  absl::StatusOr<Frame> TakeFrame(FrameKind kind, int64_t m, int j);
+  std::string Who() const;
   size_t posted_until_ = 0;
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
   StageStats stats_;

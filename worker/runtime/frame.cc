@@ -1,0 +1,262 @@
+#include "worker/runtime/frame.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace aqueduct {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x41514652;  // "AQFR"
+constexpr int kMaxDims = 8;
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t kind = 0;
+  int64_t minibatch = 0;
+  int32_t microbatch = 0;
+  int32_t sender = 0;
+  int64_t version = 0;
+  int32_t ndims = 0;
+  int32_t dtype = 0;
+  int64_t dims[kMaxDims] = {};
+  int64_t num_labels = 0;
+};
+
+// Frames whose tensor is at most this size travel as one transfer (header,
+// labels, padding to 64 bytes, tensor), which costs the sender one copy of
+// the tensor; larger ones as two, the tensor sent in place.
+constexpr size_t kInlineBytes = 128 << 10;
+
+size_t HeadBytes(int64_t num_labels) {
+  return sizeof(Header) + static_cast<size_t>(num_labels) * sizeof(int32_t);
+}
+
+// Where the tensor starts in a one-transfer frame.
+size_t InlineOffset(int64_t num_labels) {
+  return (HeadBytes(num_labels) + 63) / 64 * 64;
+}
+
+const char* KindName(uint32_t kind) {
+  switch (kind) {
+    case static_cast<uint32_t>(FrameKind::kActivation):
+      return "activation";
+    case static_cast<uint32_t>(FrameKind::kGradient):
+      return "gradient";
+    default:
+      return "frame of unknown kind";
+  }
+}
+
+// A frame sent as a header and a body.
+class TwoSends final : public Work {
+ public:
+  TwoSends(std::unique_ptr<Work> header, std::unique_ptr<Work> body)
+      : header_(std::move(header)), body_(std::move(body)) {}
+  absl::Status Wait(absl::Time deadline) override {
+    RETURN_IF_ERROR(header_->Wait(deadline));
+    return body_->Wait(deadline);
+  }
+
+ private:
+  std::unique_ptr<Work> header_, body_;
+};
+
+}  // namespace
+
+uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch) {
+  return (static_cast<uint64_t>(minibatch) << 20) |
+         (static_cast<uint64_t>(microbatch) << 3) |
+         (static_cast<uint64_t>(kind) << 1);
+}
+
+absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
+                                                Device& device, int peer,
+                                                const FrameInfo& info,
+                                                const Tensor& data,
+                                                const Tensor* labels) {
+  if (data.dtype() != DType::kF32 || data.shape().rank() > kMaxDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a frame carries an F32 tensor of rank <= ", kMaxDims,
+                     "; got ", data.shape().ToString()));
+  }
+  Header h;
+  h.kind = static_cast<uint32_t>(info.kind);
+  h.minibatch = info.minibatch;
+  h.microbatch = info.microbatch;
+  h.sender = info.sender;
+  h.version = info.version;
+  h.ndims = data.shape().rank();
+  h.dtype = static_cast<int32_t>(DType::kF32);
+  for (int d = 0; d < h.ndims; ++d) h.dims[d] = data.shape()[d];
+  h.num_labels = labels != nullptr ? labels->numel() : 0;
+  const uint64_t tag = FrameTag(info.kind, info.minibatch, info.microbatch);
+  const size_t head_bytes = HeadBytes(h.num_labels);
+  if (data.nbytes() <= kInlineBytes) {
+    const size_t offset = InlineOffset(h.num_labels);
+    const size_t total = offset + data.nbytes();
+    char* out = nullptr;
+    Tensor whole;
+    std::string staged;
+    if (device.kind() == DeviceKind::kCpu) {
+      // From the device's allocator: reused memory, no page faults.
+      ASSIGN_OR_RETURN(whole,
+                       device.Allocate(Shape({static_cast<int64_t>(total / 4)}),
+                                       DType::kF32));
+      out = static_cast<char*>(whole.raw());
+    } else {
+      staged.resize(total);
+      out = staged.data();
+    }
+    std::memset(out, 0, offset);
+    std::memcpy(out, &h, sizeof(Header));
+    if (h.num_labels > 0) {
+      RETURN_IF_ERROR(device.CopyToHost(*labels, out + sizeof(Header)));
+    }
+    RETURN_IF_ERROR(device.CopyToHost(data, out + offset));
+    if (whole.defined()) {
+      return comm.SendBuffer(peer, tag, out, total, whole.buffer());
+    }
+    return comm.SendExact(peer, tag, std::move(staged));
+  }
+  std::string head(head_bytes, '\0');
+  std::memcpy(head.data(), &h, sizeof(Header));
+  if (h.num_labels > 0) {
+    RETURN_IF_ERROR(device.CopyToHost(*labels, head.data() + sizeof(Header)));
+  }
+  std::unique_ptr<Work> header = comm.SendExact(peer, tag, std::move(head));
+  std::unique_ptr<Work> body;
+  if (device.kind() == DeviceKind::kCpu) {
+    // The tensor's buffer is host memory: send it in place, holding it.
+    body = comm.SendBuffer(peer, tag | 1, data.raw(), data.nbytes(),
+                           data.buffer());
+  } else {
+    std::string staged(data.nbytes(), '\0');
+    RETURN_IF_ERROR(device.CopyToHost(data, staged.data()));
+    body = comm.SendExact(peer, tag | 1, std::move(staged));
+  }
+  return std::make_unique<TwoSends>(std::move(header), std::move(body));
+}
+
+absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
+    Communicator& comm, Device& device, int peer, FrameKind kind,
+    int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels) {
+  std::unique_ptr<PendingFrame> f(new PendingFrame());
+  f->device_ = &device;
+  f->kind_ = kind;
+  f->minibatch_ = minibatch;
+  f->microbatch_ = microbatch;
+  f->shape_ = shape;
+  f->num_labels_ = num_labels;
+  const uint64_t tag = FrameTag(kind, minibatch, microbatch);
+  const size_t data_bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+  const bool cpu = device.kind() == DeviceKind::kCpu;
+  if (data_bytes <= kInlineBytes) {
+    // One transfer; on the CPU the tensor is a view into what arrived.
+    f->offset_ = InlineOffset(num_labels);
+    const size_t total = f->offset_ + data_bytes;
+    void* dst = nullptr;
+    if (cpu) {
+      ASSIGN_OR_RETURN(f->whole_,
+                       device.Allocate(Shape({static_cast<int64_t>(total / 4)}),
+                                       DType::kF32));
+      dst = f->whole_.raw();
+    } else {
+      f->staging_.resize(total);
+      dst = f->staging_.data();
+    }
+    f->body_ = comm.RecvBuffer(peer, tag, dst, total);
+    return f;
+  }
+  ASSIGN_OR_RETURN(f->data_, device.Allocate(shape, DType::kF32));
+  f->header_ = comm.RecvExact(peer, tag, HeadBytes(num_labels));
+  void* dst = f->data_.raw();
+  if (!cpu) {
+    f->staging_.resize(data_bytes);
+    dst = f->staging_.data();
+  }
+  f->body_ = comm.RecvBuffer(peer, tag | 1, dst, data_bytes);
+  return f;
+}
+
+PendingFrame::~PendingFrame() = default;
+
+absl::StatusOr<Frame> PendingFrame::Wait(absl::Time deadline,
+                                         const std::string& who) {
+  const size_t expected_bytes = HeadBytes(num_labels_);
+  std::string separate;
+  const char* head = nullptr;
+  size_t head_size = 0;
+  // Transport errors and deadlines, with what was being received.
+  auto in_context = [&](const absl::Status& s) {
+    return absl::Status(
+        s.code(), absl::StrCat(who, " receiving the ",
+                               KindName(static_cast<uint32_t>(kind_)),
+                               " of minibatch ", minibatch_, " microbatch ",
+                               microbatch_, ": ", s.message()));
+  };
+  if (header_ != nullptr) {
+    absl::StatusOr<std::string> got = header_->Wait(deadline);
+    if (!got.ok()) return in_context(got.status());
+    separate = *std::move(got);
+    head = separate.data();
+    head_size = separate.size();
+  } else {
+    // One transfer: exact-size, so a wrong frame cannot overrun; check its
+    // header before the tensor is used.
+    if (absl::Status s = body_->Wait(deadline); !s.ok()) return in_context(s);
+    head = whole_.defined() ? static_cast<const char*>(whole_.raw())
+                            : staging_.data();
+    head_size = expected_bytes;
+  }
+  Header h;
+  if (head_size >= sizeof(Header)) std::memcpy(&h, head, sizeof(h));
+  Shape got;
+  if (h.ndims >= 0 && h.ndims <= kMaxDims) {
+    got = Shape(std::vector<int64_t>(h.dims, h.dims + h.ndims));
+  }
+  const uint32_t kind = static_cast<uint32_t>(kind_);
+  const bool ok = head_size == expected_bytes && h.magic == kMagic &&
+                  h.kind == kind && h.minibatch == minibatch_ &&
+                  h.microbatch == microbatch_ && got == shape_ &&
+                  h.dtype == static_cast<int32_t>(DType::kF32) &&
+                  h.num_labels == num_labels_;
+  if (!ok) {
+    return absl::DataLossError(absl::StrCat(
+        who, " expected the ", KindName(kind), " of minibatch ", minibatch_,
+        " microbatch ", microbatch_, " with shape ", shape_.ToString(), " and ",
+        num_labels_, " labels; received ",
+        h.magic == kMagic ? KindName(h.kind) : "a header with a bad magic",
+        " of minibatch ", h.minibatch, " microbatch ", h.microbatch,
+        " with shape ", got.ToString(), " and ", h.num_labels, " labels (",
+        head_size, " header bytes, expected ", expected_bytes, ")"));
+  }
+  if (header_ != nullptr) {
+    if (absl::Status s = body_->Wait(deadline); !s.ok()) return in_context(s);
+    if (!staging_.empty()) {
+      RETURN_IF_ERROR(device_->CopyFromHost(staging_.data(), data_));
+    }
+  } else if (whole_.defined()) {
+    data_ = Tensor(whole_.buffer(), shape_, DType::kF32, offset_);
+  } else {
+    ASSIGN_OR_RETURN(data_, device_->Allocate(shape_, DType::kF32));
+    RETURN_IF_ERROR(device_->CopyFromHost(staging_.data() + offset_, data_));
+  }
+  Frame frame;
+  frame.info.kind = kind_;
+  frame.info.minibatch = h.minibatch;
+  frame.info.microbatch = h.microbatch;
+  frame.info.sender = h.sender;
+  frame.info.version = h.version;
+  frame.data = data_;
+  frame.labels.resize(num_labels_);
+  if (num_labels_ > 0) {
+    std::memcpy(frame.labels.data(), head + sizeof(Header),
+                num_labels_ * sizeof(int32_t));
+  }
+  return frame;
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,101 @@
+// Frames: the activations and gradients stages send each other.
+//
+// A frame is a fixed-size header (kind, minibatch, microbatch, sender,
+// weight version, shape, dtype, label count), the labels (activations
+// only), and the tensor's bytes. Both sides know every size, so each
+// transfer is exact-size (a wrong frame cannot overrun a buffer). A tensor
+// of up to 128 KiB travels in the same transfer as its header (padded to 64
+// bytes; the sender copies the tensor once, the receiver's tensor is a view
+// of what arrived). A larger one follows as a second transfer, on the tag
+// with its low bit set, sent straight from the tensor and received straight
+// into a tensor from the device's allocator on a device whose memory is the
+// host's (the CPU device): no copy, and no allocation in the communicator.
+// Other devices stage through host memory.
+//
+// The receiver posts its receives when it knows what it expects (ahead of
+// need) and checks the header before the tensor is used: a frame that is
+// not what the schedule expects fails with DATA_LOSS naming what was
+// expected and what arrived, rather than corrupting weights.
+#ifndef AQUEDUCT_WORKER_RUNTIME_FRAME_H_
+#define AQUEDUCT_WORKER_RUNTIME_FRAME_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/comm/communicator.h"
+#include "common/device/device.h"
+#include "common/tensor.h"
+
+namespace aqueduct {
+
+enum class FrameKind : uint32_t { kActivation = 1, kGradient = 2 };
+
+// Tags of frames: bits 20.. minibatch, 3..19 microbatch, 1..2 kind, bit 0
+// clear (the frame's body travels on tag | 1).
+uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch);
+
+// What a frame says about itself.
+struct FrameInfo {
+  FrameKind kind = FrameKind::kActivation;
+  int64_t minibatch = 0;
+  int microbatch = 0;
+  int sender = 0;       // Sender's rank.
+  int64_t version = 0;  // Weight version the sender used.
+};
+
+// Posts a frame's two transfers to `peer`. `data` (F32) must not be written
+// until the returned work completes (the work holds a handle to its buffer).
+// `labels` (I32, may be null) are copied into the header message.
+absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
+                                                Device& device, int peer,
+                                                const FrameInfo& info,
+                                                const Tensor& data,
+                                                const Tensor* labels);
+
+// A received frame: the tensor on the device, and the labels on the host.
+struct Frame {
+  FrameInfo info;
+  Tensor data;
+  std::vector<int32_t> labels;
+};
+
+// A frame being received, posted ahead of need.
+class PendingFrame {
+ public:
+  // Allocates the destination and posts both receives for the frame of
+  // `kind`, minibatch and microbatch from `peer`, with `shape` and
+  // `num_labels` labels.
+  static absl::StatusOr<std::unique_ptr<PendingFrame>> Post(
+      Communicator& comm, Device& device, int peer, FrameKind kind,
+      int64_t minibatch, int microbatch, const Shape& shape,
+      int64_t num_labels);
+  ~PendingFrame();
+
+  // Waits for the header, checks it (`who` names the receiver in errors),
+  // then for the body. DATA_LOSS on a mismatch; the transport's error or
+  // DEADLINE_EXCEEDED otherwise.
+  absl::StatusOr<Frame> Wait(absl::Time deadline, const std::string& who);
+
+ private:
+  PendingFrame() = default;
+  Device* device_ = nullptr;
+  FrameKind kind_ = FrameKind::kActivation;
+  int64_t minibatch_ = 0;
+  int microbatch_ = 0;
+  Shape shape_;
+  int64_t num_labels_ = 0;
+  Tensor data_;
+  Tensor whole_;               // One-transfer frames on the CPU: all of it.
+  size_t offset_ = 0;          // Of the tensor within a one-transfer frame.
+  std::vector<char> staging_;  // Devices whose memory is not the host's.
+  std::unique_ptr<RecvWork> header_;
+  std::unique_ptr<Work> body_;
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_FRAME_H_

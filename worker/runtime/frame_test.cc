@@ -1,0 +1,153 @@
+// Frames over the in-memory communicator and over Gloo on loopback.
+#include "worker/runtime/frame.h"
+
+#include <thread>
+
+#include "common/comm/gloo_communicator.h"
+#include "common/comm/in_memory.h"
+#include "common/comm/local_store.h"
+#include "common/device/cpu_device.h"
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+Tensor Iota(Device& device, const Shape& shape, float start) {
+  Tensor t = *device.Allocate(shape, DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = start + i;
+  return t;
+}
+
+Tensor Labels(Device& device, int n) {
+  Tensor t = *device.Allocate(Shape({n}), DType::kI32);
+  for (int i = 0; i < n; ++i) t.i32()[i] = i % 10;
+  return t;
+}
+
+const absl::Duration kWait = absl::Seconds(20);
+
+TEST(FrameTest, TagsSeparateKindsMicrobatchesAndBodies) {
+  const uint64_t a = FrameTag(FrameKind::kActivation, 5, 3);
+  const uint64_t g = FrameTag(FrameKind::kGradient, 5, 3);
+  EXPECT_NE(a, g);
+  EXPECT_NE(a, FrameTag(FrameKind::kActivation, 5, 4));
+  EXPECT_NE(a, FrameTag(FrameKind::kActivation, 6, 3));
+  EXPECT_EQ(a & 1, 0u);  // The body travels on tag | 1.
+  EXPECT_NE(a | 1, g);
+}
+
+TEST(FrameTest, ActivationWithLabelsRoundTripsInMemory) {
+  CpuDevice device;
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator a(hub, 0), b(hub, 1);
+  const Shape shape({4, 3});
+  auto pending =
+      PendingFrame::Post(b, device, 0, FrameKind::kActivation, 7, 2, shape, 4);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  Tensor data = Iota(device, shape, 1);
+  Tensor labels = Labels(device, 4);
+  FrameInfo info{FrameKind::kActivation, 7, 2, 0, 11};
+  auto sent = SendFrame(a, device, 1, info, data, &labels);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  ASSERT_TRUE((*sent)->Wait(absl::Now() + kWait).ok());
+  auto frame = (*pending)->Wait(absl::Now() + kWait, "stage 1");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(frame->info.version, 11);
+  EXPECT_EQ(frame->info.sender, 0);
+  EXPECT_EQ(frame->data.shape(), shape);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(frame->data.f32()[i], 1 + i);
+  EXPECT_EQ(frame->labels, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(FrameTest, UnexpectedShapeIsDataLossNamingBoth) {
+  CpuDevice device;
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator a(hub, 0), b(hub, 1);
+  auto pending = PendingFrame::Post(b, device, 0, FrameKind::kGradient, 3, 0,
+                                    Shape({4, 3}), 0);
+  ASSERT_TRUE(pending.ok());
+  Tensor wrong = Iota(device, Shape({3, 4}), 0);
+  FrameInfo info{FrameKind::kGradient, 3, 0, 0, 1};
+  ASSERT_TRUE(SendFrame(a, device, 1, info, wrong, nullptr).ok());
+  auto frame = (*pending)->Wait(absl::Now() + kWait, "stage 0 (rank 1)");
+  ASSERT_EQ(frame.status().code(), absl::StatusCode::kDataLoss);
+  const std::string m(frame.status().message());
+  EXPECT_NE(m.find("stage 0 (rank 1) expected the gradient of minibatch 3"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("[4, 3]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
+}
+
+TEST(FrameTest, NothingSentTimesOutNamingThePeer) {
+  CpuDevice device;
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator b(hub, 1);
+  auto pending = PendingFrame::Post(b, device, 0, FrameKind::kActivation, 0, 0,
+                                    Shape({2}), 0);
+  ASSERT_TRUE(pending.ok());
+  auto frame =
+      (*pending)->Wait(absl::Now() + absl::Milliseconds(50), "stage 1");
+  EXPECT_EQ(frame.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(frame.status().message().find("rank 0"), std::string::npos);
+}
+
+// Over Gloo the body goes from the sender's tensor into the receiver's
+// tensor in place; frames posted before and after the send both arrive.
+TEST(FrameTest, ManyFramesOverGlooInPlace) {
+  LocalRendezvousStore store;
+  std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        auto c = GlooCommunicator::Connect(&store, "frame/", r, 2, "127.0.0.1",
+                                           kWait);
+        ASSERT_TRUE(c.ok()) << c.status();
+        comms[r] = std::move(*c);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  ASSERT_TRUE(comms[0] && comms[1]);
+  CpuDevice device;
+  const Shape shape({64, 1024});
+  constexpr int kFrames = 16;
+  // Half the receives are posted before anything is sent.
+  std::vector<std::unique_ptr<PendingFrame>> pending;
+  for (int m = 0; m < kFrames / 2; ++m) {
+    pending.push_back(*PendingFrame::Post(
+        *comms[1], device, 0, FrameKind::kActivation, m, 0, shape, 64));
+  }
+  std::thread sender([&] {
+    std::vector<std::unique_ptr<Work>> sends;
+    Tensor labels = Labels(device, 64);
+    for (int m = 0; m < kFrames; ++m) {
+      FrameInfo info{FrameKind::kActivation, m, 0, 0, m};
+      auto s = SendFrame(*comms[0], device, 1, info,
+                         Iota(device, shape, 1000.0f * m), &labels);
+      ASSERT_TRUE(s.ok()) << s.status();
+      sends.push_back(std::move(*s));  // The tensor lives in the work.
+    }
+    for (auto& s : sends) EXPECT_TRUE(s->Wait(absl::Now() + kWait).ok());
+  });
+  for (int m = kFrames / 2; m < kFrames; ++m) {
+    pending.push_back(*PendingFrame::Post(
+        *comms[1], device, 0, FrameKind::kActivation, m, 0, shape, 64));
+  }
+  for (int m = 0; m < kFrames; ++m) {
+    auto frame = pending[m]->Wait(absl::Now() + kWait, "rank 1");
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    EXPECT_EQ(frame->info.version, m);
+    EXPECT_EQ(frame->data.f32()[0], 1000.0f * m);
+    EXPECT_EQ(frame->data.f32()[shape.numel() - 1],
+              1000.0f * m + shape.numel() - 1);
+    EXPECT_EQ(frame->labels[63], 3);
+  }
+  sender.join();
+  const int64_t body = shape.numel() * 4;
+  EXPECT_GE(comms[1]->bytes_received(), kFrames * body);
+}
+
+}  // namespace
+}  // namespace aqueduct
