@@ -147,6 +147,35 @@ grep -q -E "worker w3 \(stage [01], replica 0\) is DEAD|=w3 \(stage [01]\)" "$tm
 aq submit "$tmp/ok.textproto" --wait >"$tmp/after.out" 2>&1 ||
   fail "the survivor did not run the next job: $(cat "$tmp/after.out")"
 
+# A pipeline peer that hangs (SIGSTOP: its connections stay open, nothing
+# moves). Its lease expires, the job FAILS, and the coordinator's StopJob
+# aborts the survivors' waits: they are idle again long before their 60 s
+# peer deadline and run the next pipeline job.
+for w in w4 w5; do
+  "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
+    --threads 1 --measure_gemm=false --peer_timeout_ms 60000 \
+    >"$tmp/$w.log" 2>&1 &
+  pids+=("$!"); eval "pid_$w=$!"
+done
+idle3() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 3 ]; }
+wait_until 15 idle3 || fail "w4, w5 never HEALTHY: $(aq workers)"
+sed 's/^epochs: 1000$/epochs: 1000\npipeline { workers: 3 schedule: "1f1b_stashed" }/' \
+  "$tmp/slow.textproto" >"$tmp/pipe3.textproto"
+hid=$(aq submit "$tmp/pipe3.textproto") || fail "3-worker pipeline submit"
+hrunning() { aq status "$hid" --output json | grep -q '"committed_version":"[1-9]'; }
+wait_until 30 hrunning || fail "3-worker pipeline never progressed: $(aq status "$hid")"
+kill -STOP "$pid_w5"
+stopped_at=$SECONDS
+hfailed() { aq status "$hid" --output json | grep -q '"state":"JOB_FAILED"'; }
+wait_until 10 hfailed || fail "pipeline not FAILED after its worker hung: $(aq status "$hid")"
+sed 's/^epochs: 2$/epochs: 2\npipeline { workers: 2 schedule: "1f1b_stashed" }/' \
+  "$tmp/ok.textproto" >"$tmp/ok2.textproto"
+timeout 30 "$AQ" submit "$tmp/ok2.textproto" --wait --coordinator "$addr" >"$tmp/after2.out" 2>&1 ||
+  fail "survivors of a hung peer did not run the next job: $(cat "$tmp/after2.out")"
+took=$((SECONDS - stopped_at))
+[ "$took" -le 25 ] || fail "survivors of a hung peer took ${took}s to run the next job"
+kill -KILL "$pid_w5"
+
 # The coordinator and the other worker are unharmed; SIGTERM exits 0.
 eval "opid=\$pid_$other"
 aq workers >/dev/null || fail "coordinator stopped answering"

@@ -78,6 +78,10 @@ class Communicator {
   virtual absl::Status AllReduce(const std::vector<int>& group,
                                  uint64_t sequence, float* data, size_t n,
                                  absl::Time deadline) = 0;
+  // Makes every wait in progress, and every later operation, end promptly
+  // with CANCELLED (a StopJob while a stage waits on a silent peer). Any
+  // thread may call it; the communicator is not usable afterwards.
+  virtual void Abort() = 0;
   // Bytes handed to and taken from the transport so far.
   virtual int64_t bytes_sent() const = 0;
   virtual int64_t bytes_received() const = 0;

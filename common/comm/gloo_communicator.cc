@@ -65,189 +65,176 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   absl::Duration timeout_;
 };
 
-// A send of `bytes` at `data`: optionally a length first (the
-// length-prefixed path), then the bytes, from memory this object keeps
-// alive (its own string, or the caller's `keep_alive`).
-class GlooSend final : public Work {
- public:
-  GlooSend(const std::shared_ptr<gloo::Context>& context, int peer,
-           uint64_t tag, std::string owned, const void* data, size_t bytes,
-           std::shared_ptr<const void> keep_alive, bool exact)
-      : peer_(peer),
-        tag_(tag),
-        owned_(std::move(owned)),
-        keep_alive_(std::move(keep_alive)) {
-    if (data == nullptr) {
-      data = owned_.data();
-      bytes = owned_.size();
-    }
-    length_ = static_cast<uint64_t>(bytes);
-    try {
-      if (!exact) {
-        header_ = context->createUnboundBuffer(&length_, sizeof(length_));
-        header_->send(peer, 2 * tag);
-      }
-      if (bytes > 0) {
-        // Gloo's buffer type is mutable; a send only reads it.
-        body_ = context->createUnboundBuffer(const_cast<void*>(data), bytes);
-        body_->send(peer, 2 * tag + 1);
-      }
-    } catch (const std::exception& e) {
-      error_ =
-          FromGloo(e, absl::StrCat("sending tag ", tag, " to rank ", peer));
-    }
-  }
-  absl::Status Wait(absl::Time deadline) override {
-    if (!error_.ok()) return error_;
-    try {
-      if ((header_ != nullptr && !header_->waitSend(Left(deadline))) ||
-          (body_ != nullptr && !body_->waitSend(Left(deadline)))) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("timed out sending tag ", tag_, " to rank ", peer_));
-      }
-    } catch (const std::exception& e) {
-      return FromGloo(e,
-                      absl::StrCat("sending tag ", tag_, " to rank ", peer_));
-    }
-    header_.reset();
-    body_.reset();
-    keep_alive_.reset();
-    return absl::OkStatus();
-  }
-
- private:
-  int peer_;
-  uint64_t tag_;
-  std::string owned_;
-  std::shared_ptr<const void> keep_alive_;
-  uint64_t length_ = 0;
-  std::unique_ptr<gloo::transport::UnboundBuffer> header_, body_;
-  absl::Status error_;
-};
-
 }  // namespace
 
-// A receive of a known size: one transfer straight into the result.
-class GlooRecvExact final : public RecvWork {
+// One Gloo unbound buffer with a transfer in flight, known to its
+// communicator while it lives so that Abort() can end its wait.
+class GlooBuffer {
  public:
-  GlooRecvExact(GlooCommunicator* comm, int peer, uint64_t tag, size_t bytes)
-      : comm_(comm), peer_(peer), tag_(tag), message_(bytes, '\0') {
+  // Posts a send (or receive) of `bytes` at `data` on `slot`. Errors,
+  // including an aborted communicator, surface from Wait.
+  GlooBuffer(GlooCommunicator* comm, bool send, int peer, uint64_t slot,
+             void* data, size_t bytes, std::string what)
+      : comm_(comm), send_(send), what_(std::move(what)) {
     try {
-      if (bytes > 0) {
-        body_ = comm_->context_->createUnboundBuffer(message_.data(), bytes);
-        body_->recv(peer_, 2 * tag_ + 1);  // Posted now: ready when it lands.
+      buffer_ = comm_->context_->createUnboundBuffer(data, bytes);
+      comm_->Track(buffer_.get());
+      if (send_) {
+        buffer_->send(peer, slot);
+      } else {
+        buffer_->recv(peer, slot);
       }
     } catch (const std::exception& e) {
-      error_ = FromGloo(
-          e, absl::StrCat("receiving tag ", tag_, " from rank ", peer_));
+      error_ = FromGloo(e, what_);
     }
   }
-  absl::StatusOr<std::string> Wait(absl::Time deadline) override {
-    if (!error_.ok()) return error_;
-    const std::string what =
-        absl::StrCat("receiving tag ", tag_, " from rank ", peer_);
-    try {
-      if (body_ != nullptr && !body_->waitRecv(Left(deadline))) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rank ", comm_->rank_, " timed out ", what));
-      }
-    } catch (const std::exception& e) {
-      return FromGloo(e, what);
-    }
-    comm_->received_ += static_cast<int64_t>(message_.size());
-    return std::move(message_);
+  ~GlooBuffer() {
+    if (buffer_ != nullptr) comm_->Untrack(buffer_.get());
   }
+  GlooBuffer(const GlooBuffer&) = delete;
+  GlooBuffer& operator=(const GlooBuffer&) = delete;
 
- private:
-  GlooCommunicator* comm_;
-  int peer_;
-  uint64_t tag_;
-  std::string message_;
-  std::unique_ptr<gloo::transport::UnboundBuffer> body_;
-  absl::Status error_;
-};
-
-// A receive of a known size straight into the caller's memory.
-class GlooRecvBuffer final : public Work {
- public:
-  GlooRecvBuffer(GlooCommunicator* comm, int peer, uint64_t tag, void* data,
-                 size_t bytes)
-      : comm_(comm), peer_(peer), tag_(tag), bytes_(bytes) {
+  absl::Status Wait(absl::Time deadline) {
+    if (!error_.ok() || done_) return error_;
+    if (comm_->aborted_.load()) return Aborted();
     try {
-      if (bytes > 0) {
-        body_ = comm_->context_->createUnboundBuffer(data, bytes);
-        body_->recv(peer_, 2 * tag_ + 1);
-      }
+      // Gloo returns false when the wait was aborted; a timeout throws.
+      const bool completed = send_ ? buffer_->waitSend(Left(deadline))
+                                   : buffer_->waitRecv(Left(deadline));
+      if (!completed) return Aborted();
     } catch (const std::exception& e) {
-      error_ = FromGloo(
-          e, absl::StrCat("receiving tag ", tag_, " from rank ", peer_));
+      error_ = FromGloo(e, what_);
+      return error_;
     }
-  }
-  absl::Status Wait(absl::Time deadline) override {
-    if (!error_.ok()) return error_;
-    if (done_) return absl::OkStatus();
-    const std::string what =
-        absl::StrCat("receiving tag ", tag_, " from rank ", peer_);
-    try {
-      if (body_ != nullptr && !body_->waitRecv(Left(deadline))) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rank ", comm_->rank_, " timed out ", what));
-      }
-    } catch (const std::exception& e) {
-      return FromGloo(e, what);
-    }
-    comm_->received_ += static_cast<int64_t>(bytes_);
     done_ = true;
     return absl::OkStatus();
   }
 
  private:
+  absl::Status Aborted() {
+    error_ = absl::CancelledError(
+        absl::StrCat("rank ", comm_->rank_, " aborted ", what_));
+    return error_;
+  }
+
   GlooCommunicator* comm_;
-  int peer_;
-  uint64_t tag_;
-  size_t bytes_;
-  bool done_ = false;
-  std::unique_ptr<gloo::transport::UnboundBuffer> body_;
+  const bool send_;
+  const std::string what_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
   absl::Status error_;
+  bool done_ = false;
 };
 
+namespace {
+
+// A send of `bytes` at `data`: optionally a length first (the
+// length-prefixed path), then the bytes, from memory this object keeps
+// alive (its own string, or the caller's `keep_alive`).
+class GlooSend final : public Work {
+ public:
+  GlooSend(GlooCommunicator* comm, int peer, uint64_t tag, std::string owned,
+           const void* data, size_t bytes,
+           std::shared_ptr<const void> keep_alive, bool exact)
+      : owned_(std::move(owned)), keep_alive_(std::move(keep_alive)) {
+    if (data == nullptr) {
+      data = owned_.data();
+      bytes = owned_.size();
+    }
+    length_ = static_cast<uint64_t>(bytes);
+    const std::string what =
+        absl::StrCat("sending tag ", tag, " to rank ", peer);
+    if (!exact) {
+      header_ = std::make_unique<GlooBuffer>(comm, true, peer, 2 * tag,
+                                             &length_, sizeof(length_), what);
+    }
+    if (bytes > 0) {
+      // Gloo's buffer type is mutable; a send only reads it.
+      body_ = std::make_unique<GlooBuffer>(
+          comm, true, peer, 2 * tag + 1, const_cast<void*>(data), bytes, what);
+    }
+  }
+  absl::Status Wait(absl::Time deadline) override {
+    if (header_ != nullptr) RETURN_IF_ERROR(header_->Wait(deadline));
+    if (body_ != nullptr) RETURN_IF_ERROR(body_->Wait(deadline));
+    keep_alive_.reset();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string owned_;
+  std::shared_ptr<const void> keep_alive_;
+  uint64_t length_ = 0;
+  std::unique_ptr<GlooBuffer> header_, body_;
+};
+
+// A receive of a known size into the caller's memory.
+class GlooRecvBuffer final : public Work {
+ public:
+  GlooRecvBuffer(GlooCommunicator* comm, int peer, uint64_t tag, void* data,
+                 size_t bytes)
+      : comm_(comm), bytes_(bytes) {
+    if (bytes > 0) {
+      body_ = std::make_unique<GlooBuffer>(
+          comm, false, peer, 2 * tag + 1, data, bytes,
+          absl::StrCat("receiving tag ", tag, " from rank ", peer));
+    }
+  }
+  absl::Status Wait(absl::Time deadline) override {
+    if (counted_) return absl::OkStatus();
+    if (body_ != nullptr) RETURN_IF_ERROR(body_->Wait(deadline));
+    comm_->CountReceived(bytes_);
+    counted_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  GlooCommunicator* comm_;
+  size_t bytes_;
+  bool counted_ = false;
+  std::unique_ptr<GlooBuffer> body_;
+};
+
+// A receive of a known size: one transfer straight into the result.
+class GlooRecvExact final : public RecvWork {
+ public:
+  GlooRecvExact(GlooCommunicator* comm, int peer, uint64_t tag, size_t bytes)
+      : message_(bytes, '\0'), body_(comm, peer, tag, message_.data(), bytes) {}
+  absl::StatusOr<std::string> Wait(absl::Time deadline) override {
+    RETURN_IF_ERROR(body_.Wait(deadline));
+    return std::move(message_);
+  }
+
+ private:
+  std::string message_;
+  GlooRecvBuffer body_;
+};
+
+// A length, then that many bytes.
 class GlooRecv final : public RecvWork {
  public:
   GlooRecv(GlooCommunicator* comm, int peer, uint64_t tag)
-      : comm_(comm), peer_(peer), tag_(tag) {}
+      : comm_(comm),
+        peer_(peer),
+        tag_(tag),
+        header_(comm, false, peer, 2 * tag, &length_, sizeof(length_),
+                absl::StrCat("receiving tag ", tag, " from rank ", peer)) {}
   absl::StatusOr<std::string> Wait(absl::Time deadline) override {
-    const std::string what =
-        absl::StrCat("receiving tag ", tag_, " from rank ", peer_);
-    try {
-      uint64_t length = 0;
-      auto header = comm_->context_->createUnboundBuffer(&length, 8);
-      header->recv(peer_, 2 * tag_);
-      if (!header->waitRecv(Left(deadline))) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rank ", comm_->rank_, " timed out ", what));
-      }
-      std::string message(length, '\0');
-      if (length > 0) {
-        auto body = comm_->context_->createUnboundBuffer(message.data(),
-                                                         message.size());
-        body->recv(peer_, 2 * tag_ + 1);
-        if (!body->waitRecv(Left(deadline))) {
-          return absl::DeadlineExceededError(
-              absl::StrCat("rank ", comm_->rank_, " timed out ", what));
-        }
-      }
-      comm_->received_ += static_cast<int64_t>(length);
-      return message;
-    } catch (const std::exception& e) {
-      return FromGloo(e, what);
-    }
+    RETURN_IF_ERROR(header_.Wait(deadline));
+    std::string message(length_, '\0');
+    GlooRecvBuffer body(comm_, peer_, tag_, message.data(), message.size());
+    RETURN_IF_ERROR(body.Wait(deadline));
+    return message;
   }
 
  private:
   GlooCommunicator* comm_;
   int peer_;
   uint64_t tag_;
+  uint64_t length_ = 0;
+  GlooBuffer header_;
 };
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     RendezvousStore* store, const std::string& prefix, int rank, int size,
@@ -277,17 +264,40 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
 
 GlooCommunicator::~GlooCommunicator() = default;
 
+void GlooCommunicator::Track(gloo::transport::UnboundBuffer* buffer) {
+  absl::MutexLock lock(&mu_);
+  live_.insert(buffer);
+  if (aborted_.load()) {
+    buffer->abortWaitRecv();
+    buffer->abortWaitSend();
+  }
+}
+
+void GlooCommunicator::Untrack(gloo::transport::UnboundBuffer* buffer) {
+  absl::MutexLock lock(&mu_);
+  live_.erase(buffer);
+}
+
+void GlooCommunicator::Abort() {
+  absl::MutexLock lock(&mu_);
+  aborted_ = true;
+  for (gloo::transport::UnboundBuffer* buffer : live_) {
+    buffer->abortWaitRecv();
+    buffer->abortWaitSend();
+  }
+}
+
 std::unique_ptr<Work> GlooCommunicator::Send(int peer, uint64_t tag,
                                              std::string message) {
   sent_ += static_cast<int64_t>(message.size());
-  return std::make_unique<GlooSend>(context_, peer, tag, std::move(message),
+  return std::make_unique<GlooSend>(this, peer, tag, std::move(message),
                                     nullptr, 0, nullptr, /*exact=*/false);
 }
 
 std::unique_ptr<Work> GlooCommunicator::SendExact(int peer, uint64_t tag,
                                                   std::string message) {
   sent_ += static_cast<int64_t>(message.size());
-  return std::make_unique<GlooSend>(context_, peer, tag, std::move(message),
+  return std::make_unique<GlooSend>(this, peer, tag, std::move(message),
                                     nullptr, 0, nullptr, /*exact=*/true);
 }
 
@@ -295,8 +305,8 @@ std::unique_ptr<Work> GlooCommunicator::SendBuffer(
     int peer, uint64_t tag, const void* data, size_t bytes,
     std::shared_ptr<const void> keep_alive) {
   sent_ += static_cast<int64_t>(bytes);
-  return std::make_unique<GlooSend>(context_, peer, tag, std::string(), data,
-                                    bytes, std::move(keep_alive),
+  return std::make_unique<GlooSend>(this, peer, tag, std::string(), data, bytes,
+                                    std::move(keep_alive),
                                     /*exact=*/true);
 }
 

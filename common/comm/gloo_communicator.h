@@ -14,16 +14,21 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/comm/communicator.h"
 #include "common/comm/rendezvous_store.h"
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace aqueduct {
 
@@ -53,13 +58,14 @@ class GlooCommunicator final : public Communicator {
                                    size_t bytes) override;
   absl::Status AllReduce(const std::vector<int>& group, uint64_t sequence,
                          float* data, size_t n, absl::Time deadline) override;
+  void Abort() override;
   int64_t bytes_sent() const override { return sent_; }
+  // Called by the receives when bytes have landed.
+  void CountReceived(size_t bytes) { received_ += static_cast<int64_t>(bytes); }
   int64_t bytes_received() const override { return received_; }
 
  private:
-  friend class GlooRecv;
-  friend class GlooRecvExact;
-  friend class GlooRecvBuffer;
+  friend class GlooBuffer;
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size)
       : context_(std::move(context)), rank_(rank), size_(size) {}
 
@@ -67,6 +73,13 @@ class GlooCommunicator final : public Communicator {
   const int rank_, size_;
   std::atomic<int64_t> sent_{0};
   std::atomic<int64_t> received_{0};
+
+  // Buffers with a transfer in flight, for Abort().
+  void Track(gloo::transport::UnboundBuffer* buffer);
+  void Untrack(gloo::transport::UnboundBuffer* buffer);
+  absl::Mutex mu_;
+  std::set<gloo::transport::UnboundBuffer*> live_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace aqueduct

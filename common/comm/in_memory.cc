@@ -29,9 +29,15 @@ class InMemoryRecv final : public RecvWork {
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(hub.mu_) {
       auto it = hub.queues_.find(key);
       return (it != hub.queues_.end() && !it->second.empty()) ||
-             hub.dead_[peer_] || hub.dead_[comm_->rank_];
+             hub.dead_[peer_] || hub.dead_[comm_->rank_] ||
+             hub.aborted_[comm_->rank_];
     };
     hub.mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (hub.aborted_[comm_->rank_]) {
+      return absl::CancelledError(absl::StrCat("rank ", comm_->rank_,
+                                               " aborted receiving tag ", tag_,
+                                               " from rank ", peer_));
+    }
     auto it = hub.queues_.find(key);
     if (it != hub.queues_.end() && !it->second.empty()) {
       std::string message = std::move(it->second.front());
@@ -60,6 +66,11 @@ void InMemoryHub::KillRank(int rank) {
   dead_[rank] = true;
 }
 
+void InMemoryCommunicator::Abort() {
+  absl::MutexLock lock(&hub_->mu_);
+  hub_->aborted_[rank_] = true;
+}
+
 std::unique_ptr<Work> InMemoryCommunicator::Send(int peer, uint64_t tag,
                                                  std::string message) {
   if (peer < 0 || peer >= hub_->size()) {
@@ -67,6 +78,10 @@ std::unique_ptr<Work> InMemoryCommunicator::Send(int peer, uint64_t tag,
         absl::StrCat("rank ", peer, " is out of range")));
   }
   absl::MutexLock lock(&hub_->mu_);
+  if (hub_->aborted_[rank_]) {
+    return std::make_unique<DoneSend>(absl::CancelledError(
+        absl::StrCat("rank ", rank_, " aborted (sending tag ", tag, ")")));
+  }
   if (hub_->dead_[peer] || hub_->dead_[rank_]) {
     return std::make_unique<DoneSend>(absl::UnavailableError(
         absl::StrCat("rank ", peer, " is gone (sending tag ", tag, ")")));
@@ -104,9 +119,13 @@ absl::Status InMemoryCommunicator::AllReduce(const std::vector<int>& group,
   auto complete = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(hub_->mu_) -> bool {
     bool any_dead = false;
     for (int g : group) any_dead = any_dead || hub_->dead_[g];
-    return r.done || any_dead;
+    return r.done || any_dead || hub_->aborted_[rank_];
   };
   hub_->mu_.AwaitWithDeadline(absl::Condition(&complete), deadline);
+  if (hub_->aborted_[rank_]) {
+    return absl::CancelledError(
+        absl::StrCat("all-reduce ", sequence, " on rank ", rank_, " aborted"));
+  }
   if (!r.done) {
     const size_t arrived = r.parts.size();
     return absl::DeadlineExceededError(

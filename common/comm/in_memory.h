@@ -20,7 +20,8 @@ namespace aqueduct {
 
 class InMemoryHub {
  public:
-  explicit InMemoryHub(int size) : size_(size), dead_(size, false) {}
+  explicit InMemoryHub(int size)
+      : size_(size), dead_(size, false), aborted_(size, false) {}
   int size() const { return size_; }
   // Every later operation touching `rank` fails with UNAVAILABLE.
   void KillRank(int rank);
@@ -43,6 +44,7 @@ class InMemoryHub {
   std::map<std::pair<std::vector<int>, uint64_t>, Reduction> reductions_
       ABSL_GUARDED_BY(mu_);
   std::vector<bool> dead_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> aborted_ ABSL_GUARDED_BY(mu_);
 };
 
 class InMemoryCommunicator final : public Communicator {
@@ -57,6 +59,7 @@ class InMemoryCommunicator final : public Communicator {
   std::unique_ptr<RecvWork> Recv(int peer, uint64_t tag) override;
   absl::Status AllReduce(const std::vector<int>& group, uint64_t sequence,
                          float* data, size_t n, absl::Time deadline) override;
+  void Abort() override;
   int64_t bytes_sent() const override { return sent_; }
   int64_t bytes_received() const override { return received_; }
 

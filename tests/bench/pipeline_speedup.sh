@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Real compute through the daemons: the MLP 784-1024-1024-1024-10 (batch
-# 128) on one worker process with one thread, then as a 2-stage 1F1B
-# pipeline on two worker processes with one thread each, on this machine.
-# Throughput is the coordinator's samples/s for the job (steady state from
-# the output stage's reports). Alternates ROUNDS times.
-#   tests/bench/pipeline_speedup.sh [ROUNDS=2]
+# Real compute through the daemons: a model (default the MLP
+# 784-1024-1024-1024-10, batch 128) on one worker process with one thread,
+# then as a 2-stage 1F1B pipeline on two worker processes with one thread
+# each, on this machine. Throughput is the coordinator's samples/s for the
+# job (steady state from the output stage's reports). Alternates ROUNDS
+# times.
+#   tests/bench/pipeline_speedup.sh [ROUNDS=2] [SPEC=tests/bench/specs/mlp_speedup.textproto]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/setup.sh
 bazel build --config=opt //client:aq //coordinator:coordinator //worker:worker \
   >/dev/null 2>&1
 bin="$(bazel info --config=opt bazel-bin 2>/dev/null)"
+spec="${2:-tests/bench/specs/mlp_speedup.textproto}"
 state=$(mktemp -d)
 address=$(deploy/local/aqueduct-local.sh start --workers 2 --threads 1 \
   --state-dir "$state" --bin "$bin")
@@ -18,7 +20,7 @@ trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXI
 rate() {
   local workers=$1
   sed "s/^seed: 1$/seed: 1\npipeline { workers: $workers schedule: \"1f1b_stashed\" }/" \
-    tests/bench/specs/mlp_speedup.textproto >"$state/job-$workers.textproto"
+    "$spec" >"$state/job-$workers.textproto"
   local id
   id=$("$bin/client/aq" submit "$state/job-$workers.textproto" --coordinator "$address")
   "$bin/client/aq" watch "$id" --coordinator "$address" >/dev/null

@@ -147,6 +147,31 @@ TEST(FrameTest, ManyFramesOverGlooInPlace) {
   sender.join();
   const int64_t body = shape.numel() * 4;
   EXPECT_GE(comms[1]->bytes_received(), kFrames * body);
+
+  // Abort (a StopJob) ends waits in progress promptly, on both the
+  // one-transfer and the two-transfer path, and every later one.
+  auto small = *PendingFrame::Post(*comms[1], device, 0, FrameKind::kGradient,
+                                   100, 0, Shape({16}), 0);
+  auto large = *PendingFrame::Post(*comms[1], device, 0, FrameKind::kGradient,
+                                   101, 0, shape, 0);
+  const absl::Time start = absl::Now();
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    comms[1]->Abort();
+  });
+  auto first = small->Wait(start + kWait, "rank 1");
+  auto second = large->Wait(start + kWait, "rank 1");
+  aborter.join();
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kCancelled)
+      << first.status();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kCancelled)
+      << second.status();
+  EXPECT_NE(first.status().message().find("aborted"), std::string::npos);
+  auto later = *PendingFrame::Post(*comms[1], device, 0, FrameKind::kGradient,
+                                   102, 0, shape, 0);
+  EXPECT_EQ(later->Wait(absl::Now() + kWait, "rank 1").status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 }  // namespace

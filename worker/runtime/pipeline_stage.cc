@@ -132,6 +132,10 @@ absl::Status PipelineStage::Run() {
   ASSIGN_OR_RETURN(std::vector<Op> ops, BuildSchedule(config));
   for (size_t index = 0; index < ops.size(); ++index) {
     const Op& op = ops[index];
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError(
+          absl::StrCat(Who(), " stopped before minibatch ", op.minibatch));
+    }
     RETURN_IF_ERROR(PostAhead(ops, index));
     const absl::Time start = absl::Now();
     last_compute_ = absl::ZeroDuration();

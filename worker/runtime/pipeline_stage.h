@@ -14,6 +14,7 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_
 #define AQUEDUCT_WORKER_RUNTIME_PIPELINE_STAGE_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -87,6 +88,10 @@ class PipelineStage {
     // Output stage: called with (minibatch, sum of losses, samples) after
     // each microbatch's loss.
     std::function<void(int64_t, double, int64_t)> on_loss;
+    // When set and it becomes true, Run returns CANCELLED before the next
+    // op. (A wait for a peer in progress ends when the communicator is
+    // aborted: Communicator::Abort.)
+    const std::atomic<bool>* stop = nullptr;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's

@@ -425,6 +425,37 @@ TEST(PipelineTest, LostPeerFailsWithinTheDeadline) {
   EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s;
 }
 
+// A stop (the coordinator's StopJob: the stop flag, then Abort on the
+// communicator, as StageRuntime::Stop does) ends a stage blocked on a silent
+// peer long before the peer deadline.
+TEST(PipelineTest, StopEndsAWaitForASilentPeer) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  PipelineLayout layout =
+      Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 12, 1, 10);
+  auto job = ValidateJobSpec(spec);
+  auto data = LoadData(spec.data());
+  auto hub = std::make_shared<InMemoryHub>(2);
+  CpuDevice device(CpuDeviceOptions{1});
+  InMemoryCommunicator comm(hub, 0);
+  std::atomic<bool> stop{false};
+  PipelineStage::Options options;
+  options.timeout = absl::Seconds(60);
+  options.stop = &stop;
+  PipelineStage stage(job->model.get(), spec, layout, 0, 0, &device, &comm,
+                      &data->train, *InitParameters(*job->model, 0, 5, &device),
+                      options);
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    stop = true;
+    comm.Abort();
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status s = stage.Run();
+  stopper.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 TEST(PipelineTest, MismatchedFrameIsRefused) {
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   PipelineLayout layout =

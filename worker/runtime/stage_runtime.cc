@@ -32,8 +32,15 @@ absl::Status StageRuntime::Assign(const StageAssignment& a) {
         " does not fit its plan of ", a.plan().stages_size(), " stage(s)"));
   }
   absl::MutexLock lock(&mu_);
-  if (has_assignment_ && assignment_.job_id() != a.job_id() &&
-      (phase_ == "assigned" || phase_ == "running")) {
+  auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !(has_assignment_ && assignment_.job_id() != a.job_id() &&
+             (phase_ == "assigned" || phase_ == "running"));
+  };
+  // The coordinator may assign the next job just before this worker has
+  // seen, or finished, the stop of its previous one (stops are sent
+  // asynchronously): give the previous run a moment to end.
+  mu_.AwaitWithTimeout(absl::Condition(&idle), options_.busy_wait);
+  if (!idle()) {
     return absl::FailedPreconditionError(
         absl::StrCat("this worker is busy with job ", assignment_.job_id()));
   }
@@ -80,12 +87,18 @@ absl::Status StageRuntime::Stop(const std::string& job_id,
   }
   AQ_LOG_INFO("stopping job {}: {}", job_id, reason);
   stop_ = true;
+  // Ends waits on peers now rather than at the peer deadline.
+  if (active_comm_ != nullptr) active_comm_->Abort();
   if (phase_ == "assigned") phase_ = "stopped";
   return absl::OkStatus();
 }
 
 void StageRuntime::Shutdown() {
   stop_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (active_comm_ != nullptr) active_comm_->Abort();
+  }
   if (thread_.joinable()) thread_.join();
 }
 
@@ -320,6 +333,19 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         GlooCommunicator::Connect(
             &store, a.rendezvous_key() + "gloo/", a.rank(), a.world_size(),
             options_.advertise_host, options_.peer_timeout));
+    {
+      absl::MutexLock lock(&mu_);
+      active_comm_ = comm.get();
+      if (stop_.load()) comm->Abort();  // Stopped while connecting.
+    }
+    // Forgotten before the communicator goes, on every path out.
+    struct Forget {
+      StageRuntime* runtime;
+      ~Forget() {
+        absl::MutexLock lock(&runtime->mu_);
+        runtime->active_comm_ = nullptr;
+      }
+    } forget{this};
     std::optional<DataSplits> data;
     if (first || last) {
       ASSIGN_OR_RETURN(DataSplits loaded, LoadData(spec.data()));
@@ -341,6 +367,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     absl::Duration busy;  // Compute time (forward, backward, step).
     PipelineStage::Options options;
     options.timeout = options_.peer_timeout;
+    options.stop = &stop_;
     options.on_loss = [&](int64_t m, double sum, int64_t rows) {
       auto& part = loss_parts[m];
       part.first += sum;

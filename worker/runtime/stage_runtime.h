@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/comm/communicator.h"
 #include "common/device/factory.h"
 #include "proto/service_types.h"
 #include "worker/runtime/pipeline_stage.h"
@@ -41,6 +42,9 @@ struct StageRuntimeOptions {
   std::string advertise_host = "127.0.0.1";
   // Deadline of every wait on a peer.
   absl::Duration peer_timeout = absl::Seconds(60);
+  // How long an assignment waits for a previous job that is ending (its
+  // stop in flight) before it is refused as busy.
+  absl::Duration busy_wait = absl::Seconds(5);
 };
 
 class StageRuntime {
@@ -79,6 +83,8 @@ class StageRuntime {
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> stop_{false};
+  // The running pipeline's communicator, aborted by Stop and Shutdown.
+  Communicator* active_comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 
