@@ -368,15 +368,16 @@ void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
                         const SgdParams& p) {
   const float wd = p.weight_decay, mom = p.momentum, lr = p.lr;
   const float damp = 1.0f - p.dampening;
+  const float* src = p.source != nullptr ? p.source : w;
   if (mom == 0) {
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+    for (int64_t i = 0; i < n; ++i) w[i] = src[i] - lr * (g[i] + wd * src[i]);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * w[i];
+    const float d = g[i] + wd * src[i];
     const float b = p.first_step ? d : mom * buf[i] + damp * d;
     buf[i] = b;
-    w[i] -= lr * (p.nesterov ? d + mom * b : b);
+    w[i] = src[i] - lr * (p.nesterov ? d + mom * b : b);
   }
 }
 
@@ -386,12 +387,13 @@ void CpuDevice::AdamStep(float* w, const float* g, float* m, float* v,
   const float step_size = scales.step_size;
   const float inv_sqrt_bc2 = scales.inv_sqrt_bc2;
   const float b1 = p.beta1, b2 = p.beta2, wd = p.weight_decay, eps = p.eps;
+  const float* src = p.source != nullptr ? p.source : w;
   for (int64_t i = 0; i < n; ++i) {
-    const float grad = g[i] + wd * w[i];
+    const float grad = g[i] + wd * src[i];
     m[i] = b1 * m[i] + (1.0f - b1) * grad;
     v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
     const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-    w[i] -= step_size * m[i] / denom;
+    w[i] = src[i] - step_size * m[i] / denom;
   }
 }
 

@@ -52,6 +52,10 @@ struct SgdParams {
   // True on the first step for this parameter: the momentum buffer is set
   // to the gradient instead of being decayed.
   bool first_step = false;
+  // The weights to update from; null: w itself (in place). Otherwise w
+  // receives the update of `source` and source is left as it was (a
+  // stashed weight version without a copy).
+  const float* source = nullptr;
 };
 
 // Hyper-parameters of one Adam step (PyTorch torch.optim.Adam semantics).
@@ -63,6 +67,10 @@ struct AdamParams {
   float weight_decay = 0;
   // 1-based step count, for the bias corrections.
   int64_t step = 1;
+  // The weights to update from; null: w itself (in place). Otherwise w
+  // receives the update of `source` and source is left as it was (a
+  // stashed weight version without a copy).
+  const float* source = nullptr;
 };
 
 // Adam's per-step scalars: step_size = lr / (1 - beta1^t) and

@@ -56,8 +56,8 @@ class Sgd final : public ScheduledOptimizer {
     return absl::OkStatus();
   }
 
-  absl::Status Step(const ParameterSet& params,
-                    const ParameterSet& grads) override {
+  absl::Status StepFrom(const ParameterSet& from, const ParameterSet& params,
+                        const ParameterSet& grads) override {
     SgdParams p;
     p.lr = ScaledLr(spec_.lr());
     p.momentum = spec_.momentum();
@@ -67,6 +67,7 @@ class Sgd final : public ScheduledOptimizer {
     p.first_step = steps_ == 0;
     for (size_t i = 0; i < params.size(); ++i) {
       float* buf = spec_.momentum() != 0 ? momentum_.tensors[i].f32() : nullptr;
+      p.source = from.tensors[i].f32();
       device_->SgdStep(params.tensors[i].f32(), grads.tensors[i].f32(), buf,
                        params.tensors[i].numel(), p);
     }
@@ -103,8 +104,8 @@ class Adam final : public ScheduledOptimizer {
     return absl::OkStatus();
   }
 
-  absl::Status Step(const ParameterSet& params,
-                    const ParameterSet& grads) override {
+  absl::Status StepFrom(const ParameterSet& from, const ParameterSet& params,
+                        const ParameterSet& grads) override {
     AdamParams p;
     p.lr = ScaledLr(spec_.lr());
     if (spec_.has_beta1()) p.beta1 = spec_.beta1();
@@ -113,6 +114,7 @@ class Adam final : public ScheduledOptimizer {
     p.weight_decay = spec_.weight_decay();
     p.step = steps_ + 1;
     for (size_t i = 0; i < params.size(); ++i) {
+      p.source = from.tensors[i].f32();
       device_->AdamStep(params.tensors[i].f32(), grads.tensors[i].f32(),
                         m_.tensors[i].f32(), v_.tensors[i].f32(),
                         params.tensors[i].numel(), p);

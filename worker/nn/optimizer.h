@@ -21,8 +21,15 @@ class Optimizer {
 
   // Applies one update to `params` from `grads` (same names and shapes as
   // the set the optimizer was created for).
-  virtual absl::Status Step(const ParameterSet& params,
-                            const ParameterSet& grads) = 0;
+  absl::Status Step(const ParameterSet& params, const ParameterSet& grads) {
+    return StepFrom(params, params, grads);
+  }
+  // Writes into `to` the update of `from` (both shaped like the optimizer's
+  // set; `to` may be `from`), leaving `from` unchanged when they differ: a
+  // stage keeps the previous version without copying it.
+  virtual absl::Status StepFrom(const ParameterSet& from,
+                                const ParameterSet& to,
+                                const ParameterSet& grads) = 0;
   // Number of steps applied so far.
   virtual int64_t steps() const = 0;
   // The optimizer's state tensors (momentum buffers; Adam's m and v), named

@@ -126,6 +126,44 @@ TEST(AdamTest, TwoStepsByHand) {
   EXPECT_EQ((*opt)->State().size(), 2u);
 }
 
+// StepFrom writes the update of `from` into `to` and leaves `from` as it
+// was, with exactly the values an in-place step gives (SGD with momentum
+// and Adam, two steps each).
+TEST(OptimizerTest, StepFromEqualsInPlaceAndKeepsTheSource) {
+  CpuDevice device;
+  std::vector<OptimizerSpec> specs(2);
+  specs[0].mutable_sgd()->set_lr(0.1f);
+  specs[0].mutable_sgd()->set_momentum(0.9f);
+  specs[0].mutable_sgd()->set_weight_decay(0.01f);
+  specs[1].mutable_adam()->set_lr(0.01f);
+  specs[1].mutable_adam()->set_weight_decay(0.1f);
+  for (const OptimizerSpec& spec : specs) {
+    ParameterSet in_place = OneParam(device, {1.0f, -2.0f, 0.5f});
+    ParameterSet from = OneParam(device, {1.0f, -2.0f, 0.5f});
+    ParameterSet to = OneParam(device, {0.0f, 0.0f, 0.0f});
+    ParameterSet g = OneParam(device, {0.5f, 0.25f, -1.0f});
+    auto a = CreateOptimizer(spec, in_place, &device, 10);
+    auto b = CreateOptimizer(spec, from, &device, 10);
+    ASSERT_TRUE(a.ok() && b.ok());
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<float> before(from.tensors[0].f32(),
+                                      from.tensors[0].f32() + 3);
+      ASSERT_TRUE((*a)->Step(in_place, g).ok());
+      ASSERT_TRUE((*b)->StepFrom(from, to, g).ok());
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(to.tensors[0].f32()[i], in_place.tensors[0].f32()[i])
+            << spec.DebugString() << " step " << step;
+      }
+      // The source is untouched; the next step starts from the new weights.
+      EXPECT_EQ(
+          std::vector<float>(from.tensors[0].f32(), from.tensors[0].f32() + 3),
+          before);
+      std::swap(from, to);
+      SetValues(device, to, {0.0f, 0.0f, 0.0f});
+    }
+  }
+}
+
 TEST(OptimizerSpecTest, Rejections) {
   OptimizerSpec none;
   EXPECT_EQ(ValidateOptimizerSpec(none).message(),

@@ -10,15 +10,15 @@ namespace aqueduct {
 
 namespace {
 
-absl::StatusOr<ParameterSet> Clone(Device* device, const ParameterSet& from) {
-  ParameterSet copy = from;
-  for (size_t i = 0; i < copy.tensors.size(); ++i) {
-    ASSIGN_OR_RETURN(
-        copy.tensors[i],
-        device->Allocate(from.tensors[i].shape(), from.tensors[i].dtype()));
-    device->Copy(from.tensors[i], copy.tensors[i]);
+// A set shaped like `like` in new buffers (contents undefined).
+absl::StatusOr<ParameterSet> Uninitialised(Device* device,
+                                           const ParameterSet& like) {
+  ParameterSet out = like;
+  for (size_t i = 0; i < out.tensors.size(); ++i) {
+    ASSIGN_OR_RETURN(out.tensors[i], device->Allocate(like.tensors[i].shape(),
+                                                      like.tensors[i].dtype()));
   }
-  return copy;
+  return out;
 }
 
 int64_t CacheBytes(const RangeCache& cache) {
@@ -407,10 +407,15 @@ absl::Status PipelineStage::Step(int64_t) {
                 version_ >= VersionFor(next_forward_);
   for (const auto& [key, f] : in_flight_) needed |= f.version == version_;
   if (needed) {
-    ASSIGN_OR_RETURN(ParameterSet copy, Clone(device_, latest_));
-    stash_[version_] = std::move(copy);
+    // The update goes into fresh buffers and the current ones become the
+    // stashed version: no copy of the weights.
+    ASSIGN_OR_RETURN(ParameterSet next, Uninitialised(device_, latest_));
+    RETURN_IF_ERROR(optimizer_->StepFrom(latest_, next, grads_));
+    stash_[version_] = std::move(latest_);
+    latest_ = std::move(next);
+  } else {
+    RETURN_IF_ERROR(optimizer_->Step(latest_, grads_));
   }
-  RETURN_IF_ERROR(optimizer_->Step(latest_, grads_));
   ++version_;
   accumulated_ = false;
   DropUnneededVersions();

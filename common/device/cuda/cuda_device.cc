@@ -272,15 +272,17 @@ void CudaDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
 }
 void CudaDevice::SgdStep(float* w, const float* g, float* momentum_buf,
                          int64_t n, const SgdParams& p) {
-  cuda::SgdStep(w, g, momentum_buf, n, p.lr, p.momentum, p.dampening,
-                p.weight_decay, p.nesterov, p.first_step, stream_);
+  cuda::SgdStep(w, p.source != nullptr ? p.source : w, g, momentum_buf, n, p.lr,
+                p.momentum, p.dampening, p.weight_decay, p.nesterov,
+                p.first_step, stream_);
   AQ_LAUNCHED("SgdStep");
 }
 void CudaDevice::AdamStep(float* w, const float* g, float* m, float* v,
                           int64_t n, const AdamParams& p) {
   const AdamScales scales = AdamStepScales(p);
-  cuda::AdamStep(w, g, m, v, n, scales.step_size, scales.inv_sqrt_bc2, p.beta1,
-                 p.beta2, p.eps, p.weight_decay, stream_);
+  cuda::AdamStep(w, p.source != nullptr ? p.source : w, g, m, v, n,
+                 scales.step_size, scales.inv_sqrt_bc2, p.beta1, p.beta2, p.eps,
+                 p.weight_decay, stream_);
   AQ_LAUNCHED("AdamStep");
 }
 

@@ -75,31 +75,33 @@ __global__ void DropoutKernel(const float* x, float* y, int64_t n, float p,
   }
 }
 
-__global__ void SgdKernel(float* w, const float* g, float* buf, int64_t n,
-                          float lr, float mom, float damp, float wd,
-                          bool nesterov, bool first_step) {
+__global__ void SgdKernel(float* w, const float* src, const float* g,
+                          float* buf, int64_t n, float lr, float mom,
+                          float damp, float wd, bool nesterov,
+                          bool first_step) {
   AQ_GRID_STRIDE(i, n) {
-    const float d = g[i] + wd * w[i];
+    const float d = g[i] + wd * src[i];
     if (mom == 0.0f) {
-      w[i] -= lr * d;
+      w[i] = src[i] - lr * d;
     } else {
       const float b = first_step ? d : mom * buf[i] + damp * d;
       buf[i] = b;
-      w[i] -= lr * (nesterov ? d + mom * b : b);
+      w[i] = src[i] - lr * (nesterov ? d + mom * b : b);
     }
   }
 }
 
-__global__ void AdamKernel(float* w, const float* g, float* m, float* v,
-                           int64_t n, float step_size, float inv_sqrt_bc2,
-                           float b1, float b2, float eps, float wd) {
+__global__ void AdamKernel(float* w, const float* src, const float* g,
+                           float* m, float* v, int64_t n, float step_size,
+                           float inv_sqrt_bc2, float b1, float b2, float eps,
+                           float wd) {
   AQ_GRID_STRIDE(i, n) {
-    const float grad = g[i] + wd * w[i];
+    const float grad = g[i] + wd * src[i];
     const float mi = b1 * m[i] + (1.0f - b1) * grad;
     const float vi = b2 * v[i] + (1.0f - b2) * grad * grad;
     m[i] = mi;
     v[i] = vi;
-    w[i] -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    w[i] = src[i] - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
   }
 }
 
@@ -371,18 +373,20 @@ void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
   DropoutKernel<<<Blocks(n), kThreads, 0, s>>>(x, y, n, p, 1.0f / (1.0f - p),
                                                key, index_offset);
 }
-void SgdStep(float* w, const float* g, float* buf, int64_t n, float lr,
-             float momentum, float dampening, float weight_decay, bool nesterov,
-             bool first_step, cudaStream_t s) {
-  SgdKernel<<<Blocks(n), kThreads, 0, s>>>(w, g, buf, n, lr, momentum,
+void SgdStep(float* w, const float* src, const float* g, float* buf,
+             int64_t n, float lr, float momentum, float dampening,
+             float weight_decay, bool nesterov, bool first_step,
+             cudaStream_t s) {
+  SgdKernel<<<Blocks(n), kThreads, 0, s>>>(w, src, g, buf, n, lr, momentum,
                                            1.0f - dampening, weight_decay,
                                            nesterov, first_step);
 }
-void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
-              float step_size, float inv_sqrt_bc2, float beta1, float beta2,
-              float eps, float weight_decay, cudaStream_t s) {
-  AdamKernel<<<Blocks(n), kThreads, 0, s>>>(
-      w, g, m, v, n, step_size, inv_sqrt_bc2, beta1, beta2, eps, weight_decay);
+void AdamStep(float* w, const float* src, const float* g, float* m, float* v,
+              int64_t n, float step_size, float inv_sqrt_bc2, float beta1,
+              float beta2, float eps, float weight_decay, cudaStream_t s) {
+  AdamKernel<<<Blocks(n), kThreads, 0, s>>>(w, src, g, m, v, n, step_size,
+                                            inv_sqrt_bc2, beta1, beta2, eps,
+                                            weight_decay);
 }
 
 void SumRows(const float* x, int64_t rows, int64_t cols, float beta, float* out,

@@ -29,15 +29,16 @@ void GeluBackward(const float* x, const float* dy, float* dx, int64_t n,
                   cudaStream_t stream);
 void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
              uint64_t index_offset, cudaStream_t stream);
-// torch.optim.SGD semantics; see SgdParams.
-void SgdStep(float* w, const float* g, float* buf, int64_t n, float lr,
-             float momentum, float dampening, float weight_decay, bool nesterov,
-             bool first_step, cudaStream_t stream);
+// torch.optim.SGD semantics; see SgdParams. w = update of src (src may be
+// w: in place).
+void SgdStep(float* w, const float* src, const float* g, float* buf, int64_t n,
+             float lr, float momentum, float dampening, float weight_decay,
+             bool nesterov, bool first_step, cudaStream_t stream);
 // torch.optim.Adam semantics; step_size and inv_sqrt_bc2 from
 // AdamStepScales (common/device/device.h), as CpuDevice uses.
-void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
-              float step_size, float inv_sqrt_bc2, float beta1, float beta2,
-              float eps, float weight_decay, cudaStream_t stream);
+void AdamStep(float* w, const float* src, const float* g, float* m, float* v,
+              int64_t n, float step_size, float inv_sqrt_bc2, float beta1,
+              float beta2, float eps, float weight_decay, cudaStream_t stream);
 
 // out[c] = sum_r x[r, c] + beta * out[c].
 void SumRows(const float* x, int64_t rows, int64_t cols, float beta, float* out,

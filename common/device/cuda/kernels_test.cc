@@ -141,7 +141,7 @@ TEST_F(KernelsTest, OptimizersMatchCpu) {
   cpu_.SgdStep(w.data(), g.data(), buf.data(), n, sp);
   float* dw = Upload(w0);
   float* dbuf = Upload(std::vector<float>(n));
-  cuda::SgdStep(dw, Upload(g), dbuf, n, sp.lr, sp.momentum, sp.dampening,
+  cuda::SgdStep(dw, dw, Upload(g), dbuf, n, sp.lr, sp.momentum, sp.dampening,
                 sp.weight_decay, sp.nesterov, sp.first_step, nullptr);
   ExpectNear(w, Download(dw, n));
   ExpectNear(buf, Download(dbuf, n));
@@ -153,13 +153,16 @@ TEST_F(KernelsTest, OptimizersMatchCpu) {
   ap.step = 3;
   cpu_.AdamStep(aw.data(), g.data(), m.data(), v.data(), n, ap);
   const AdamScales scales = AdamStepScales(ap);
-  float* daw = Upload(w0);
+  // Out of place: the update lands in a new buffer, the source is kept.
+  float* dsrc = Upload(w0);
+  float* daw = Upload(std::vector<float>(n));
   float* dm = Upload(std::vector<float>(n));
   float* dv = Upload(std::vector<float>(n));
-  cuda::AdamStep(daw, Upload(g), dm, dv, n, scales.step_size,
+  cuda::AdamStep(daw, dsrc, Upload(g), dm, dv, n, scales.step_size,
                  scales.inv_sqrt_bc2, ap.beta1, ap.beta2, ap.eps,
                  ap.weight_decay, nullptr);
   ExpectNear(aw, Download(daw, n));
+  ExpectNear(w0, Download(dsrc, n));
   ExpectNear(m, Download(dm, n));
   ExpectNear(v, Download(dv, n));
 }
