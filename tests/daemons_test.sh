@@ -176,6 +176,21 @@ took=$((SECONDS - stopped_at))
 [ "$took" -le 25 ] || fail "survivors of a hung peer took ${took}s to run the next job"
 kill -KILL "$pid_w5"
 
+# Cancelling a running pipeline stops its workers at once too.
+sed 's/^epochs: 1000$/epochs: 1000\npipeline { workers: 2 schedule: "1f1b_stashed" }/' \
+  "$tmp/slow.textproto" >"$tmp/pipe2.textproto"
+cid=$(aq submit "$tmp/pipe2.textproto") || fail "pipeline submit (cancel)"
+crunning() { aq status "$cid" --output json | grep -q '"committed_version":"[1-9]'; }
+wait_until 30 crunning || fail "pipeline to cancel never progressed: $(aq status "$cid")"
+aq cancel "$cid" >/dev/null || fail "cancel of a running pipeline failed"
+cancelled_at=$SECONDS
+timeout 30 "$AQ" submit "$tmp/ok2.textproto" --wait --coordinator "$addr" >"$tmp/after3.out" 2>&1 ||
+  fail "workers of a cancelled pipeline did not run the next job: $(cat "$tmp/after3.out")"
+took=$((SECONDS - cancelled_at))
+[ "$took" -le 20 ] || fail "workers of a cancelled pipeline took ${took}s to run the next job"
+aq status "$cid" --output json | grep -q '"state":"JOB_CANCELLED"' ||
+  fail "cancelled pipeline state: $(aq status "$cid")"
+
 # The coordinator and the other worker are unharmed; SIGTERM exits 0.
 eval "opid=\$pid_$other"
 aq workers >/dev/null || fail "coordinator stopped answering"
