@@ -15,7 +15,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The median; 0 for no samples (a backward that training never runs).
 double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -76,6 +78,10 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
       RandomTensor(device, model.output_shape().WithLeading(batch), 4));
 
   std::vector<std::vector<double>> forward(layers), backward(layers);
+  std::vector<bool> needs_dx(layers, false);
+  for (int l = 1; l < layers; ++l) {
+    needs_dx[l] = needs_dx[l - 1] || !params.ForLayer(l - 1).empty();
+  }
   const int total = options.warmup_iterations + options.measured_iterations;
   for (int it = 0; it < total; ++it) {
     const bool measure = it >= options.warmup_iterations;
@@ -106,17 +112,19 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
     for (int l = layers - 1; l >= 0; --l) {
       Tensor dx;
       const Clock::time_point start = Clock::now();
-      // The first layer needs no input gradient, as in training.
+      // As in training (BackwardRange), a layer computes its input gradient
+      // only if a layer with parameters lies below it.
       RETURN_IF_ERROR(model.layer(l).Backward(
           *device, params.ForLayer(l), caches[l], dy, ctx,
-          l > 0 ? &dx : nullptr, grads.ForLayer(l), false));
+          needs_dx[l] ? &dx : nullptr, grads.ForLayer(l), false));
       RETURN_IF_ERROR(device->Synchronize());
       if (measure) {
         backward[l].push_back(
             std::chrono::duration<double, std::milli>(Clock::now() - start)
                 .count());
       }
-      if (l > 0) dy = std::move(dx);
+      if (!needs_dx[l]) break;  // Nothing below needs a gradient.
+      dy = std::move(dx);
     }
   }
 

@@ -54,6 +54,9 @@ TEST(ProfilerTest, ProfilesEveryLayer) {
   EXPECT_GE(delay.backward_ms(), 5.0);
   EXPECT_NE(delay.description().find("delay"), std::string::npos);
   EXPECT_DOUBLE_EQ(profile->nodes(4).parameter_bytes(), 8 * 3 * 4);
+  // Training runs no backward below the first layer with parameters (no
+  // one needs the input's gradient); the profile says so.
+  EXPECT_EQ(profile->nodes(0).backward_ms(), 0);
 
   options.measured_iterations = 0;
   EXPECT_FALSE(ProfileModel(*spec, &device, options).ok());

@@ -27,8 +27,13 @@ rate() {
   "$bin/client/aq" status "$id" --coordinator "$address" --output json |
     sed -E 's/.*"samples_per_second":([0-9.]+),"stages".*/\1/'
 }
+ratios=()
 for r in $(seq "${1:-2}"); do
   one=$(rate 1)
   two=$(rate 2)
   awk -v a="$one" -v b="$two" 'BEGIN { printf "one worker: %.1f samples/s, 2-stage pipeline: %.1f samples/s, speed-up %.2fx\n", a, b, b / a }'
+  ratios+=("$(awk -v a="$one" -v b="$two" 'BEGIN { printf "%.4f", b / a }')")
 done
+printf '%s\n' "${ratios[@]}" | sort -n |
+  awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
+         printf "speed-up over %d rounds: median %.2fx, min %.2fx, max %.2fx\n", NR, m, v[1], v[NR] }'
