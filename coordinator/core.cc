@@ -250,6 +250,12 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
         absl::StrCat("invalid job spec: pipeline.cost_model='", p.cost_model(),
                      "' is not one of: pipedream, aqueduct"));
   }
+  if (!p.transport().empty() && p.transport() != "gloo" &&
+      p.transport() != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: pipeline.transport='", p.transport(),
+                     "' is not one of: gloo, nccl"));
+  }
   if (p.wait_for_workers_ms() < 0 || p.bandwidth_bytes_per_s() < 0) {
     return absl::InvalidArgumentError(
         "invalid job spec: pipeline.wait_for_workers_ms and "

@@ -50,6 +50,23 @@ const char* KindName(uint32_t kind) {
   }
 }
 
+// A transfer on a device channel, holding its tensor until it completes.
+class ChannelWork final : public Work {
+ public:
+  ChannelWork(DeviceChannel* channel, uint64_t ticket, Tensor keep)
+      : channel_(channel), ticket_(ticket), keep_(std::move(keep)) {}
+  absl::Status Wait(absl::Time deadline) override {
+    RETURN_IF_ERROR(channel_->Wait(ticket_, deadline));
+    keep_ = Tensor();
+    return absl::OkStatus();
+  }
+
+ private:
+  DeviceChannel* channel_;
+  uint64_t ticket_;
+  Tensor keep_;
+};
+
 // A frame sent as a header and a body.
 class TwoSends final : public Work {
  public:
@@ -72,11 +89,9 @@ uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch) {
          (static_cast<uint64_t>(kind) << 1);
 }
 
-absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
-                                                Device& device, int peer,
-                                                const FrameInfo& info,
-                                                const Tensor& data,
-                                                const Tensor* labels) {
+absl::StatusOr<std::unique_ptr<Work>> SendFrame(
+    Communicator& comm, Device& device, int peer, const FrameInfo& info,
+    const Tensor& data, const Tensor* labels, DeviceChannels* channels) {
   if (data.dtype() != DType::kF32 || data.shape().rank() > kMaxDims) {
     return absl::InvalidArgumentError(
         absl::StrCat("a frame carries an F32 tensor of rank <= ", kMaxDims,
@@ -94,7 +109,7 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
   h.num_labels = labels != nullptr ? labels->numel() : 0;
   const uint64_t tag = FrameTag(info.kind, info.minibatch, info.microbatch);
   const size_t head_bytes = HeadBytes(h.num_labels);
-  if (data.nbytes() <= kInlineBytes) {
+  if (channels == nullptr && data.nbytes() <= kInlineBytes) {
     const size_t offset = InlineOffset(h.num_labels);
     const size_t total = offset + data.nbytes();
     char* out = nullptr;
@@ -128,7 +143,20 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
   }
   std::unique_ptr<Work> header = comm.SendExact(peer, tag, std::move(head));
   std::unique_ptr<Work> body;
-  if (device.kind() == DeviceKind::kCpu) {
+  if (channels != nullptr) {
+    DeviceChannel* channel =
+        channels->Get(static_cast<int>(info.kind), comm.rank(), peer);
+    if (channel == nullptr) {
+      return absl::InternalError(absl::StrCat("no device channel for ",
+                                              KindName(h.kind), "s from rank ",
+                                              comm.rank(), " to rank ", peer));
+    }
+    // The channel reads device memory on its own stream: the producer's
+    // work must be done.
+    RETURN_IF_ERROR(device.Synchronize());
+    ASSIGN_OR_RETURN(uint64_t ticket, channel->Send(data.raw(), data.nbytes()));
+    body = std::make_unique<ChannelWork>(channel, ticket, data);
+  } else if (device.kind() == DeviceKind::kCpu) {
     // The tensor's buffer is host memory: send it in place, holding it.
     body = comm.SendBuffer(peer, tag | 1, data.raw(), data.nbytes(),
                            data.buffer());
@@ -142,7 +170,8 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
 
 absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
     Communicator& comm, Device& device, int peer, FrameKind kind,
-    int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels) {
+    int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
+    DeviceChannels* channels) {
   std::unique_ptr<PendingFrame> f(new PendingFrame());
   f->device_ = &device;
   f->kind_ = kind;
@@ -153,6 +182,23 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
   const uint64_t tag = FrameTag(kind, minibatch, microbatch);
   const size_t data_bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   const bool cpu = device.kind() == DeviceKind::kCpu;
+  if (channels != nullptr) {
+    // Header on the communicator, tensor on the device channel, straight
+    // into device memory.
+    DeviceChannel* channel =
+        channels->Get(static_cast<int>(kind), peer, comm.rank());
+    if (channel == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "no device channel for ", KindName(static_cast<uint32_t>(kind)),
+          "s from rank ", peer, " to rank ", comm.rank()));
+    }
+    ASSIGN_OR_RETURN(f->data_, device.Allocate(shape, DType::kF32));
+    f->header_ = comm.RecvExact(peer, tag, HeadBytes(num_labels));
+    ASSIGN_OR_RETURN(uint64_t ticket,
+                     channel->Recv(f->data_.raw(), f->data_.nbytes()));
+    f->body_ = std::make_unique<ChannelWork>(channel, ticket, f->data_);
+    return f;
+  }
   if (data_bytes <= kInlineBytes) {
     // One transfer; on the CPU the tensor is a view into what arrived.
     f->offset_ = InlineOffset(num_labels);

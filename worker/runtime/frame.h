@@ -10,7 +10,10 @@
 // with its low bit set, sent straight from the tensor and received straight
 // into a tensor from the device's allocator on a device whose memory is the
 // host's (the CPU device): no copy, and no allocation in the communicator.
-// Other devices stage through host memory.
+// Other devices stage through host memory, unless the job has device
+// channels (DeviceChannels: NCCL between GPUs): then the header goes over the
+// communicator and the tensor, whatever its size, over the channel for its
+// kind and pair of ranks, device memory to device memory.
 //
 // The receiver posts its receives when it knows what it expects (ahead of
 // need) and checks the header before the tensor is used: a frame that is
@@ -27,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/comm/communicator.h"
+#include "common/comm/device_channel.h"
 #include "common/device/device.h"
 #include "common/tensor.h"
 
@@ -50,11 +54,10 @@ struct FrameInfo {
 // Posts a frame's two transfers to `peer`. `data` (F32) must not be written
 // until the returned work completes (the work holds a handle to its buffer).
 // `labels` (I32, may be null) are copied into the header message.
-absl::StatusOr<std::unique_ptr<Work>> SendFrame(Communicator& comm,
-                                                Device& device, int peer,
-                                                const FrameInfo& info,
-                                                const Tensor& data,
-                                                const Tensor* labels);
+absl::StatusOr<std::unique_ptr<Work>> SendFrame(
+    Communicator& comm, Device& device, int peer, const FrameInfo& info,
+    const Tensor& data, const Tensor* labels,
+    DeviceChannels* channels = nullptr);
 
 // A received frame: the tensor on the device, and the labels on the host.
 struct Frame {
@@ -72,7 +75,7 @@ class PendingFrame {
   static absl::StatusOr<std::unique_ptr<PendingFrame>> Post(
       Communicator& comm, Device& device, int peer, FrameKind kind,
       int64_t minibatch, int microbatch, const Shape& shape,
-      int64_t num_labels);
+      int64_t num_labels, DeviceChannels* channels = nullptr);
   ~PendingFrame();
 
   // Waits for the header, checks it (`who` names the receiver in errors),

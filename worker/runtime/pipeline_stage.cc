@@ -182,12 +182,14 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PipelineStage::PostRecv(
     const int begin = layout_.layer_begin[stage_];
     return PendingFrame::Post(
         *comm_, *device_, PeerRank(stage_ - 1, j), kind, m, j,
-        model_->layer(begin).input_shape().WithLeading(rows), rows);
+        model_->layer(begin).input_shape().WithLeading(rows), rows,
+        options_.channels);
   }
   const int end = layout_.layer_begin[stage_ + 1];
   return PendingFrame::Post(
       *comm_, *device_, PeerRank(stage_ + 1, j), kind, m, j,
-      model_->layer(end - 1).output_shape().WithLeading(rows), 0);
+      model_->layer(end - 1).output_shape().WithLeading(rows), 0,
+      options_.channels);
 }
 
 absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
@@ -217,7 +219,8 @@ absl::Status PipelineStage::PostSend(int peer, const FrameInfo& info,
     pending_sends_.pop_front();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Work> work,
-                   SendFrame(*comm_, *device_, peer, info, data, labels));
+                   SendFrame(*comm_, *device_, peer, info, data, labels,
+                             options_.channels));
   pending_sends_.push_back(std::move(work));
   return absl::OkStatus();
 }

@@ -92,6 +92,9 @@ class PipelineStage {
     // op. (A wait for a peer in progress ends when the communicator is
     // aborted: Communicator::Abort.)
     const std::atomic<bool>* stop = nullptr;
+    // When set, tensors travel over these device channels (NCCL between
+    // GPUs) and only frame headers over the communicator.
+    DeviceChannels* channels = nullptr;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's

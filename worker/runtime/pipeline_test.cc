@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/comm/in_memory.h"
+#include "common/comm/in_memory_channels.h"
 #include "common/device/cpu_device.h"
 #include "common/device/factory.h"
 #include "gtest/gtest.h"
@@ -76,6 +77,7 @@ struct Result {
   std::vector<std::vector<float>> weights;  // Every parameter, layer order.
   std::vector<StageStats> stats;
   absl::Status status;
+  int channel_sends = 0;  // Tensors that went over device channels.
 };
 
 // `t`'s values on the host, from any device.
@@ -111,15 +113,18 @@ PipelineLayout Layout(Policy policy, std::vector<int> begin,
 }
 
 // Every stage on a fresh device made from `device_spec` (several stages may
-// share one GPU).
+// share one GPU); with `device_channels`, tensors travel over in-memory
+// device channels (as over NCCL) and only headers over the communicator.
 Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
-                   DeviceSpec device_spec = DeviceSpec{}) {
+                   DeviceSpec device_spec = DeviceSpec{},
+                   bool device_channels = false) {
   auto job = ValidateJobSpec(spec);
   EXPECT_TRUE(job.ok()) << job.status();
   auto data = LoadData(spec.data());
   int world = 0;
   for (const auto& r : layout.ranks) world += static_cast<int>(r.size());
   auto hub = std::make_shared<InMemoryHub>(world);
+  auto channel_hub = std::make_shared<InMemoryChannelHub>();
   absl::Mutex mu;
   std::map<int64_t, double> loss_sums;
   Result result;
@@ -140,10 +145,12 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
         }
         Device& device = **made;
         InMemoryCommunicator comm(hub, rank);
+        InMemoryDeviceChannels channels(channel_hub, rank);
         auto params = InitParameters(*job->model, layout.layer_begin[s],
                                      layout.layer_begin[s + 1], &device);
         PipelineStage::Options options;
         options.timeout = absl::Seconds(20);
+        if (device_channels) options.channels = &channels;
         options.on_loss = [&](int64_t m, double sum, int64_t) {
           absl::MutexLock lock(&mu);
           loss_sums[m] += sum;
@@ -173,6 +180,8 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
   for (auto& w : stage_weights) {
     for (auto& t : w) result.weights.push_back(std::move(t));
   }
+  absl::MutexLock lock(&channel_hub->mu);
+  result.channel_sends = channel_hub->sends;
   return result;
 }
 
@@ -341,6 +350,45 @@ TEST(PipelineTest, TwoStagesOnGpuMatchTrainLocalOnCpu) {
   for (size_t i = 0; i < local.size(); ++i) {
     EXPECT_NEAR(got.losses[i], local[i], 1e-4 * std::fabs(local[i]))
         << "step " << i;
+  }
+}
+
+// The same training with tensors on device channels (the NCCL path's
+// protocol: headers on the communicator, tensors on one channel per kind and
+// pair of ranks, receives posted ahead) as over the communicator alone: the
+// same losses and weights, for every policy, with replicas.
+TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  struct Case {
+    Policy policy;
+    Split split;
+  };
+  const std::vector<Case> cases = {
+      {Policy::kOneFOneBStashed, {{0, 3, 7}, {1, 1, 1}}},
+      {Policy::kOneFOneBVerticalSync, {{0, 5}, {1, 1}}},
+      {Policy::kOneFOneBFlush, {{0, 5}, {2, 1}}},
+      {Policy::kGpipe, {{0, 2, 5, 8}, {1, 1, 1, 1}}},
+  };
+  for (const Case& c : cases) {
+    const PipelineLayout layout =
+        Layout(c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
+               c.policy == Policy::kOneFOneBFlush ||
+                       c.policy == Policy::kGpipe
+                   ? 4
+                   : 1,
+               10);
+    const std::string what = absl::StrCat(
+        PolicyName(c.policy), " ", c.split.begin.size(), " stages");
+    const Result plain = RunPipeline(spec, layout);
+    const Result channels = RunPipeline(spec, layout, DeviceSpec{}, true);
+    ASSERT_TRUE(channels.status.ok()) << what << ": " << channels.status;
+    ExpectClose(channels, plain, 1e-6, what + " over device channels");
+    EXPECT_EQ(plain.channel_sends, 0) << what;
+    // Every activation and gradient of every microbatch and boundary.
+    const int64_t boundaries = static_cast<int64_t>(c.split.begin.size()) - 1;
+    EXPECT_EQ(channels.channel_sends,
+              2 * boundaries * spec.max_steps() * layout.microbatches)
+        << what;
   }
 }
 
