@@ -260,6 +260,11 @@ TEST_F(CoreTest, BadInputGetsPreciseErrors) {
                 .message()
                 .find("pipeline.schedule='zigzag'"),
             std::string::npos);
+  JobSpec transport = spec_;
+  transport.mutable_pipeline()->set_transport("infiniband");
+  EXPECT_EQ(core_->SubmitJob(transport, nullptr).status().message(),
+            "invalid job spec: pipeline.transport='infiniband' is not one of: "
+            "gloo, nccl");
   EXPECT_EQ(core_->GetJob("job-x").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->GetPlan("job-x").status().code(),

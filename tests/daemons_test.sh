@@ -176,6 +176,14 @@ took=$((SECONDS - stopped_at))
 [ "$took" -le 25 ] || fail "survivors of a hung peer took ${took}s to run the next job"
 kill -KILL "$pid_w5"
 
+# NCCL between stages needs GPU workers: on CPU workers the job fails
+# saying so, and the workers stay usable.
+sed 's/^epochs: 2$/epochs: 2\npipeline { workers: 2 schedule: "1f1b_stashed" transport: "nccl" }/' \
+  "$tmp/ok.textproto" >"$tmp/nccl.textproto"
+aq submit "$tmp/nccl.textproto" --wait >"$tmp/nccl.out" 2>&1 && fail "nccl on CPU workers succeeded"
+grep -q "pipeline.transport=nccl needs every worker of the job on a GPU" "$tmp/nccl.out" ||
+  fail "nccl on CPU workers: $(cat "$tmp/nccl.out")"
+
 # Cancelling a running pipeline stops its workers at once too.
 sed 's/^epochs: 1000$/epochs: 1000\npipeline { workers: 2 schedule: "1f1b_stashed" }/' \
   "$tmp/slow.textproto" >"$tmp/pipe2.textproto"

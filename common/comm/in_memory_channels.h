@@ -100,8 +100,9 @@ class InMemoryDeviceChannels final : public DeviceChannels {
       };
       // Sends complete at once; a receiver waits for its receive.
       if (!sender_) hub.mu.AwaitWithDeadline(absl::Condition(&done), deadline);
-      const std::string what = absl::StrCat(
-          "channel ", key_.kind, " from rank ", key_.from, " to rank ", key_.to);
+      const std::string what =
+          absl::StrCat("channel ", key_.kind, " from rank ", key_.from,
+                       " to rank ", key_.to);
       if (owner_->aborted_) return absl::CancelledError(what + " aborted");
       if (!s.error.empty()) return absl::DataLossError(what + ": " + s.error);
       if (!sender_ && s.received <= ticket) {
@@ -114,8 +115,8 @@ class InMemoryDeviceChannels final : public DeviceChannels {
     static void Fill(InMemoryChannelHub::State& s, void* dst, size_t size,
                      const char* src, size_t bytes) {
       if (size != bytes) {
-        s.error = absl::StrCat("sent ", bytes, " bytes into a receive of ",
-                               size);
+        s.error =
+            absl::StrCat("sent ", bytes, " bytes into a receive of ", size);
       } else if (bytes > 0) {
         std::memcpy(dst, src, bytes);
       }

@@ -74,8 +74,8 @@ class PendingFrame {
   // `num_labels` labels.
   static absl::StatusOr<std::unique_ptr<PendingFrame>> Post(
       Communicator& comm, Device& device, int peer, FrameKind kind,
-      int64_t minibatch, int microbatch, const Shape& shape,
-      int64_t num_labels, DeviceChannels* channels = nullptr);
+      int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
+      DeviceChannels* channels = nullptr);
   ~PendingFrame();
 
   // Waits for the header, checks it (`who` names the receiver in errors),

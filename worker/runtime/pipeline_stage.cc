@@ -218,9 +218,9 @@ absl::Status PipelineStage::PostSend(int peer, const FrameInfo& info,
         pending_sends_.front()->Wait(absl::Now() + options_.timeout));
     pending_sends_.pop_front();
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Work> work,
-                   SendFrame(*comm_, *device_, peer, info, data, labels,
-                             options_.channels));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Work> work,
+      SendFrame(*comm_, *device_, peer, info, data, labels, options_.channels));
   pending_sends_.push_back(std::move(work));
   return absl::OkStatus();
 }

@@ -370,15 +370,13 @@ TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
       {Policy::kGpipe, {{0, 2, 5, 8}, {1, 1, 1, 1}}},
   };
   for (const Case& c : cases) {
-    const PipelineLayout layout =
-        Layout(c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
-               c.policy == Policy::kOneFOneBFlush ||
-                       c.policy == Policy::kGpipe
-                   ? 4
-                   : 1,
-               10);
-    const std::string what = absl::StrCat(
-        PolicyName(c.policy), " ", c.split.begin.size(), " stages");
+    const PipelineLayout layout = Layout(
+        c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
+        c.policy == Policy::kOneFOneBFlush || c.policy == Policy::kGpipe ? 4
+                                                                         : 1,
+        10);
+    const std::string what = absl::StrCat(PolicyName(c.policy), " ",
+                                          c.split.begin.size(), " stages");
     const Result plain = RunPipeline(spec, layout);
     const Result channels = RunPipeline(spec, layout, DeviceSpec{}, true);
     ASSERT_TRUE(channels.status.ok()) << what << ": " << channels.status;

@@ -1,5 +1,9 @@
 #include "worker/runtime/stage_runtime.h"
 
+#ifdef AQ_HAVE_CUDA
+#include "common/comm/nccl/nccl_channels.h"
+#endif
+
 #include <fstream>
 #include <map>
 #include <optional>
@@ -89,6 +93,7 @@ absl::Status StageRuntime::Stop(const std::string& job_id,
   stop_ = true;
   // Ends waits on peers now rather than at the peer deadline.
   if (active_comm_ != nullptr) active_comm_->Abort();
+  if (active_channels_ != nullptr) active_channels_->Abort();
   if (phase_ == "assigned") phase_ = "stopped";
   return absl::OkStatus();
 }
@@ -98,6 +103,7 @@ void StageRuntime::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     if (active_comm_ != nullptr) active_comm_->Abort();
+    if (active_channels_ != nullptr) active_channels_->Abort();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -298,6 +304,41 @@ void StageRuntime::RecordTrace(const StageEvent& e, int stage) {
   dirty_ = true;
 }
 
+// The device channels of a pipeline with pipeline.transport "nccl": one per
+// kind (activations, gradients) and pair of ranks that exchange tensors.
+absl::StatusOr<std::unique_ptr<DeviceChannels>> ConnectChannels(
+    const StageAssignment& a, const PipelineLayout& layout,
+    RendezvousStore* store, const DeviceSpec& device) {
+  if (device.kind != DeviceKind::kCuda) {
+    return absl::FailedPreconditionError(
+        "pipeline.transport=nccl needs every worker of the job on a GPU "
+        "(--device=cuda:N); this worker runs on the CPU");
+  }
+  std::vector<ChannelKey> keys;
+  for (int s = 0; s + 1 < layout.num_stages(); ++s) {
+    const auto& here = layout.ranks[s];
+    const auto& next = layout.ranks[s + 1];
+    const int here_n = static_cast<int>(here.size());
+    const int next_n = static_cast<int>(next.size());
+    for (int j = 0; j < here_n * next_n; ++j) {
+      const int from = here[ReplicaFor(j, here_n)];
+      const int to = next[ReplicaFor(j, next_n)];
+      keys.push_back({static_cast<int>(FrameKind::kActivation), from, to});
+      keys.push_back({static_cast<int>(FrameKind::kGradient), to, from});
+    }
+  }
+#ifdef AQ_HAVE_CUDA
+  return ConnectNcclChannels(store, a.rendezvous_key() + "nccl/", a.rank(),
+                             std::move(keys), device.ordinal,
+                             absl::Seconds(60));
+#else
+  (void)a;
+  (void)store;
+  return absl::FailedPreconditionError(
+      "pipeline.transport=nccl: this worker was built without CUDA");
+#endif
+}
+
 void StageRuntime::RunPipeline(const StageAssignment& a) {
   auto result = [&]() -> absl::Status {
     const JobSpec& spec = a.spec();
@@ -333,10 +374,19 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         GlooCommunicator::Connect(
             &store, a.rendezvous_key() + "gloo/", a.rank(), a.world_size(),
             options_.advertise_host, options_.peer_timeout));
+    std::unique_ptr<DeviceChannels> channels;
+    if (spec.pipeline().transport() == "nccl") {
+      ASSIGN_OR_RETURN(channels,
+                       ConnectChannels(a, layout, &store, options_.device));
+    }
     {
       absl::MutexLock lock(&mu_);
       active_comm_ = comm.get();
-      if (stop_.load()) comm->Abort();  // Stopped while connecting.
+      active_channels_ = channels.get();
+      if (stop_.load()) {  // Stopped while connecting.
+        comm->Abort();
+        if (channels != nullptr) channels->Abort();
+      }
     }
     // Forgotten before the communicator goes, on every path out.
     struct Forget {
@@ -344,6 +394,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
       ~Forget() {
         absl::MutexLock lock(&runtime->mu_);
         runtime->active_comm_ = nullptr;
+        runtime->active_channels_ = nullptr;
       }
     } forget{this};
     std::optional<DataSplits> data;
@@ -368,6 +419,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     PipelineStage::Options options;
     options.timeout = options_.peer_timeout;
     options.stop = &stop_;
+    options.channels = channels.get();
     options.on_loss = [&](int64_t m, double sum, int64_t rows) {
       auto& part = loss_parts[m];
       part.first += sum;

@@ -85,6 +85,7 @@ class StageRuntime {
   std::atomic<bool> stop_{false};
   // The running pipeline's communicator, aborted by Stop and Shutdown.
   Communicator* active_comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  DeviceChannels* active_channels_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 

@@ -131,6 +131,11 @@ absl::Status NcclCommunicator::PollAsync(const char* what, bool* busy) {
 
 absl::Status NcclCommunicator::CheckDeadline(absl::Time deadline,
                                              const char* what) {
+  if (abort_requested_.load()) {
+    return Abort(absl::CancelledError(
+        absl::StrCat(what, " on NCCL rank ", rank_, "/", size_,
+                     ": the communicator was stopped")));
+  }
   if (absl::Now() < deadline) return absl::OkStatus();
   return Abort(absl::DeadlineExceededError(
       absl::StrCat(what, " on NCCL rank ", rank_, "/", size_,
@@ -228,6 +233,23 @@ absl::Status NcclCommunicator::Wait(absl::Time deadline) {
     if (q == cudaSuccess) return AwaitComm(deadline, kWhat);
     if (q != cudaErrorNotReady) {
       return Abort(CudaStatus(q, "cudaStreamQuery", __FILE__, __LINE__));
+    }
+    bool busy = false;
+    RETURN_IF_ERROR(PollAsync(kWhat, &busy));
+    RETURN_IF_ERROR(CheckDeadline(deadline, kWhat));
+    usleep(50);
+  }
+}
+
+absl::Status NcclCommunicator::WaitEvent(cudaEvent_t event,
+                                         absl::Time deadline) {
+  RETURN_IF_ERROR(CheckUsable());
+  constexpr const char* kWhat = "a transfer";
+  while (true) {
+    const cudaError_t q = cudaEventQuery(event);
+    if (q == cudaSuccess) return absl::OkStatus();
+    if (q != cudaErrorNotReady) {
+      return Abort(CudaStatus(q, "cudaEventQuery", __FILE__, __LINE__));
     }
     bool busy = false;
     RETURN_IF_ERROR(PollAsync(kWhat, &busy));

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -69,6 +70,12 @@ class NcclCommunicator {
   // state; at `deadline` aborts the communicator and returns
   // DEADLINE_EXCEEDED. After an abort every call fails.
   absl::Status Wait(absl::Time deadline);
+  // Waits, as Wait does, until `event` (recorded with RecordDone) has
+  // happened: one transfer, while later ones may still be queued.
+  absl::Status WaitEvent(cudaEvent_t event, absl::Time deadline);
+  // From any thread: the owner's current or next wait aborts the
+  // communicator and returns CANCELLED (a job being stopped).
+  void RequestAbort() { abort_requested_ = true; }
 
  private:
   NcclCommunicator(int rank, int size, int device_ordinal, std::string prefix);
@@ -90,6 +97,7 @@ class NcclCommunicator {
   cudaStream_t stream_ = nullptr;
   absl::Status broken_;
   absl::Duration op_timeout_ = absl::Seconds(60);
+  std::atomic<bool> abort_requested_{false};
 };
 
 // The NCCL_* environment variables in effect, "NAME=value" separated by
