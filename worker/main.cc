@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, worker_id, "",
           "stable worker name (default: <hostname>:<port>)");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, or cuda:N in a binary built with the CUDA toolkit");
+ABSL_FLAG(std::string, gemm_precision, "fp32",
+          "GEMMs on a CUDA device: fp32, tf32 (tensor cores) or bf16 (bf16 "
+          "inputs, fp32 accumulation); the CPU computes in fp32");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
 ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
@@ -65,6 +68,13 @@ int Main() {
     AQ_LOG_ERROR("--device: {}", std::string(device_spec.status().message()));
     return 2;
   }
+  absl::StatusOr<GemmPrecision> gemm =
+      ParseGemmPrecision(absl::GetFlag(FLAGS_gemm_precision));
+  if (!gemm.ok()) {
+    AQ_LOG_ERROR("--gemm_precision: {}", std::string(gemm.status().message()));
+    return 2;
+  }
+  device_spec->gemm = *gemm;
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) {
     threads =

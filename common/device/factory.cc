@@ -34,14 +34,29 @@ bool BuiltWithCuda() {
 #endif
 }
 
+absl::StatusOr<GemmPrecision> ParseGemmPrecision(absl::string_view text) {
+  if (text == "fp32") return GemmPrecision::kFp32;
+  if (text == "tf32") return GemmPrecision::kTf32;
+  if (text == "bf16") return GemmPrecision::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad GEMM precision \"", text, "\": expected fp32, tf32 or bf16"));
+}
+
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec,
                                                      int cpu_threads) {
+  if (spec.kind == DeviceKind::kCpu && spec.gemm != GemmPrecision::kFp32) {
+    return absl::FailedPreconditionError(
+        "tf32 and bf16 GEMMs need a CUDA device; the CPU device computes in "
+        "fp32");
+  }
   if (spec.kind == DeviceKind::kCpu) {
     return std::make_unique<CpuDevice>(CpuDeviceOptions{cpu_threads});
   }
 #ifdef AQ_HAVE_CUDA
   CudaDeviceOptions options;
   options.ordinal = spec.ordinal;
+  options.tf32 = spec.gemm == GemmPrecision::kTf32;
+  options.bf16_gemm = spec.gemm == GemmPrecision::kBf16;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
                    CudaDevice::Create(options));
   return std::unique_ptr<Device>(std::move(device));

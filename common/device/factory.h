@@ -14,10 +14,21 @@
 
 namespace aqueduct {
 
+// How a CUDA device computes GEMMs: fp32 (cuBLAS pedantic math; matches
+// the CPU within fp32 tolerance), tf32 (tensor cores, ~1e-3 relative) or
+// bf16 (inputs rounded to bfloat16, fp32 accumulation and output, ~1e-2
+// relative). The CPU device computes in fp32 only.
+enum class GemmPrecision { kFp32, kTf32, kBf16 };
+
 struct DeviceSpec {
   DeviceKind kind = DeviceKind::kCpu;
   int ordinal = 0;
+  GemmPrecision gemm = GemmPrecision::kFp32;
 };
+
+// Parses "fp32", "tf32" or "bf16"; INVALID_ARGUMENT naming the text
+// otherwise.
+absl::StatusOr<GemmPrecision> ParseGemmPrecision(absl::string_view text);
 
 // Parses "cpu" or "cuda:N" (N >= 0); INVALID_ARGUMENT naming the text
 // otherwise.
@@ -27,6 +38,7 @@ absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
 bool BuiltWithCuda();
 
 // `cpu_threads` sizes the CPU device's BLAS pool (0: its default).
+// FAILED_PRECONDITION for a GEMM precision other than fp32 on the CPU.
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec,
                                                      int cpu_threads);
 

@@ -21,6 +21,23 @@ TEST(DeviceFactoryTest, ParsesCpuAndCuda) {
   }
 }
 
+TEST(DeviceFactoryTest, GemmPrecisions) {
+  EXPECT_EQ(*ParseGemmPrecision("fp32"), GemmPrecision::kFp32);
+  EXPECT_EQ(*ParseGemmPrecision("tf32"), GemmPrecision::kTf32);
+  EXPECT_EQ(*ParseGemmPrecision("bf16"), GemmPrecision::kBf16);
+  auto bad = ParseGemmPrecision("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "bad GEMM precision \"fp8\": expected fp32, tf32 or bf16");
+  DeviceSpec cpu;
+  cpu.gemm = GemmPrecision::kBf16;
+  auto refused = CreateDevice(cpu, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("need a CUDA device"),
+            absl::string_view::npos);
+}
+
 TEST(DeviceFactoryTest, CreatesCpuDevice) {
   auto device = CreateDevice(DeviceSpec{}, 1);
   ASSERT_TRUE(device.ok()) << device.status();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/device/cuda/cuda_status.h"
 #include "common/device/cuda/kernels.h"
@@ -82,9 +83,11 @@ absl::Status CudaDevice::Init() {
         cudaFree(p);
       },
       options_.cache_bytes);
-  AQ_LOG_INFO("CUDA device {}: {:.1f} GiB, {} SMs, TF32 {}", name_,
+  AQ_LOG_INFO("CUDA device {}: {:.1f} GiB, {} SMs, GEMM {}", name_,
               static_cast<double>(prop.totalGlobalMem) / (1 << 30),
-              prop.multiProcessorCount, options_.tf32 ? "on" : "off");
+              prop.multiProcessorCount,
+              options_.bf16_gemm ? "bf16 in, fp32 accumulate"
+                                 : (options_.tf32 ? "tf32" : "fp32"));
   return absl::OkStatus();
 }
 
@@ -167,6 +170,11 @@ void CudaDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
   // operands and keep the transposes.
+  if (options_.bf16_gemm) {
+    Record(GemmBf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                    ldc));
+    return;
+  }
   Record(CublasStatus(
       cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
@@ -174,6 +182,35 @@ void CudaDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                   static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c,
                   static_cast<int>(ldc)),
       "cublasSgemm", __FILE__, __LINE__));
+}
+
+absl::Status CudaDevice::GemmBf16(bool trans_a, bool trans_b, int64_t m,
+                                  int64_t n, int64_t k, float alpha,
+                                  const float* a, int64_t lda, const float* b,
+                                  int64_t ldb, float beta, float* c,
+                                  int64_t ldc) {
+  // The stored matrices: rows x ld elements each.
+  const int64_t a_elems = (trans_a ? k : m) * lda;
+  const int64_t b_elems = (trans_b ? n : k) * ldb;
+  constexpr size_t kBf16Bytes = 2;
+  ASSIGN_OR_RETURN(void* a16, AllocateRaw(a_elems * kBf16Bytes));
+  auto a_back = absl::MakeCleanup([&] { FreeRaw(a16, a_elems * kBf16Bytes); });
+  ASSIGN_OR_RETURN(void* b16, AllocateRaw(b_elems * kBf16Bytes));
+  auto b_back = absl::MakeCleanup([&] { FreeRaw(b16, b_elems * kBf16Bytes); });
+  // Freed scratch is reused only by later work on this same stream.
+  cuda::FloatToBf16(a, a16, a_elems, stream_);
+  AQ_LAUNCHED("FloatToBf16");
+  cuda::FloatToBf16(b, b16, b_elems, stream_);
+  AQ_LAUNCHED("FloatToBf16");
+  return CublasStatus(
+      cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                   static_cast<int>(m), static_cast<int>(k), &alpha, b16,
+                   CUDA_R_16BF, static_cast<int>(ldb), a16, CUDA_R_16BF,
+                   static_cast<int>(lda), &beta, c, CUDA_R_32F,
+                   static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx", __FILE__, __LINE__);
 }
 
 void CudaDevice::Fill(float* x, int64_t n, float value) {

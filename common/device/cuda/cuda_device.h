@@ -33,6 +33,9 @@ struct CudaDeviceOptions {
   // TF32 tensor-core GEMMs (Ampere and newer): faster, ~1e-3 relative error.
   // Off by default so results match the CPU device within fp32 tolerance.
   bool tf32 = false;
+  // bf16 GEMMs: A and B rounded to bfloat16 (in scratch from the caching
+  // allocator), fp32 accumulation and C (cublasGemmEx): ~1e-2 relative.
+  bool bf16_gemm = false;
   // Freed device memory kept for reuse before it goes back to cudaFree.
   size_t cache_bytes = size_t{8} << 30;
   // Pinned host buffer for host<->device copies (copied through in chunks).
@@ -112,6 +115,11 @@ class CudaDevice final : public Device {
   // Keeps the first error of an asynchronous call (launch or cuBLAS) for the
   // next Synchronize().
   void Record(absl::Status status);
+  // Gemm with bf16 inputs and fp32 accumulation (options_.bf16_gemm).
+  absl::Status GemmBf16(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                        int64_t k, float alpha, const float* a, int64_t lda,
+                        const float* b, int64_t ldb, float beta, float* c,
+                        int64_t ldc);
   void CheckLaunch(const char* kernel, const char* file, int line);
 
   const CudaDeviceOptions options_;

@@ -96,6 +96,27 @@ TEST_F(CudaVsCpuTest, GemmAllTransposes) {
   }
 }
 
+// bf16 GEMM inputs with fp32 accumulation: within bf16's rounding (8 bits of
+// mantissa per input, k = 256 terms) of the CPU's fp32 GEMM.
+TEST_F(CudaVsCpuTest, GemmWithBf16Inputs) {
+  CudaDeviceOptions options;
+  options.bf16_gemm = true;
+  auto bf16 = CudaDevice::Create(options);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  gpu_ = std::move(*bf16);
+  const int64_t m = 64, n = 96, k = 256;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Pair a = Random(m * k, 4), b = Random(k * n, 5), c = Random(m * n, 6);
+      const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      cpu_.Gemm(ta, tb, m, n, k, 1.0f, a.c(), lda, b.c(), ldb, 0.5f, c.c(), n);
+      gpu_->Gemm(ta, tb, m, n, k, 1.0f, a.g(), lda, b.g(), ldb, 0.5f, c.g(), n);
+      // |error| <~ 2 * 2^-9 * sum |a||b| ~ 0.004 * k * E|a||b|.
+      ExpectSame(c, 0.2f);
+    }
+  }
+}
+
 TEST_F(CudaVsCpuTest, ReductionsAndLayout) {
   const int64_t rows = 50, cols = 70;
   Pair x = Random(rows * cols, 4), out = Random(cols, 5);

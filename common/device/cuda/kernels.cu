@@ -1,3 +1,4 @@
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "common/device/cuda/kernels.h"
@@ -73,6 +74,11 @@ __global__ void DropoutKernel(const float* x, float* y, int64_t n, float p,
                ? x[i] * scale
                : 0.0f;
   }
+}
+
+__global__ void FloatToBf16Kernel(const float* x, __nv_bfloat16* y,
+                                  int64_t n) {
+  AQ_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
 }
 
 __global__ void SgdKernel(float* w, const float* src, const float* g,
@@ -372,6 +378,10 @@ void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
              uint64_t index_offset, cudaStream_t s) {
   DropoutKernel<<<Blocks(n), kThreads, 0, s>>>(x, y, n, p, 1.0f / (1.0f - p),
                                                key, index_offset);
+}
+void FloatToBf16(const float* x, void* y, int64_t n, cudaStream_t s) {
+  FloatToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(
+      x, static_cast<__nv_bfloat16*>(y), n);
 }
 void SgdStep(float* w, const float* src, const float* g, float* buf,
              int64_t n, float lr, float momentum, float dampening,

@@ -29,6 +29,8 @@ void GeluBackward(const float* x, const float* dy, float* dx, int64_t n,
                   cudaStream_t stream);
 void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
              uint64_t index_offset, cudaStream_t stream);
+// y[i] = x[i] rounded to the nearest bfloat16 (y: n bfloat16 values).
+void FloatToBf16(const float* x, void* y, int64_t n, cudaStream_t stream);
 // torch.optim.SGD semantics; see SgdParams. w = update of src (src may be
 // w: in place).
 void SgdStep(float* w, const float* src, const float* g, float* buf, int64_t n,
