@@ -7,8 +7,9 @@
 // tests/bench/torch_mlp.py; run both side by side with
 // tests/bench/mlp_vs_torch.sh. GPU use is in docs/gpu.md.
 //
-//   mlp_bench [--device cpu|cuda:N] [--hidden 1024,1024,1024] [--batch 128]
-//             [--threads 2] [--warmup 20] [--steps 200] [--gemm_peak 0]
+//   mlp_bench [--device cpu|cuda:N] [--gemm_precision fp32|tf32|bf16]
+//             [--hidden 1024,1024,1024] [--batch 128] [--threads 2]
+//             [--warmup 20] [--steps 200] [--gemm_peak 0]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +33,7 @@ int Main(int argc, char** argv) {
   int threads = 2;
   int64_t gemm_peak = 0;
   std::string device_text = "cpu";
+  std::string precision_text = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
@@ -50,6 +52,8 @@ int Main(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &warmup) && warmup >= 0;
     } else if (flag == "--device") {
       device_text = value;
+    } else if (flag == "--gemm_precision") {
+      precision_text = value;
     } else if (flag == "--gemm_peak") {
       ok = absl::SimpleAtoi(value, &gemm_peak) && gemm_peak >= 0;
     } else if (flag == "--steps") {
@@ -83,6 +87,13 @@ int Main(int argc, char** argv) {
                  device_spec.status().ToString().c_str());
     return 2;
   }
+  auto precision = ParseGemmPrecision(precision_text);
+  if (!precision.ok()) {
+    std::fprintf(stderr, "mlp_bench: %s\n",
+                 precision.status().ToString().c_str());
+    return 2;
+  }
+  device_spec->gemm = *precision;
   auto made = CreateDevice(*device_spec, threads);
   if (!made.ok()) {
     std::fprintf(stderr, "mlp_bench: %s\n", made.status().ToString().c_str());
