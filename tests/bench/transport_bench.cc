@@ -6,7 +6,7 @@
 // strings); and small-message round-trip latency. Ranks are threads of this
 // process, each with its own Gloo context and CPU device.
 //
-//   transport_bench [--seconds-per-size 1]
+//   transport_bench [--seconds-per-size 1] [--ahead 8]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,9 +57,12 @@ class RawStore final : public gloo::rendezvous::Store {
 
 int Main(int argc, char** argv) {
   double seconds_per_size = 1;
+  int ahead = 8;  // Frames posted ahead by the receiver.
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--seconds-per-size") {
       (void)absl::SimpleAtod(argv[i + 1], &seconds_per_size);
+    } else if (std::string(argv[i]) == "--ahead") {
+      (void)absl::SimpleAtoi(argv[i + 1], &ahead);
     }
   }
   LocalRendezvousStore store;
@@ -125,7 +128,7 @@ int Main(int argc, char** argv) {
         std::vector<std::unique_ptr<PendingFrame>> posted;
         int next_post = 0;
         for (int i = 0; i < reps; ++i) {
-          for (; next_post < reps && next_post < i + 8; ++next_post) {
+          for (; next_post < reps && next_post < i + ahead; ++next_post) {
             posted.push_back(*PendingFrame::Post(
                 *comms[1], devices[1], 0, FrameKind::kActivation,
                 first + next_post, 0, shape, 0));
