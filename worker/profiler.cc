@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
 #include "worker/nn/spec.h"
 
 namespace aqueduct {
@@ -77,7 +78,23 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
       Tensor output_grad,
       RandomTensor(device, model.output_shape().WithLeading(batch), 4));
 
-  std::vector<std::vector<double>> forward(layers), backward(layers);
+  std::vector<std::vector<double>> forward(layers), backward(layers),
+      update(layers);
+  // Each layer's weight update on its own, with the job's optimizer.
+  struct LayerUpdate {
+    ParameterSet params, grads;
+    std::unique_ptr<Optimizer> optimizer;
+  };
+  std::vector<LayerUpdate> updates(layers);
+  for (int l = 0; l < layers; ++l) {
+    if (params.ForLayer(l).empty()) continue;
+    ASSIGN_OR_RETURN(updates[l].params,
+                     InitParameters(model, l, l + 1, device));
+    ASSIGN_OR_RETURN(updates[l].grads, ZerosLike(updates[l].params, device));
+    ASSIGN_OR_RETURN(updates[l].optimizer,
+                     CreateOptimizer(spec.optimizer(), updates[l].params,
+                                     device, /*total_steps=*/1 << 20));
+  }
   std::vector<bool> needs_dx(layers, false);
   for (int l = 1; l < layers; ++l) {
     needs_dx[l] = needs_dx[l - 1] || !params.ForLayer(l - 1).empty();
@@ -126,6 +143,19 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
       if (!needs_dx[l]) break;  // Nothing below needs a gradient.
       dy = std::move(dx);
     }
+    for (int l = 0; l < layers; ++l) {
+      if (updates[l].optimizer == nullptr) continue;
+      RETURN_IF_ERROR(device->Synchronize());
+      const Clock::time_point start = Clock::now();
+      RETURN_IF_ERROR(
+          updates[l].optimizer->Step(updates[l].params, updates[l].grads));
+      RETURN_IF_ERROR(device->Synchronize());
+      if (measure) {
+        update[l].push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - start)
+                .count());
+      }
+    }
   }
 
   ModelProfile profile;
@@ -145,6 +175,7 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
         layer.input_shape().ToString(), "->", layer.output_shape().ToString()));
     node->set_forward_ms(Median(forward[l]));
     node->set_backward_ms(Median(backward[l]));
+    node->set_optimizer_ms(Median(update[l]));
     node->set_activation_bytes(static_cast<double>(
         layer.output_shape().numel() * batch * DTypeSize(DType::kF32)));
     double param_bytes = 0;

@@ -57,6 +57,10 @@ TEST(ProfilerTest, ProfilesEveryLayer) {
   // Training runs no backward below the first layer with parameters (no
   // one needs the input's gradient); the profile says so.
   EXPECT_EQ(profile->nodes(0).backward_ms(), 0);
+  // The weight update is measured for layers with parameters only.
+  EXPECT_GT(fc1.optimizer_ms(), 0);
+  EXPECT_EQ(delay.optimizer_ms(), 0);
+  EXPECT_EQ(profile->nodes(3).optimizer_ms(), 0);
 
   options.measured_iterations = 0;
   EXPECT_FALSE(ProfileModel(*spec, &device, options).ok());

@@ -270,7 +270,8 @@ absl::StatusOr<StateSequence> BuildAntichainStates(const ProfileGraph& g) {
     for (int i = 0; i < g.size(); ++i) {
       if (!Test(cover, i)) continue;
       const ProfileNode& node = g.nodes()[i];
-      state.compute_s += (node.forward_ms + node.backward_ms) / 1000.0;
+      state.compute_s +=
+          (node.forward_ms + node.backward_ms + node.optimizer_ms) / 1000.0;
       state.backward_s += node.backward_ms / 1000.0;
       state.activation_bytes += node.activation_bytes;
       state.parameter_bytes += node.parameter_bytes;

@@ -153,6 +153,29 @@ TEST(AntichainTest, ChainStatesAreTheLayers) {
   EXPECT_EQ(seq->PredecessorsOf(3), (std::vector<int>{0, 1, 2}));
 }
 
+// A node's weight update counts as compute, and survives the proto round
+// trip.
+TEST(AntichainTest, WeightUpdatesCountAsCompute) {
+  std::vector<ProfileNode> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back({absl::StrCat("n", i), "L", 1.0, 2.0, 10.0, 100.0});
+    nodes.back().optimizer_ms = 0.5 * i;
+  }
+  auto g = ProfileGraph::Chain(nodes);
+  ASSERT_TRUE(g.ok());
+  auto seq = BuildAntichainStates(*g);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  // (1 + 2 + 0) + (1 + 2 + 0.5) + (1 + 2 + 1) ms.
+  EXPECT_DOUBLE_EQ(seq->states[2].compute_s, 0.0105);
+  auto back = ProfileGraph::FromProto(g->ToProto());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->nodes()[2].optimizer_ms, 1.0);
+  nodes[1].optimizer_ms = -1;
+  EXPECT_NE(ProfileGraph::Chain(nodes).status().message().find(
+                "optimizer_time=-1 must be finite and >= 0"),
+            std::string::npos);
+}
+
 TEST(AntichainTest, DiamondStates) {
   auto g = ProfileGraph::FromPipeDreamText(kDagText);
   ASSERT_TRUE(g.ok());

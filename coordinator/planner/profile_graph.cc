@@ -77,6 +77,7 @@ absl::Status ProfileGraph::AddNode(ProfileNode node) {
   RETURN_IF_ERROR(CheckValue(node.id, "forward_compute_time", node.forward_ms));
   RETURN_IF_ERROR(
       CheckValue(node.id, "backward_compute_time", node.backward_ms));
+  RETURN_IF_ERROR(CheckValue(node.id, "optimizer_time", node.optimizer_ms));
   RETURN_IF_ERROR(
       CheckValue(node.id, "activation_size", node.activation_bytes));
   RETURN_IF_ERROR(CheckValue(node.id, "parameter_size", node.parameter_bytes));
@@ -277,6 +278,7 @@ absl::StatusOr<ProfileGraph> ProfileGraph::FromProto(
     n.description = p.description();
     n.forward_ms = p.forward_ms();
     n.backward_ms = p.backward_ms();
+    n.optimizer_ms = p.optimizer_ms();
     n.activation_bytes = p.activation_bytes();
     n.parameter_bytes = p.parameter_bytes();
     n.stage_id = p.has_stage_id() ? p.stage_id() : -1;
@@ -302,6 +304,7 @@ ModelProfile ProfileGraph::ToProto() const {
     l->set_description(n.description);
     l->set_forward_ms(n.forward_ms);
     l->set_backward_ms(n.backward_ms);
+    if (n.optimizer_ms != 0) l->set_optimizer_ms(n.optimizer_ms);
     l->set_activation_bytes(n.activation_bytes);
     l->set_parameter_bytes(n.parameter_bytes);
     if (n.stage_id >= 0) l->set_stage_id(n.stage_id);

@@ -31,6 +31,7 @@ struct ProfileNode {
   double parameter_bytes = 0;
   int stage_id = -1;
   int layer_index = -1;
+  double optimizer_ms = 0;  // The weight update; counted as compute.
 };
 
 class ProfileGraph {
