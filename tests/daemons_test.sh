@@ -51,14 +51,17 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   grep -Eq "no usable CUDA device|built without CUDA" "$tmp/err" || fail "cuda:0 message: $(cat "$tmp/err")"
 fi
 
-for w in w1 w2; do
-  "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false --peer_timeout_ms 3000 \
-    >"$tmp/$w.log" 2>&1 &
-  pids+=("$!"); eval "pid_$w=$!"
-done
-healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 2 ]; }
-wait_until 15 healthy || fail "workers never both HEALTHY: $(aq workers)"
+# Starts worker $1 with peer deadline $2 ms; its pid goes to pid_$1.
+start_worker() {
+  "$WORKER" --coordinator "$addr" --worker_id "$1" --listen 127.0.0.1:0 \
+    --threads 1 --measure_gemm=false --peer_timeout_ms "$2" \
+    >"$tmp/$1.log" 2>&1 &
+  pids+=("$!"); eval "pid_$1=$!"
+}
+# True when exactly $1 workers are HEALTHY.
+healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq "$1" ]; }
+for w in w1 w2; do start_worker "$w" 3000; done
+wait_until 15 healthy 2 || fail "workers never both HEALTHY: $(aq workers)"
 
 # Bad input gets precise errors; the daemons keep running.
 printf 'name: "x"\nbatch_size: lots\n' >"$tmp/syntax.textproto"
@@ -132,11 +135,8 @@ grep -q "worker $victim (stage 0, replica 0) is DEAD: no heartbeat for" "$tmp/st
 # fails naming it; the survivor gives up on its peer within its deadline,
 # returns to idle and runs the next job.
 other=w1; [ "$victim" = w1 ] && other=w2
-"$WORKER" --coordinator "$addr" --worker_id w3 --listen 127.0.0.1:0 \
-  --threads 1 --measure_gemm=false --peer_timeout_ms 3000 >"$tmp/w3.log" 2>&1 &
-pids+=("$!"); pid_w3=$!
-three() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 2 ]; }
-wait_until 15 three || fail "w3 never HEALTHY: $(aq workers)"
+start_worker w3 3000
+wait_until 15 healthy 2 || fail "w3 never HEALTHY: $(aq workers)"
 sed 's/^epochs: 1000$/epochs: 1000\npipeline { workers: 2 schedule: "1f1b_stashed" }/' \
   "$tmp/slow.textproto" >"$tmp/pipe.textproto"
 pid=$(aq submit "$tmp/pipe.textproto") || fail "pipeline submit"
@@ -157,14 +157,8 @@ aq submit "$tmp/ok.textproto" --wait >"$tmp/after.out" 2>&1 ||
 # moves). Its lease expires, the job FAILS, and the coordinator's StopJob
 # aborts the survivors' waits: they are idle again long before their 60 s
 # peer deadline and run the next pipeline job.
-for w in w4 w5; do
-  "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false --peer_timeout_ms 60000 \
-    >"$tmp/$w.log" 2>&1 &
-  pids+=("$!"); eval "pid_$w=$!"
-done
-idle3() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 3 ]; }
-wait_until 15 idle3 || fail "w4, w5 never HEALTHY: $(aq workers)"
+for w in w4 w5; do start_worker "$w" 60000; done
+wait_until 15 healthy 3 || fail "w4, w5 never HEALTHY: $(aq workers)"
 sed 's/^epochs: 1000$/epochs: 1000\npipeline { workers: 3 schedule: "1f1b_stashed" }/' \
   "$tmp/slow.textproto" >"$tmp/pipe3.textproto"
 hid=$(aq submit "$tmp/pipe3.textproto") || fail "3-worker pipeline submit"

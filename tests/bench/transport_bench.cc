@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -92,20 +93,15 @@ int Main(int argc, char** argv) {
   for (size_t size : sizes) {
     const int reps = std::max<int>(
         3, static_cast<int>(seconds_per_size * 1e9 / 4 / size));  // ~4 GB/s.
-    // The length-prefixed path: rank 0 sends `reps` fresh strings, rank 1
-    // receives them (at most 4 sends outstanding).
-    auto run_prefixed = [&]() {
+    // Rank 0 posts send(i) for i < reps, at most 4 outstanding, while
+    // `receive` runs on another thread; bytes per second.
+    auto stream = [&](const std::function<std::unique_ptr<Work>(int)>& send,
+                      const std::function<void()>& receive) {
       const Clock::time_point start = Clock::now();
-      std::thread receiver([&] {
-        for (int i = 0; i < reps; ++i) {
-          (void)comms[1]
-              ->Recv(0, 1000 + i)
-              ->Wait(absl::Now() + absl::Seconds(60));
-        }
-      });
+      std::thread receiver(receive);
       std::vector<std::unique_ptr<Work>> sends;
       for (int i = 0; i < reps; ++i) {
-        sends.push_back(comms[0]->Send(1, 1000 + i, std::string(size, 'x')));
+        sends.push_back(send(i));
         if (sends.size() > 4) {
           (void)sends.front()->Wait(absl::Now() + absl::Seconds(60));
           sends.erase(sends.begin());
@@ -116,15 +112,33 @@ int Main(int argc, char** argv) {
       return reps * static_cast<double>(size) /
              std::chrono::duration<double>(Clock::now() - start).count();
     };
+    // The length-prefixed path: fresh strings.
+    auto run_prefixed = [&]() {
+      return stream(
+          [&](int i) {
+            return comms[0]->Send(1, 1000 + i, std::string(size, 'x'));
+          },
+          [&] {
+            for (int i = 0; i < reps; ++i) {
+              (void)comms[1]
+                  ->Recv(0, 1000 + i)
+                  ->Wait(absl::Now() + absl::Seconds(60));
+            }
+          });
+    };
     // Frames as a stage sends them: a tensor from the device per message,
-    // receives posted 8 ahead, at most 4 sends outstanding.
+    // receives posted `ahead` ahead (default 8), at most 4 sends outstanding.
     const Shape shape({static_cast<int64_t>(size / sizeof(float))});
     int64_t minibatch = 0;
     auto run_frames = [&]() {
       const int64_t first = minibatch;
       minibatch += reps;
-      const Clock::time_point start = Clock::now();
-      std::thread receiver([&] {
+      auto send = [&](int i) {
+        const FrameInfo info{FrameKind::kActivation, first + i, 0, 0, 0};
+        return *SendFrame(*comms[0], devices[0], 1, info,
+                          *devices[0].Allocate(shape, DType::kF32), nullptr);
+      };
+      return stream(send, [&] {
         std::vector<std::unique_ptr<PendingFrame>> posted;
         int next_post = 0;
         for (int i = 0; i < reps; ++i) {
@@ -142,21 +156,6 @@ int Main(int argc, char** argv) {
           posted[i].reset();
         }
       });
-      std::vector<std::unique_ptr<Work>> sends;
-      for (int i = 0; i < reps; ++i) {
-        const FrameInfo info{FrameKind::kActivation, first + i, 0, 0, 0};
-        sends.push_back(*SendFrame(*comms[0], devices[0], 1, info,
-                                   *devices[0].Allocate(shape, DType::kF32),
-                                   nullptr));
-        if (sends.size() > 4) {
-          (void)sends.front()->Wait(absl::Now() + absl::Seconds(60));
-          sends.erase(sends.begin());
-        }
-      }
-      for (auto& s : sends) (void)s->Wait(absl::Now() + absl::Seconds(60));
-      receiver.join();
-      return reps * static_cast<double>(size) /
-             std::chrono::duration<double>(Clock::now() - start).count();
     };
     // Raw Gloo: preallocated buffers, unbound send/recv.
     auto run_raw = [&]() {

@@ -449,23 +449,35 @@ TEST(PipelineTest, StashingPoliciesMatchTheirReference) {
   }
 }
 
+// Stage 0 of a 2-stage 1F1B MLP pipeline whose stage 1 never answers.
+struct LoneStage {
+  explicit LoneStage(PipelineStage::Options options)
+      : spec(*ParseJobSpec(kMlp, "test")),
+        job(ValidateJobSpec(spec)),
+        data(LoadData(spec.data())),
+        hub(std::make_shared<InMemoryHub>(2)),
+        device(CpuDeviceOptions{1}),
+        comm(hub, 0),
+        stage(job->model.get(), spec,
+              Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 12, 1, 10), 0, 0,
+              &device, &comm, &data->train,
+              *InitParameters(*job->model, 0, 5, &device), std::move(options)) {
+  }
+  JobSpec spec;
+  absl::StatusOr<ValidatedJob> job;
+  absl::StatusOr<DataSplits> data;
+  std::shared_ptr<InMemoryHub> hub;
+  CpuDevice device;
+  InMemoryCommunicator comm;
+  PipelineStage stage;
+};
+
 TEST(PipelineTest, LostPeerFailsWithinTheDeadline) {
-  const JobSpec spec = *ParseJobSpec(kMlp, "test");
-  PipelineLayout layout =
-      Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 12, 1, 10);
-  auto job = ValidateJobSpec(spec);
-  auto data = LoadData(spec.data());
-  auto hub = std::make_shared<InMemoryHub>(2);
-  // Only stage 0 runs; stage 1 never answers.
-  CpuDevice device(CpuDeviceOptions{1});
-  InMemoryCommunicator comm(hub, 0);
   PipelineStage::Options options;
   options.timeout = absl::Milliseconds(300);
-  PipelineStage stage(job->model.get(), spec, layout, 0, 0, &device, &comm,
-                      &data->train, *InitParameters(*job->model, 0, 5, &device),
-                      options);
+  LoneStage lone(options);
   const absl::Time start = absl::Now();
-  const absl::Status s = stage.Run();
+  const absl::Status s = lone.stage.Run();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s;
@@ -475,28 +487,18 @@ TEST(PipelineTest, LostPeerFailsWithinTheDeadline) {
 // communicator, as StageRuntime::Stop does) ends a stage blocked on a silent
 // peer long before the peer deadline.
 TEST(PipelineTest, StopEndsAWaitForASilentPeer) {
-  const JobSpec spec = *ParseJobSpec(kMlp, "test");
-  PipelineLayout layout =
-      Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 12, 1, 10);
-  auto job = ValidateJobSpec(spec);
-  auto data = LoadData(spec.data());
-  auto hub = std::make_shared<InMemoryHub>(2);
-  CpuDevice device(CpuDeviceOptions{1});
-  InMemoryCommunicator comm(hub, 0);
   std::atomic<bool> stop{false};
   PipelineStage::Options options;
   options.timeout = absl::Seconds(60);
   options.stop = &stop;
-  PipelineStage stage(job->model.get(), spec, layout, 0, 0, &device, &comm,
-                      &data->train, *InitParameters(*job->model, 0, 5, &device),
-                      options);
+  LoneStage lone(options);
   std::thread stopper([&] {
     absl::SleepFor(absl::Milliseconds(200));
     stop = true;
-    comm.Abort();
+    lone.comm.Abort();
   });
   const absl::Time start = absl::Now();
-  const absl::Status s = stage.Run();
+  const absl::Status s = lone.stage.Run();
   stopper.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));

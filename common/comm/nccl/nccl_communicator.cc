@@ -225,37 +225,37 @@ absl::Status NcclCommunicator::RecordDone(cudaEvent_t event) {
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::Wait(absl::Time deadline) {
+absl::Status NcclCommunicator::PollUntil(cudaError_t (*query)(void*),
+                                         void* target, const char* call,
+                                         const char* what,
+                                         absl::Time deadline) {
   RETURN_IF_ERROR(CheckUsable());
-  constexpr const char* kWhat = "communication stream";
   while (true) {
-    const cudaError_t q = cudaStreamQuery(stream_);
-    if (q == cudaSuccess) return AwaitComm(deadline, kWhat);
+    const cudaError_t q = query(target);
+    if (q == cudaSuccess) return absl::OkStatus();
     if (q != cudaErrorNotReady) {
-      return Abort(CudaStatus(q, "cudaStreamQuery", __FILE__, __LINE__));
+      return Abort(CudaStatus(q, call, __FILE__, __LINE__));
     }
     bool busy = false;
-    RETURN_IF_ERROR(PollAsync(kWhat, &busy));
-    RETURN_IF_ERROR(CheckDeadline(deadline, kWhat));
+    RETURN_IF_ERROR(PollAsync(what, &busy));
+    RETURN_IF_ERROR(CheckDeadline(deadline, what));
     usleep(50);
   }
 }
 
+absl::Status NcclCommunicator::Wait(absl::Time deadline) {
+  constexpr const char* kWhat = "communication stream";
+  RETURN_IF_ERROR(PollUntil(
+      [](void* s) { return cudaStreamQuery(static_cast<cudaStream_t>(s)); },
+      stream_, "cudaStreamQuery", kWhat, deadline));
+  return AwaitComm(deadline, kWhat);
+}
+
 absl::Status NcclCommunicator::WaitEvent(cudaEvent_t event,
                                          absl::Time deadline) {
-  RETURN_IF_ERROR(CheckUsable());
-  constexpr const char* kWhat = "a transfer";
-  while (true) {
-    const cudaError_t q = cudaEventQuery(event);
-    if (q == cudaSuccess) return absl::OkStatus();
-    if (q != cudaErrorNotReady) {
-      return Abort(CudaStatus(q, "cudaEventQuery", __FILE__, __LINE__));
-    }
-    bool busy = false;
-    RETURN_IF_ERROR(PollAsync(kWhat, &busy));
-    RETURN_IF_ERROR(CheckDeadline(deadline, kWhat));
-    usleep(50);
-  }
+  return PollUntil(
+      [](void* e) { return cudaEventQuery(static_cast<cudaEvent_t>(e)); },
+      event, "cudaEventQuery", "a transfer", deadline);
 }
 
 }  // namespace aqueduct

@@ -86,6 +86,11 @@ class NcclCommunicator {
   absl::Status CheckDeadline(absl::Time deadline, const char* what);
   // Polls the communicator until its pending operation completes.
   absl::Status AwaitComm(absl::Time deadline, const char* what);
+  // Polls query(target) (cudaStreamQuery or cudaEventQuery) until it
+  // succeeds, checking NCCL's asynchronous state and the deadline.
+  absl::Status PollUntil(cudaError_t (*query)(void*), void* target,
+                         const char* call, const char* what,
+                         absl::Time deadline);
   absl::Status Abort(absl::Status why);
   absl::Status CheckUsable() const;
 

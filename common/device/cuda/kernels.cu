@@ -76,8 +76,7 @@ __global__ void DropoutKernel(const float* x, float* y, int64_t n, float p,
   }
 }
 
-__global__ void FloatToBf16Kernel(const float* x, __nv_bfloat16* y,
-                                  int64_t n) {
+__global__ void FloatToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
   AQ_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
 }
 
@@ -97,8 +96,8 @@ __global__ void SgdKernel(float* w, const float* src, const float* g,
   }
 }
 
-__global__ void AdamKernel(float* w, const float* src, const float* g,
-                           float* m, float* v, int64_t n, float step_size,
+__global__ void AdamKernel(float* w, const float* src, const float* g, float* m,
+                           float* v, int64_t n, float step_size,
                            float inv_sqrt_bc2, float b1, float b2, float eps,
                            float wd) {
   AQ_GRID_STRIDE(i, n) {
@@ -383,10 +382,9 @@ void FloatToBf16(const float* x, void* y, int64_t n, cudaStream_t s) {
   FloatToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(
       x, static_cast<__nv_bfloat16*>(y), n);
 }
-void SgdStep(float* w, const float* src, const float* g, float* buf,
-             int64_t n, float lr, float momentum, float dampening,
-             float weight_decay, bool nesterov, bool first_step,
-             cudaStream_t s) {
+void SgdStep(float* w, const float* src, const float* g, float* buf, int64_t n,
+             float lr, float momentum, float dampening, float weight_decay,
+             bool nesterov, bool first_step, cudaStream_t s) {
   SgdKernel<<<Blocks(n), kThreads, 0, s>>>(w, src, g, buf, n, lr, momentum,
                                            1.0f - dampening, weight_decay,
                                            nesterov, first_step);
