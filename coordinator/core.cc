@@ -4,9 +4,11 @@
 #include <cmath>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
 #include "worker/nn/spec.h"
@@ -291,6 +293,19 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   job.workers_needed = std::max(1, p.workers());
   job.total_steps = total;
   const std::string id = job.id;
+  if (journal_ != nullptr) {
+    v1::JournalRecord record;
+    v1::JobSubmitted* submitted = record.mutable_submitted();
+    submitted->set_job_id(id);
+    *submitted->mutable_spec() = spec;
+    if (profile != nullptr) *submitted->mutable_profile() = *profile;
+    submitted->set_submitted_ms(ToUnixMillisOr0(job.submitted));
+    submitted->set_total_steps(total);
+    if (absl::Status s = journal_->Append(record); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "the job was not accepted: cannot record it: ", s.message()));
+    }
+  }
   jobs_.emplace(id, std::move(job));
   job_order_.push_back(id);
   AQ_LOG_INFO("job {} submitted: {} on {} worker(s), {} steps", id, spec.name(),
@@ -349,6 +364,85 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
   return it->second.plan;
 }
 
+absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
+  ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
+  if (contents.ignored_bytes > 0) {
+    AQ_LOG_WARN("journal {}: ignored an unreadable tail of {} bytes", path,
+                contents.ignored_bytes);
+  }
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, v1::JobSubmitted> submitted;
+  std::map<std::string, JobStatus> finished;
+  std::vector<std::string> order;
+  for (v1::JournalRecord& r : contents.records) {
+    if (r.has_submitted()) {
+      const std::string id = r.submitted().job_id();
+      if (submitted.count(id) == 0) order.push_back(id);
+      submitted[id] = std::move(*r.mutable_submitted());
+    } else if (r.has_finished()) {
+      finished[r.finished().job_id()] = std::move(*r.mutable_finished());
+    }
+  }
+  const std::string prefix = absl::StrCat("job-", start_tag_, "-");
+  int restarted = 0;
+  for (const std::string& id : order) {
+    if (jobs_.count(id) > 0) continue;
+    const v1::JobSubmitted& sub = submitted[id];
+    Job job;
+    job.id = id;
+    job.spec = sub.spec();
+    job.restored = true;
+    auto done = finished.find(id);
+    if (done != finished.end()) {
+      job.snapshot = done->second;
+    } else {
+      // It was pending or running when the previous coordinator stopped.
+      job.snapshot.set_job_id(id);
+      job.snapshot.set_name(sub.spec().name());
+      job.snapshot.set_state(v1::JOB_FAILED);
+      job.snapshot.set_reason(
+          "the coordinator restarted before the job finished; submit it "
+          "again");
+      job.snapshot.set_submitted_ms(sub.submitted_ms());
+      job.snapshot.set_finished_ms(ToUnixMillisOr0(clock_->Now()));
+      job.snapshot.set_total_steps(sub.total_steps());
+      job.snapshot.set_workers(std::max(1, sub.spec().pipeline().workers()));
+      ++restarted;
+    }
+    job.state = job.snapshot.state();
+    job.reason = job.snapshot.reason();
+    job.has_plan = job.snapshot.has_plan();
+    if (job.has_plan) job.plan = job.snapshot.plan();
+    // Ids of this start must not repeat a restored one.
+    if (id.rfind(prefix, 0) == 0) {
+      int64_t n = 0;
+      if (absl::SimpleAtoi(id.substr(prefix.size()), &n)) {
+        next_job_ = std::max(next_job_, n + 1);
+      }
+    }
+    jobs_.emplace(id, std::move(job));
+    job_order_.push_back(id);
+  }
+  TrimFinishedLocked();
+  // Compact: the submissions and final statuses of the jobs kept.
+  std::vector<v1::JournalRecord> kept;
+  for (const std::string& id : job_order_) {
+    const Job& job = jobs_.at(id);
+    if (!job.restored) continue;
+    v1::JournalRecord sub;
+    *sub.mutable_submitted() = submitted[id];
+    kept.push_back(std::move(sub));
+    v1::JournalRecord fin;
+    *fin.mutable_finished() = job.snapshot;
+    kept.push_back(std::move(fin));
+  }
+  ASSIGN_OR_RETURN(journal_, JobJournal::Create(path, kept));
+  AQ_LOG_INFO(
+      "journal {}: restored {} job(s); {} had not finished and are FAILED",
+      path, jobs_.size(), restarted);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
@@ -388,6 +482,7 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
 }
 
 JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
+  if (job.restored) return job.snapshot;
   JobStatus s;
   s.set_job_id(job.id);
   s.set_name(job.spec.name());
@@ -473,6 +568,14 @@ void CoordinatorCore::FinishLocked(Job& job, JobState state,
   job.reason = reason;
   job.finished = clock_->Now();
   ++job.version;
+  if (journal_ != nullptr) {
+    v1::JournalRecord record;
+    *record.mutable_finished() = StatusOfLocked(job);
+    if (absl::Status s = journal_->Append(record); !s.ok()) {
+      AQ_LOG_ERROR("job {} {}, but the journal could not record it: {}", job.id,
+                   JobStateName(state), s.ToString());
+    }
+  }
   std::vector<std::pair<std::string, std::string>> to_stop;
   for (const std::string& w : job.reserved) {
     auto status = registry_.Get(w);

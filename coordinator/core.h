@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/journal.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/registry.h"
 #include "coordinator/worker_client.h"
@@ -86,6 +87,14 @@ class CoordinatorCore {
 
   KvStore* store() { return &store_; }
 
+  // Keeps jobs in the journal at `path` from now on, after restoring the
+  // ones it holds: finished jobs with the status they ended with; jobs that
+  // had not finished when the previous coordinator stopped become FAILED
+  // (their workers are told to stop when they next heartbeat). The journal
+  // is then compacted to the jobs kept (max_finished_jobs). Call once,
+  // before serving. UNAVAILABLE naming the file if it cannot be written.
+  absl::Status OpenJournal(const std::string& path);
+
   // Leases, timeouts and scheduling of pending jobs.
   void Tick();
 
@@ -140,6 +149,9 @@ class CoordinatorCore {
     // Trace events by (stage, replica), and the worker of each.
     std::map<ReplicaKey, v1::StageTrace> trace;
     int64_t trace_events = 0, trace_dropped = 0;
+    // Restored from the journal: the final status, as it was reported.
+    bool restored = false;
+    JobStatus snapshot;
   };
 
   bool Final(JobState s) const {
@@ -174,6 +186,7 @@ class CoordinatorCore {
   // Driver and stop threads still running (detached; the destructor waits).
   int active_threads_ ABSL_GUARDED_BY(mu_) = 0;
   std::string start_tag_;
+  std::unique_ptr<JobJournal> journal_ ABSL_GUARDED_BY(mu_);
 };
 
 const char* JobStateName(JobState state);

@@ -2,6 +2,9 @@
 // worker clients.
 #include "coordinator/core.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "worker/nn/spec.h"
@@ -182,6 +185,66 @@ TEST_F(CoreTest, JobRunsToSuccess) {
   EXPECT_TRUE(core_->ListWorkers()[0].job_id().empty()) << "released";
   // Cancelling a finished job changes nothing.
   EXPECT_EQ(*core_->CancelJob(*id), v1::JOB_SUCCEEDED);
+}
+
+// With a journal, a restarted coordinator still knows every job: finished
+// ones as they ended (plan, losses, accuracy), unfinished ones as FAILED
+// with the reason; new ids do not repeat old ones; the journal is compacted.
+TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(dir != nullptr ? dir : "/tmp") + "/core_test.journal";
+  std::remove(path.c_str());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  AddWorker("w1");
+  auto done = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(done.ok());
+  WaitFor(*done, v1::JOB_RUNNING);
+  ASSERT_TRUE(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*done, 16, true)}).ok());
+  const JobStatus before = *core_->GetJob(*done);
+  ASSERT_EQ(before.state(), v1::JOB_SUCCEEDED);
+  auto cancelled = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*cancelled, v1::JOB_RUNNING);
+  ASSERT_EQ(*core_->CancelJob(*cancelled), v1::JOB_CANCELLED);
+  // Left running when the coordinator goes away.
+  auto running = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*running, v1::JOB_RUNNING);
+  core_.reset();
+
+  CoordinatorOptions o;
+  o.registry.version = "0.1.0";
+  core_ = std::make_unique<CoordinatorCore>(
+      o, &clock_, [this](const std::string& address) {
+        return std::make_unique<FakeWorkerClient>(address, &calls_);
+      });
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  const std::vector<JobStatus> jobs = core_->ListJobs();
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].job_id(), *done);
+  EXPECT_EQ(jobs[0].SerializeAsString(), before.SerializeAsString());
+  EXPECT_TRUE(core_->GetPlan(*done).ok());
+  EXPECT_EQ(jobs[1].state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(jobs[1].reason(), "cancelled by a client");
+  EXPECT_EQ(jobs[2].state(), v1::JOB_FAILED);
+  EXPECT_EQ(jobs[2].reason(),
+            "the coordinator restarted before the job finished; submit it "
+            "again");
+  // A worker still running the old job is told to stop it.
+  AddWorker("w1");
+  std::vector<std::string> stop;
+  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *running, &stop).ok());
+  EXPECT_EQ(stop, std::vector<std::string>{*running});
+  // Same clock, same id prefix: the next id continues after the old ones.
+  auto next = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(*next, *done);
+  EXPECT_NE(*next, *cancelled);
+  EXPECT_NE(*next, *running);
+  // Compacted to each job's submission and final status, plus the new one.
+  auto contents = JobJournal::Read(path);
+  ASSERT_TRUE(contents.ok());
+  EXPECT_EQ(contents->records.size(), 7u);
 }
 
 TEST_F(CoreTest, WorkerDeathFailsTheJobNamingWorkerAndStage) {

@@ -29,7 +29,8 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_dir, "",
-          "directory for the coordinator's state files (port, pid)");
+          "directory for the coordinator's state: port and pid files and the "
+          "job journal (jobs.journal), which a restart reads back");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int32_t, suspect_after_missed, 3,
           "missed heartbeats after which a worker is SUSPECT");
@@ -90,6 +91,14 @@ int Main() {
   BlockTerminationSignals();
   GrpcWorkerClients clients;
   CoordinatorCore core(options, RealClock::Get(), clients.Factory());
+  if (!absl::GetFlag(FLAGS_state_dir).empty()) {
+    if (absl::Status s =
+            core.OpenJournal(absl::GetFlag(FLAGS_state_dir) + "/jobs.journal");
+        !s.ok()) {
+      AQ_LOG_ERROR("{}", s.ToString());
+      return 1;
+    }
+  }
   GrpcCoordinatorService service(&core);
 
   grpc::EnableDefaultHealthCheckService(true);

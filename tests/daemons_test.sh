@@ -21,7 +21,8 @@ wait_until() {
   return 1
 }
 
-"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" \
+mkdir -p "$tmp/cstate"
+"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \
   --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
   >"$tmp/coordinator.log" 2>&1 &
 cpid=$!; pids+=("$cpid")
@@ -206,8 +207,24 @@ kill -TERM "$opid"; wait "$opid"; rc=$?
 [ "$rc" -eq 0 ] || fail "worker SIGTERM exit $rc"
 left() { aq workers --output json | grep -q '"state":"WORKER_LEFT"'; }
 wait_until 5 left || fail "$other not LEFT after SIGTERM: $(aq workers)"
+aq status "$id" --output json >"$tmp/before-restart.json"
 kill -TERM "$cpid"; wait "$cpid"; rc=$?
 [ "$rc" -eq 0 ] || fail "coordinator SIGTERM exit $rc"
+
+# A restarted coordinator (same --state_dir) still knows every job, with
+# the status it ended with.
+rm -f "$tmp/port"
+"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \
+  >"$tmp/coordinator2.log" 2>&1 &
+cpid=$!; pids+=("$cpid")
+wait_until 10 test -s "$tmp/port" || fail "coordinator did not restart: $(cat "$tmp/coordinator2.log")"
+addr="127.0.0.1:$(cat "$tmp/port")"
+aq status "$id" --output json >"$tmp/after-restart.json" || fail "job $id forgotten after a restart"
+cmp -s "$tmp/before-restart.json" "$tmp/after-restart.json" ||
+  fail "job $id changed across a restart: $(cat "$tmp/after-restart.json")"
+[ "$(aq jobs --output json | grep -o '"job_id"' | wc -l)" -ge 6 ] ||
+  fail "jobs after a restart: $(aq jobs)"
+kill -TERM "$cpid"; wait "$cpid"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed; logs:" >&2
