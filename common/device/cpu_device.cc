@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace aqueduct {
 
@@ -39,10 +40,13 @@ std::string CpuDevice::name() const {
 }
 
 absl::StatusOr<void*> CpuDevice::AllocateRaw(size_t bytes) {
-  return alloc_.Allocate(bytes);
+  ASSIGN_OR_RETURN(void* block, alloc_.Allocate(bytes + kHeadroom));
+  return static_cast<char*>(block) + kHeadroom;
 }
 
-void CpuDevice::FreeRaw(void* data, size_t bytes) { alloc_.Free(data, bytes); }
+void CpuDevice::FreeRaw(void* data, size_t bytes) {
+  alloc_.Free(static_cast<char*>(data) - kHeadroom, bytes + kHeadroom);
+}
 
 absl::Status CpuDevice::CopyFromHost(const void* src, const Tensor& dst) {
   std::memcpy(dst.raw(), src, dst.nbytes());

@@ -30,6 +30,9 @@ class CpuDevice final : public Device {
   ~CpuDevice() override;
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
+  // 4 KiB: a frame header with up to 996 labels fits.
+  static constexpr size_t kHeadroom = 4096;
+  size_t headroom() const override { return kHeadroom; }
   std::string name() const override;
 
   absl::StatusOr<void*> AllocateRaw(size_t bytes) override;

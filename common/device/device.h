@@ -104,6 +104,11 @@ class Device {
   virtual absl::StatusOr<void*> AllocateRaw(size_t bytes) = 0;
   // Gives back memory from AllocateRaw (called by Buffer).
   virtual void FreeRaw(void* data, size_t bytes) = 0;
+  // Bytes before the start of every AllocateRaw block that the block's
+  // owner may write, on devices whose memory the host addresses (0: none).
+  // The pipeline writes a frame's header there, so that header and tensor
+  // leave in one transfer without copying the tensor.
+  virtual size_t headroom() const { return 0; }
 
   // Copies between host memory and `tensor` (nbytes() bytes).
   virtual absl::Status CopyFromHost(const void* src, const Tensor& dst) = 0;

@@ -25,11 +25,6 @@ struct Header {
   int64_t num_labels = 0;
 };
 
-// Frames whose tensor is at most this size travel as one transfer (header,
-// labels, padding to 64 bytes, tensor), which costs the sender one copy of
-// the tensor; larger ones as two, the tensor sent in place.
-constexpr size_t kInlineBytes = 128 << 10;
-
 size_t HeadBytes(int64_t num_labels) {
   return sizeof(Header) + static_cast<size_t>(num_labels) * sizeof(int32_t);
 }
@@ -108,42 +103,13 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
   for (int d = 0; d < h.ndims; ++d) h.dims[d] = data.shape()[d];
   h.num_labels = labels != nullptr ? labels->numel() : 0;
   const uint64_t tag = FrameTag(info.kind, info.minibatch, info.microbatch);
-  const size_t head_bytes = HeadBytes(h.num_labels);
-  if (channels == nullptr && data.nbytes() <= kInlineBytes) {
-    const size_t offset = InlineOffset(h.num_labels);
-    const size_t total = offset + data.nbytes();
-    char* out = nullptr;
-    Tensor whole;
-    std::string staged;
-    if (device.kind() == DeviceKind::kCpu) {
-      // From the device's allocator: reused memory, no page faults.
-      ASSIGN_OR_RETURN(whole,
-                       device.Allocate(Shape({static_cast<int64_t>(total / 4)}),
-                                       DType::kF32));
-      out = static_cast<char*>(whole.raw());
-    } else {
-      staged.resize(total);
-      out = staged.data();
-    }
-    std::memset(out, 0, offset);
-    std::memcpy(out, &h, sizeof(Header));
-    if (h.num_labels > 0) {
-      RETURN_IF_ERROR(device.CopyToHost(*labels, out + sizeof(Header)));
-    }
-    RETURN_IF_ERROR(device.CopyToHost(data, out + offset));
-    if (whole.defined()) {
-      return comm.SendBuffer(peer, tag, out, total, whole.buffer());
-    }
-    return comm.SendExact(peer, tag, std::move(staged));
-  }
-  std::string head(head_bytes, '\0');
-  std::memcpy(head.data(), &h, sizeof(Header));
-  if (h.num_labels > 0) {
-    RETURN_IF_ERROR(device.CopyToHost(*labels, head.data() + sizeof(Header)));
-  }
-  std::unique_ptr<Work> header = comm.SendExact(peer, tag, std::move(head));
-  std::unique_ptr<Work> body;
   if (channels != nullptr) {
+    // Header and labels over the communicator, the tensor over the channel.
+    std::string head(HeadBytes(h.num_labels), '\0');
+    std::memcpy(head.data(), &h, sizeof(Header));
+    if (h.num_labels > 0) {
+      RETURN_IF_ERROR(device.CopyToHost(*labels, head.data() + sizeof(Header)));
+    }
     DeviceChannel* channel =
         channels->Get(static_cast<int>(info.kind), comm.rank(), peer);
     if (channel == nullptr) {
@@ -151,21 +117,50 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
                                               KindName(h.kind), "s from rank ",
                                               comm.rank(), " to rank ", peer));
     }
+    std::unique_ptr<Work> header = comm.SendExact(peer, tag, std::move(head));
     // The channel reads device memory on its own stream: the producer's
     // work must be done.
     RETURN_IF_ERROR(device.Synchronize());
     ASSIGN_OR_RETURN(uint64_t ticket, channel->Send(data.raw(), data.nbytes()));
-    body = std::make_unique<ChannelWork>(channel, ticket, data);
-  } else if (device.kind() == DeviceKind::kCpu) {
-    // The tensor's buffer is host memory: send it in place, holding it.
-    body = comm.SendBuffer(peer, tag | 1, data.raw(), data.nbytes(),
-                           data.buffer());
-  } else {
-    std::string staged(data.nbytes(), '\0');
-    RETURN_IF_ERROR(device.CopyToHost(data, staged.data()));
-    body = comm.SendExact(peer, tag | 1, std::move(staged));
+    return std::make_unique<TwoSends>(
+        std::move(header),
+        std::make_unique<ChannelWork>(channel, ticket, data));
   }
-  return std::make_unique<TwoSends>(std::move(header), std::move(body));
+  // One transfer: header, labels, padding to 64 bytes, tensor.
+  const size_t offset = InlineOffset(h.num_labels);
+  const size_t total = offset + data.nbytes();
+  const bool in_place = device.kind() == DeviceKind::kCpu &&
+                        device.headroom() >= offset &&
+                        data.raw() == data.buffer()->data();
+  char* out = nullptr;
+  Tensor whole;
+  std::string staged;
+  if (in_place) {
+    // The header goes into the headroom the device keeps before every
+    // buffer; the tensor is not copied.
+    out = static_cast<char*>(data.raw()) - offset;
+    whole = data;
+  } else if (device.kind() == DeviceKind::kCpu) {
+    // A view, or labels beyond the headroom: one copy, into memory from the
+    // device's allocator (reused, no page faults).
+    ASSIGN_OR_RETURN(
+        whole,
+        device.Allocate(Shape({static_cast<int64_t>(total / 4)}), DType::kF32));
+    out = static_cast<char*>(whole.raw());
+  } else {
+    staged.resize(total);
+    out = staged.data();
+  }
+  std::memset(out, 0, offset);
+  std::memcpy(out, &h, sizeof(Header));
+  if (h.num_labels > 0) {
+    RETURN_IF_ERROR(device.CopyToHost(*labels, out + sizeof(Header)));
+  }
+  if (!in_place) RETURN_IF_ERROR(device.CopyToHost(data, out + offset));
+  if (whole.defined()) {
+    return comm.SendBuffer(peer, tag, out, total, whole.buffer());
+  }
+  return comm.SendExact(peer, tag, std::move(staged));
 }
 
 absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
@@ -199,31 +194,20 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
     f->body_ = std::make_unique<ChannelWork>(channel, ticket, f->data_);
     return f;
   }
-  if (data_bytes <= kInlineBytes) {
-    // One transfer; on the CPU the tensor is a view into what arrived.
-    f->offset_ = InlineOffset(num_labels);
-    const size_t total = f->offset_ + data_bytes;
-    void* dst = nullptr;
-    if (cpu) {
-      ASSIGN_OR_RETURN(f->whole_,
-                       device.Allocate(Shape({static_cast<int64_t>(total / 4)}),
-                                       DType::kF32));
-      dst = f->whole_.raw();
-    } else {
-      f->staging_.resize(total);
-      dst = f->staging_.data();
-    }
-    f->body_ = comm.RecvBuffer(peer, tag, dst, total);
-    return f;
-  }
-  ASSIGN_OR_RETURN(f->data_, device.Allocate(shape, DType::kF32));
-  f->header_ = comm.RecvExact(peer, tag, HeadBytes(num_labels));
-  void* dst = f->data_.raw();
-  if (!cpu) {
-    f->staging_.resize(data_bytes);
+  // One transfer; on the CPU the tensor is a view into what arrived.
+  f->offset_ = InlineOffset(num_labels);
+  const size_t total = f->offset_ + data_bytes;
+  void* dst = nullptr;
+  if (cpu) {
+    ASSIGN_OR_RETURN(
+        f->whole_,
+        device.Allocate(Shape({static_cast<int64_t>(total / 4)}), DType::kF32));
+    dst = f->whole_.raw();
+  } else {
+    f->staging_.resize(total);
     dst = f->staging_.data();
   }
-  f->body_ = comm.RecvBuffer(peer, tag | 1, dst, data_bytes);
+  f->body_ = comm.RecvBuffer(peer, tag, dst, total);
   return f;
 }
 
@@ -280,10 +264,8 @@ absl::StatusOr<Frame> PendingFrame::Wait(absl::Time deadline,
         head_size, " header bytes, expected ", expected_bytes, ")"));
   }
   if (header_ != nullptr) {
+    // A device channel: the tensor lands in data_ itself.
     if (absl::Status s = body_->Wait(deadline); !s.ok()) return in_context(s);
-    if (!staging_.empty()) {
-      RETURN_IF_ERROR(device_->CopyFromHost(staging_.data(), data_));
-    }
   } else if (whole_.defined()) {
     data_ = Tensor(whole_.buffer(), shape_, DType::kF32, offset_);
   } else {

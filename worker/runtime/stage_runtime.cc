@@ -308,12 +308,7 @@ void StageRuntime::RecordTrace(const StageEvent& e, int stage) {
 // kind (activations, gradients) and pair of ranks that exchange tensors.
 absl::StatusOr<std::unique_ptr<DeviceChannels>> ConnectChannels(
     const StageAssignment& a, const PipelineLayout& layout,
-    RendezvousStore* store, const DeviceSpec& device) {
-  if (device.kind != DeviceKind::kCuda) {
-    return absl::FailedPreconditionError(
-        "pipeline.transport=nccl needs every worker of the job on a GPU "
-        "(--device=cuda:N); this worker runs on the CPU");
-  }
+    RendezvousStore* store, const DeviceSpec& device, absl::Duration timeout) {
   std::vector<ChannelKey> keys;
   for (int s = 0; s + 1 < layout.num_stages(); ++s) {
     const auto& here = layout.ranks[s];
@@ -329,11 +324,12 @@ absl::StatusOr<std::unique_ptr<DeviceChannels>> ConnectChannels(
   }
 #ifdef AQ_HAVE_CUDA
   return ConnectNcclChannels(store, a.rendezvous_key() + "nccl/", a.rank(),
-                             std::move(keys), device.ordinal,
-                             absl::Seconds(60));
+                             std::move(keys), device.ordinal, timeout);
 #else
   (void)a;
   (void)store;
+  (void)device;
+  (void)timeout;
   return absl::FailedPreconditionError(
       "pipeline.transport=nccl: this worker was built without CUDA");
 #endif
@@ -365,6 +361,14 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
         LayoutFromPlan(a.plan(), model.num_layers(), policy, total, micro));
     const int S = layout.num_stages();
     const bool first = a.stage() == 0, last = a.stage() == S - 1;
+    // Before connecting to peers, so that every worker of the job fails
+    // alike rather than some with a closed connection.
+    if (spec.pipeline().transport() == "nccl" &&
+        options_.device.kind != DeviceKind::kCuda) {
+      return absl::FailedPreconditionError(
+          "pipeline.transport=nccl needs every worker of the job on a GPU "
+          "(--device=cuda:N); this worker runs on the CPU");
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<Device> owned_device,
                      CreateDevice(options_.device, options_.threads));
     Device& device = *owned_device;
@@ -377,7 +381,8 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     std::unique_ptr<DeviceChannels> channels;
     if (spec.pipeline().transport() == "nccl") {
       ASSIGN_OR_RETURN(channels,
-                       ConnectChannels(a, layout, &store, options_.device));
+                       ConnectChannels(a, layout, &store, options_.device,
+                                       options_.peer_timeout));
     }
     {
       absl::MutexLock lock(&mu_);
