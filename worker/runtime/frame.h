@@ -2,18 +2,17 @@
 //
 // A frame is a fixed-size header (kind, minibatch, microbatch, sender,
 // weight version, shape, dtype, label count), the labels (activations
-// only), and the tensor's bytes. Both sides know every size, so each
-// transfer is exact-size (a wrong frame cannot overrun a buffer). A tensor
-// of up to 128 KiB travels in the same transfer as its header (padded to 64
-// bytes; the sender copies the tensor once, the receiver's tensor is a view
-// of what arrived). A larger one follows as a second transfer, on the tag
-// with its low bit set, sent straight from the tensor and received straight
-// into a tensor from the device's allocator on a device whose memory is the
-// host's (the CPU device): no copy, and no allocation in the communicator.
+// only), padding to 64 bytes, and the tensor's bytes, sent as one
+// exact-size transfer (both sides know every size, so a wrong frame cannot
+// overrun a buffer). On the CPU device the sender writes the header into
+// the headroom the device keeps before every buffer (Device::headroom) and
+// sends header and tensor together without copying the tensor (a tensor
+// that is a view into a larger buffer is copied once); the receiver's
+// tensor is a view of the buffer it allocated when it posted the receive.
 // Other devices stage through host memory, unless the job has device
-// channels (DeviceChannels: NCCL between GPUs): then the header goes over the
-// communicator and the tensor, whatever its size, over the channel for its
-// kind and pair of ranks, device memory to device memory.
+// channels (DeviceChannels: NCCL between GPUs): then the header goes over
+// the communicator and the tensor over the channel for its kind and pair of
+// ranks, device memory to device memory.
 //
 // The receiver posts its receives when it knows what it expects (ahead of
 // need) and checks the header before the tensor is used: a frame that is
@@ -39,7 +38,7 @@ namespace aqueduct {
 enum class FrameKind : uint32_t { kActivation = 1, kGradient = 2 };
 
 // Tags of frames: bits 20.. minibatch, 3..19 microbatch, 1..2 kind, bit 0
-// clear (the frame's body travels on tag | 1).
+// clear.
 uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch);
 
 // What a frame says about itself.
@@ -51,9 +50,10 @@ struct FrameInfo {
   int64_t version = 0;  // Weight version the sender used.
 };
 
-// Posts a frame's two transfers to `peer`. `data` (F32) must not be written
-// until the returned work completes (the work holds a handle to its buffer).
-// `labels` (I32, may be null) are copied into the header message.
+// Posts a frame to `peer`. `data` (F32) must not be written until the
+// returned work completes (the work holds a handle to its buffer; on the CPU
+// its headroom receives the header). `labels` (I32, may be null) are copied
+// next to the header.
 absl::StatusOr<std::unique_ptr<Work>> SendFrame(
     Communicator& comm, Device& device, int peer, const FrameInfo& info,
     const Tensor& data, const Tensor* labels,

@@ -1,6 +1,7 @@
 // Frames over the in-memory communicator and over Gloo on loopback.
 #include "worker/runtime/frame.h"
 
+#include <cstring>
 #include <thread>
 
 #include "common/comm/gloo_communicator.h"
@@ -27,14 +28,44 @@ Tensor Labels(Device& device, int n) {
 
 const absl::Duration kWait = absl::Seconds(20);
 
-TEST(FrameTest, TagsSeparateKindsMicrobatchesAndBodies) {
+TEST(FrameTest, TagsSeparateKindsAndMicrobatches) {
   const uint64_t a = FrameTag(FrameKind::kActivation, 5, 3);
   const uint64_t g = FrameTag(FrameKind::kGradient, 5, 3);
   EXPECT_NE(a, g);
   EXPECT_NE(a, FrameTag(FrameKind::kActivation, 5, 4));
   EXPECT_NE(a, FrameTag(FrameKind::kActivation, 6, 3));
-  EXPECT_EQ(a & 1, 0u);  // The body travels on tag | 1.
-  EXPECT_NE(a | 1, g);
+}
+
+// On the CPU device the header is written into the headroom before the
+// tensor and the two leave together; a view into a larger buffer (no
+// headroom of its own) is copied once. Both arrive intact.
+TEST(FrameTest, HeaderGoesInTheHeadroomOrTheTensorIsCopied) {
+  CpuDevice device;
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator a(hub, 0), b(hub, 1);
+  Tensor whole = Iota(device, Shape({6, 4}), 0);
+  Tensor view = whole.Rows(2, 6);  // Starts 32 bytes into its buffer.
+  for (const Tensor& t : {whole, view}) {
+    auto p = PendingFrame::Post(b, device, 0, FrameKind::kGradient, 1, 0,
+                                t.shape(), 0);
+    ASSERT_TRUE(p.ok());
+    const std::vector<float> before(whole.f32(), whole.f32() + 24);
+    FrameInfo info{FrameKind::kGradient, 1, 0, 0, 9};
+    ASSERT_TRUE(SendFrame(a, device, 1, info, t, nullptr).ok());
+    auto frame = (*p)->Wait(absl::Now() + kWait, "rank 1");
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    EXPECT_EQ(frame->data.shape(), t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      EXPECT_EQ(frame->data.f32()[i], t.f32()[i]);
+    }
+    // The sender's data is untouched either way.
+    EXPECT_EQ(std::vector<float>(whole.f32(), whole.f32() + 24), before);
+  }
+  // The in-place frame's header sits right before the tensor: "AQFR".
+  uint32_t magic = 0;
+  const char* start = static_cast<const char*>(whole.raw()) - 128;
+  std::memcpy(&magic, start, sizeof(magic));
+  EXPECT_EQ(magic, 0x41514652u);
 }
 
 TEST(FrameTest, ActivationWithLabelsRoundTripsInMemory) {
@@ -133,8 +164,9 @@ TEST(FrameTest, TensorsTravelOnDeviceChannels) {
   }
 }
 
-// Over Gloo the body goes from the sender's tensor into the receiver's
-// tensor in place; frames posted before and after the send both arrive.
+// Over Gloo a frame goes from the sender's buffer (header in its headroom)
+// straight into the receiver's; frames posted before and after the send
+// both arrive.
 TEST(FrameTest, ManyFramesOverGlooInPlace) {
   LocalRendezvousStore store;
   std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
