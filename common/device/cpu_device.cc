@@ -2,8 +2,13 @@
 
 #include <cblas.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -18,6 +23,58 @@ namespace {
 // Size classes (CachingAllocator::RoundSize) are multiples of 512 bytes, so
 // every block is a valid aligned_alloc size.
 constexpr size_t kAlignment = 64;
+
+// out[i] = value(i) for i in [0, n), in order, with non-temporal (streaming)
+// stores where the CPU has them. For an optimizer stepping out of place into
+// a buffer that is not in cache (the version a stash released two steps
+// ago), ordinary stores first read every destination line from memory:
+// measured on this machine's Xeon, an SGD step over 2.6M weights took 4.6 ms
+// that way against 2.2 ms in place, and 2.5 ms with streaming stores.
+template <typename F>
+inline void StreamingStore(float* out, int64_t n, F&& value) {
+#if defined(__SSE2__)
+  int64_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(out + i) % 64 != 0; ++i) {
+    out[i] = value(i);
+  }
+  alignas(64) float chunk[16];
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) chunk[k] = value(i + k);
+    for (int k = 0; k < 16; k += 4) {
+      _mm_stream_ps(out + i + k, _mm_load_ps(chunk + k));
+    }
+  }
+  for (; i < n; ++i) out[i] = value(i);
+  _mm_sfence();  // order the streaming stores before later readers
+#else
+  for (int64_t i = 0; i < n; ++i) out[i] = value(i);
+#endif
+}
+
+// w[i] = value(i): in place when w is also the source (the line is in cache
+// already), streaming when it is a separate destination.
+template <typename F>
+inline void WriteWeights(float* w, const float* source, int64_t n, F&& value) {
+  if (source != nullptr && source != w) {
+    StreamingStore(w, n, value);
+  } else {
+    for (int64_t i = 0; i < n; ++i) w[i] = value(i);
+  }
+}
+
+template <bool kFirstStep, bool kNesterov>
+void SgdMomentumStep(float* w, const float* g, float* buf, int64_t n,
+                     const SgdParams& p) {
+  const float wd = p.weight_decay, mom = p.momentum, lr = p.lr;
+  const float damp = 1.0f - p.dampening;
+  const float* src = p.source != nullptr ? p.source : w;
+  WriteWeights(w, p.source, n, [=](int64_t i) {
+    const float d = g[i] + wd * src[i];
+    const float b = kFirstStep ? d : mom * buf[i] + damp * d;
+    buf[i] = b;
+    return src[i] - lr * (kNesterov ? d + mom * b : b);
+  });
+}
 
 }  // namespace
 
@@ -370,18 +427,18 @@ void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
 
 void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
                         const SgdParams& p) {
-  const float wd = p.weight_decay, mom = p.momentum, lr = p.lr;
-  const float damp = 1.0f - p.dampening;
-  const float* src = p.source != nullptr ? p.source : w;
-  if (mom == 0) {
-    for (int64_t i = 0; i < n; ++i) w[i] = src[i] - lr * (g[i] + wd * src[i]);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * src[i];
-    const float b = p.first_step ? d : mom * buf[i] + damp * d;
-    buf[i] = b;
-    w[i] = src[i] - lr * (p.nesterov ? d + mom * b : b);
+  if (p.momentum == 0) {
+    const float wd = p.weight_decay, lr = p.lr;
+    const float* src = p.source != nullptr ? p.source : w;
+    WriteWeights(w, p.source, n, [=](int64_t i) {
+      return src[i] - lr * (g[i] + wd * src[i]);
+    });
+  } else if (p.first_step) {
+    p.nesterov ? SgdMomentumStep<true, true>(w, g, buf, n, p)
+               : SgdMomentumStep<true, false>(w, g, buf, n, p);
+  } else {
+    p.nesterov ? SgdMomentumStep<false, true>(w, g, buf, n, p)
+               : SgdMomentumStep<false, false>(w, g, buf, n, p);
   }
 }
 
@@ -392,13 +449,13 @@ void CpuDevice::AdamStep(float* w, const float* g, float* m, float* v,
   const float inv_sqrt_bc2 = scales.inv_sqrt_bc2;
   const float b1 = p.beta1, b2 = p.beta2, wd = p.weight_decay, eps = p.eps;
   const float* src = p.source != nullptr ? p.source : w;
-  for (int64_t i = 0; i < n; ++i) {
+  WriteWeights(w, p.source, n, [=](int64_t i) {
     const float grad = g[i] + wd * src[i];
     m[i] = b1 * m[i] + (1.0f - b1) * grad;
     v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
     const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-    w[i] = src[i] - step_size * m[i] / denom;
-  }
+    return src[i] - step_size * m[i] / denom;
+  });
 }
 
 }  // namespace aqueduct

@@ -126,41 +126,93 @@ TEST(AdamTest, TwoStepsByHand) {
   EXPECT_EQ((*opt)->State().size(), 2u);
 }
 
+std::vector<float> Ramp(int64_t n, float scale, float offset) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    v[static_cast<size_t>(i)] = offset + scale * static_cast<float>(i % 97);
+  }
+  return v;
+}
+
 // StepFrom writes the update of `from` into `to` and leaves `from` as it
-// was, with exactly the values an in-place step gives (SGD with momentum
-// and Adam, two steps each).
+// was, with exactly the values an in-place step gives (SGD with and
+// without momentum, Nesterov, and Adam, two steps each). 1,037 weights
+// cover the CPU's streaming stores (chunks of 16) and its scalar tail.
 TEST(OptimizerTest, StepFromEqualsInPlaceAndKeepsTheSource) {
   CpuDevice device;
-  std::vector<OptimizerSpec> specs(2);
+  std::vector<OptimizerSpec> specs(4);
   specs[0].mutable_sgd()->set_lr(0.1f);
   specs[0].mutable_sgd()->set_momentum(0.9f);
   specs[0].mutable_sgd()->set_weight_decay(0.01f);
   specs[1].mutable_adam()->set_lr(0.01f);
   specs[1].mutable_adam()->set_weight_decay(0.1f);
-  for (const OptimizerSpec& spec : specs) {
-    ParameterSet in_place = OneParam(device, {1.0f, -2.0f, 0.5f});
-    ParameterSet from = OneParam(device, {1.0f, -2.0f, 0.5f});
-    ParameterSet to = OneParam(device, {0.0f, 0.0f, 0.0f});
-    ParameterSet g = OneParam(device, {0.5f, 0.25f, -1.0f});
-    auto a = CreateOptimizer(spec, in_place, &device, 10);
-    auto b = CreateOptimizer(spec, from, &device, 10);
-    ASSERT_TRUE(a.ok() && b.ok());
-    for (int step = 0; step < 2; ++step) {
-      const std::vector<float> before(from.tensors[0].f32(),
-                                      from.tensors[0].f32() + 3);
-      ASSERT_TRUE((*a)->Step(in_place, g).ok());
-      ASSERT_TRUE((*b)->StepFrom(from, to, g).ok());
-      for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(to.tensors[0].f32()[i], in_place.tensors[0].f32()[i])
-            << spec.DebugString() << " step " << step;
+  specs[2].mutable_sgd()->set_lr(0.05f);
+  specs[2].mutable_sgd()->set_weight_decay(0.01f);
+  specs[3].mutable_sgd()->set_lr(0.1f);
+  specs[3].mutable_sgd()->set_momentum(0.8f);
+  specs[3].mutable_sgd()->set_nesterov(true);
+  for (const int64_t n : {int64_t{3}, int64_t{1037}}) {
+    for (const OptimizerSpec& spec : specs) {
+      ParameterSet in_place = OneParam(device, Ramp(n, 0.03f, -1.0f));
+      ParameterSet from = OneParam(device, Ramp(n, 0.03f, -1.0f));
+      ParameterSet to = OneParam(device, std::vector<float>(n, 0.0f));
+      ParameterSet g = OneParam(device, Ramp(n, -0.01f, 0.5f));
+      auto a = CreateOptimizer(spec, in_place, &device, 10);
+      auto b = CreateOptimizer(spec, from, &device, 10);
+      ASSERT_TRUE(a.ok() && b.ok());
+      for (int step = 0; step < 2; ++step) {
+        const std::vector<float> before(from.tensors[0].f32(),
+                                        from.tensors[0].f32() + n);
+        ASSERT_TRUE((*a)->Step(in_place, g).ok());
+        ASSERT_TRUE((*b)->StepFrom(from, to, g).ok());
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(to.tensors[0].f32()[i], in_place.tensors[0].f32()[i])
+              << spec.DebugString() << " n " << n << " step " << step
+              << " i " << i;
+        }
+        // The source is untouched; the next step starts from the new
+        // weights.
+        EXPECT_EQ(std::vector<float>(from.tensors[0].f32(),
+                                     from.tensors[0].f32() + n),
+                  before);
+        std::swap(from, to);
+        SetValues(device, to, std::vector<float>(n, 0.0f));
       }
-      // The source is untouched; the next step starts from the new weights.
-      EXPECT_EQ(
-          std::vector<float>(from.tensors[0].f32(), from.tensors[0].f32() + 3),
-          before);
-      std::swap(from, to);
-      SetValues(device, to, {0.0f, 0.0f, 0.0f});
     }
+  }
+}
+
+// The device kernels out of place at every alignment of the destination
+// (the streaming stores start after a scalar head up to a 64-byte line).
+TEST(OptimizerTest, OutOfPlaceKernelsAtEveryAlignment) {
+  CpuDevice device;
+  const int64_t n = 301;
+  const std::vector<float> w0 = Ramp(n, 0.02f, -0.7f);
+  const std::vector<float> g = Ramp(n, -0.015f, 0.3f);
+  for (int shift = 0; shift < 16; ++shift) {
+    SgdParams sgd{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+    std::vector<float> w_in = w0, buf_in(n, 0.25f);
+    device.SgdStep(w_in.data(), g.data(), buf_in.data(), n, sgd);
+    std::vector<float> out(n + 16, -9.0f), buf_out(n, 0.25f);
+    sgd.source = w0.data();
+    device.SgdStep(out.data() + shift, g.data(), buf_out.data(), n, sgd);
+    AdamParams adam{.lr = 0.01f, .step = 3};
+    std::vector<float> aw_in = w0, m_in(n, 0.1f), v_in(n, 0.2f);
+    device.AdamStep(aw_in.data(), g.data(), m_in.data(), v_in.data(), n, adam);
+    std::vector<float> aout(n + 16, -9.0f), m_out(n, 0.1f), v_out(n, 0.2f);
+    adam.source = w0.data();
+    device.AdamStep(aout.data() + shift, g.data(), m_out.data(), v_out.data(),
+                    n, adam);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[shift + i], w_in[i]) << "sgd shift " << shift << " i " << i;
+      ASSERT_EQ(buf_out[i], buf_in[i]) << "sgd shift " << shift << " i " << i;
+      ASSERT_EQ(aout[shift + i], aw_in[i]) << "adam shift " << shift;
+      ASSERT_EQ(m_out[i], m_in[i]) << "adam shift " << shift;
+      ASSERT_EQ(v_out[i], v_in[i]) << "adam shift " << shift;
+    }
+    // Nothing outside [shift, shift + n) was written.
+    for (int i = 0; i < shift; ++i) ASSERT_EQ(out[i], -9.0f);
+    for (int64_t i = shift + n; i < n + 16; ++i) ASSERT_EQ(out[i], -9.0f);
   }
 }
 
