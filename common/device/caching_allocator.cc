@@ -1,6 +1,7 @@
 #include "common/device/caching_allocator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -45,8 +46,13 @@ absl::StatusOr<void*> CachingAllocator::Allocate(size_t bytes) {
   const size_t size = RoundSize(bytes);
   {
     absl::MutexLock lock(&mu_);
-    auto it = free_.find(size);
-    if (it != free_.end()) {
+    // The most recently freed block of the class (equal keys keep their
+    // insertion order): it is the likeliest to be in cache, which matters
+    // for buffers that rotate every step (frames, activations, weight
+    // versions). The oldest block first measurably slowed 1 MiB transfers.
+    auto [first, last] = free_.equal_range(size);
+    if (first != last) {
+      auto it = std::prev(last);
       void* data = it->second;
       free_.erase(it);
       stats_.hits++;

@@ -3,9 +3,11 @@
 //
 // Requests are rounded up to a size class (multiples of 512 bytes up to 1 MiB,
 // then multiples of 1/8 of the enclosing power of two) and freed blocks stay
-// in a per-class free list, up to `cache_limit_bytes`. When the raw allocator
-// fails, the cache is released and the allocation retried once; a second
-// failure is RESOURCE_EXHAUSTED naming the request and the bytes in use.
+// in a per-class free list, up to `cache_limit_bytes`; a request takes the
+// most recently freed block of its class (the likeliest to be in cache).
+// When the raw allocator fails, the cache is released and the allocation
+// retried once; a second failure is RESOURCE_EXHAUSTED naming the request
+// and the bytes in use.
 //
 // Device-agnostic (no CUDA headers) so that it is tested on every machine.
 // Thread-safe: every method takes an internal mutex (raw calls happen outside

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -63,6 +64,25 @@ TEST(CachingAllocatorTest, SteadyStateDoesNoRawAllocation) {
   EXPECT_GT(s.bytes_cached, 0);
   alloc.EmptyCache();
   EXPECT_EQ(raw.live, 0u);
+}
+
+// A request takes the most recently freed block of its class, the one
+// likeliest to be in cache.
+TEST(CachingAllocatorTest, ReusesTheMostRecentlyFreedBlock) {
+  FakeRaw raw;
+  CachingAllocator alloc = raw.Make(1 << 22);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(*alloc.Allocate(70000));
+  alloc.Free(blocks[0], 70000);
+  alloc.Free(blocks[2], 70000);
+  alloc.Free(blocks[1], 70000);
+  EXPECT_EQ(*alloc.Allocate(70000), blocks[1]);
+  EXPECT_EQ(*alloc.Allocate(70000), blocks[2]);
+  alloc.Free(blocks[1], 70000);
+  EXPECT_EQ(*alloc.Allocate(70000), blocks[1]);
+  EXPECT_EQ(*alloc.Allocate(70000), blocks[0]);
+  for (void* b : blocks) alloc.Free(b, 70000);
+  EXPECT_EQ(alloc.stats().raw_allocs, 3);
 }
 
 TEST(CachingAllocatorTest, CacheLimitIsRespected) {

@@ -1,12 +1,22 @@
 // Transport: bandwidth between two ranks on loopback as a ratio of raw Gloo
-// send/recv of the same sizes, in the same run, for (a) pipeline frames
-// (worker/runtime/frame.h: SendFrame from a tensor the device allocated,
-// PendingFrame posted ahead into a tensor, header checked: exactly what
-// stages do) and (b) the communicator's length-prefixed messages (fresh
-// strings); and small-message round-trip latency. Ranks are threads of this
-// process, each with its own Gloo context and CPU device.
+// send/recv of the same sizes, in the same run, for
+//   (a) frames as stages use them (worker/runtime/frame.h: SendFrame from a
+//       tensor the device allocated per message, PendingFrame posted
+//       `--ahead` ahead, header checked, at most 4 sends outstanding);
+//   (b) frames one at a time, as raw Gloo is driven below: one tensor sent
+//       again and again, each send waited for, one receive posted at a time
+//       (the device hands the receive the block the last frame freed);
+//   (c) the communicator's length-prefixed messages (fresh strings);
+// and small-message round-trip latency. Ranks are threads of this process,
+// each with its own Gloo context and CPU device.
 //
-//   transport_bench [--seconds-per-size 1] [--ahead 8]
+// This VM's loopback bandwidth moves by tens of percent from one second to
+// the next, so each size runs `--rounds` short rounds, each timing every
+// mode back to back in a rotating order; a ratio is the median over rounds
+// of (mode / raw Gloo) within the round.
+//
+//   transport_bench [--seconds-per-size 2] [--rounds 11] [--ahead 8]
+//                   [--sizes BYTES,BYTES,...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "common/comm/gloo_communicator.h"
 #include "common/comm/local_store.h"
 #include "common/device/cpu_device.h"
@@ -57,11 +68,27 @@ class RawStore final : public gloo::rendezvous::Store {
 };
 
 int Main(int argc, char** argv) {
-  double seconds_per_size = 1;
+  double seconds_per_size = 2;
+  int rounds = 11;
   int ahead = 8;  // Frames posted ahead by the receiver.
+  std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20,
+                               4 << 20,  16 << 20,  64 << 20};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--seconds-per-size") {
       (void)absl::SimpleAtod(argv[i + 1], &seconds_per_size);
+    } else if (std::string(argv[i]) == "--rounds") {
+      (void)absl::SimpleAtoi(argv[i + 1], &rounds);
+    } else if (std::string(argv[i]) == "--sizes") {
+      sizes.clear();
+      for (absl::string_view part : absl::StrSplit(argv[i + 1], ',')) {
+        size_t bytes = 0;
+        if (!absl::SimpleAtoi(part, &bytes) || bytes < 4 || bytes % 4 != 0) {
+          std::fprintf(stderr, "--sizes: '%s' is not a multiple of 4 bytes\n",
+                       std::string(part).c_str());
+          return 2;
+        }
+        sizes.push_back(bytes);
+      }
     } else if (std::string(argv[i]) == "--ahead") {
       (void)absl::SimpleAtoi(argv[i + 1], &ahead);
     }
@@ -88,21 +115,21 @@ int Main(int argc, char** argv) {
     }
     for (auto& th : t) th.join();
   }
-  const std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20,
-                                     4 << 20,  16 << 20,  64 << 20};
   for (size_t size : sizes) {
+    // Four modes per round at ~3 GB/s.
     const int reps = std::max<int>(
-        3, static_cast<int>(seconds_per_size * 1e9 / 4 / size));  // ~4 GB/s.
-    // Rank 0 posts send(i) for i < reps, at most 4 outstanding, while
-    // `receive` runs on another thread; bytes per second.
+        3, static_cast<int>(seconds_per_size / rounds / 4 * 3e9 / size));
+    // Rank 0 posts send(i) for i < reps, at most `outstanding` in flight,
+    // while `receive` runs on another thread; bytes per second.
     auto stream = [&](const std::function<std::unique_ptr<Work>(int)>& send,
-                      const std::function<void()>& receive) {
+                      const std::function<void()>& receive,
+                      size_t outstanding = 4) {
       const Clock::time_point start = Clock::now();
       std::thread receiver(receive);
       std::vector<std::unique_ptr<Work>> sends;
       for (int i = 0; i < reps; ++i) {
         sends.push_back(send(i));
-        if (sends.size() > 4) {
+        if (sends.size() >= outstanding) {
           (void)sends.front()->Wait(absl::Now() + absl::Seconds(60));
           sends.erase(sends.begin());
         }
@@ -157,9 +184,37 @@ int Main(int argc, char** argv) {
         }
       });
     };
+    // Frames one at a time: the same tensor each time, one receive posted
+    // at a time, each send waited for before the next.
+    Tensor sent = *devices[0].Allocate(shape, DType::kF32);
+    auto run_frames_serial = [&]() {
+      const int64_t first = minibatch;
+      minibatch += reps;
+      auto send = [&](int i) {
+        const FrameInfo info{FrameKind::kActivation, first + i, 0, 0, 0};
+        return *SendFrame(*comms[0], devices[0], 1, info, sent, nullptr);
+      };
+      return stream(
+          send,
+          [&] {
+            for (int i = 0; i < reps; ++i) {
+              auto posted = *PendingFrame::Post(*comms[1], devices[1], 0,
+                                                FrameKind::kActivation,
+                                                first + i, 0, shape, 0);
+              auto frame = posted->Wait(absl::Now() + absl::Seconds(60),
+                                        "transport_bench");
+              if (!frame.ok()) {
+                std::fprintf(stderr, "%s\n",
+                             frame.status().ToString().c_str());
+                std::exit(1);
+              }
+            }
+          },
+          1);
+    };
     // Raw Gloo: preallocated buffers, unbound send/recv.
+    std::vector<char> src(size, 'x'), dst(size);
     auto run_raw = [&]() {
-      std::vector<char> src(size, 'x'), dst(size);
       const Clock::time_point start = Clock::now();
       std::thread receiver([&] {
         auto buf = raw[1]->createUnboundBuffer(dst.data(), dst.size());
@@ -177,19 +232,38 @@ int Main(int argc, char** argv) {
       return reps * static_cast<double>(size) /
              std::chrono::duration<double>(Clock::now() - start).count();
     };
-    // Alternate, best of three each, to share the machine's noise.
-    double prefixed = 0, frames = 0, rawbw = 0;
-    for (int round = 0; round < 3; ++round) {
-      rawbw = std::max(rawbw, run_raw());
-      frames = std::max(frames, run_frames());
-      prefixed = std::max(prefixed, run_prefixed());
+    // Rounds of all four modes back to back, the order rotating, so that
+    // each ratio compares measurements a fraction of a second apart.
+    const std::vector<std::function<double()>> modes = {
+        run_raw, run_frames, run_frames_serial, run_prefixed};
+    std::vector<std::vector<double>> rate(modes.size()), ratio(modes.size());
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<double> r(modes.size());
+      for (size_t k = 0; k < modes.size(); ++k) {
+        const size_t m = (k + static_cast<size_t>(round)) % modes.size();
+        r[m] = modes[m]();
+      }
+      for (size_t m = 0; m < modes.size(); ++m) {
+        rate[m].push_back(r[m] / 1e9);
+        ratio[m].push_back(r[m] / r[0]);
+      }
     }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    auto low = [](const std::vector<double>& v) {
+      return *std::min_element(v.begin(), v.end());
+    };
     std::printf(
-        "{\"bytes\":%zu,\"frames_gb_per_s\":%.3f,\"length_prefixed_gb_per_"
-        "s\":%.3f,\"raw_gloo_gb_per_s\":%.3f,\"frames_ratio\":%.3f,"
-        "\"length_prefixed_ratio\":%.3f}\n",
-        size, frames / 1e9, prefixed / 1e9, rawbw / 1e9, frames / rawbw,
-        prefixed / rawbw);
+        "{\"bytes\":%zu,\"rounds\":%d,\"raw_gloo_gb_per_s\":%.3f,"
+        "\"frames_gb_per_s\":%.3f,\"frames_ratio\":%.3f,"
+        "\"frames_ratio_min\":%.3f,\"frames_serial_gb_per_s\":%.3f,"
+        "\"frames_serial_ratio\":%.3f,\"frames_serial_ratio_min\":%.3f,"
+        "\"length_prefixed_gb_per_s\":%.3f,\"length_prefixed_ratio\":%.3f}\n",
+        size, rounds, median(rate[0]), median(rate[1]), median(ratio[1]),
+        low(ratio[1]), median(rate[2]), median(ratio[2]), low(ratio[2]),
+        median(rate[3]), median(ratio[3]));
     std::fflush(stdout);
   }
   // Small-message round trip (8 bytes), median of 2,000.
