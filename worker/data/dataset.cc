@@ -320,4 +320,26 @@ void GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
   }
 }
 
+absl::Status LoadBatch(const Dataset& data, absl::Span<const int64_t> indices,
+                       Device& device, Tensor& inputs, Tensor& labels,
+                       BatchStaging& staging) {
+  const int64_t rows = static_cast<int64_t>(indices.size());
+  if (inputs.numel() != rows * data.sample_shape.numel() ||
+      labels.numel() != rows) {
+    return absl::InternalError(absl::StrCat(
+        "a batch of ", rows, " samples of ", data.sample_shape.ToString(),
+        " does not fit tensors of ", inputs.shape().ToString(), " and ",
+        labels.shape().ToString()));
+  }
+  if (device.kind() == DeviceKind::kCpu) {
+    GatherBatch(data, indices, inputs.f32(), labels.i32());
+    return absl::OkStatus();
+  }
+  staging.inputs.resize(static_cast<size_t>(inputs.numel()));
+  staging.labels.resize(static_cast<size_t>(rows));
+  GatherBatch(data, indices, staging.inputs.data(), staging.labels.data());
+  RETURN_IF_ERROR(device.CopyFromHost(staging.inputs.data(), inputs));
+  return device.CopyFromHost(staging.labels.data(), labels);
+}
+
 }  // namespace aqueduct

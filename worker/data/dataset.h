@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/device/device.h"
 #include "common/tensor.h"
 #include "proto/types.h"
 
@@ -80,6 +81,20 @@ class EpochSampler {
 // sample numel floats) and `labels`.
 void GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
                  float* inputs, int32_t* labels);
+
+// Host memory a non-CPU device's batches are gathered into before the copy
+// to the device; kept across batches.
+struct BatchStaging {
+  std::vector<float> inputs;
+  std::vector<int32_t> labels;
+};
+
+// Gathers the samples `indices` into `inputs` (F32, indices.size() samples)
+// and `labels` (I32) on `device`: straight into the tensors on the CPU,
+// through `staging` otherwise.
+absl::Status LoadBatch(const Dataset& data, absl::Span<const int64_t> indices,
+                       Device& device, Tensor& inputs, Tensor& labels,
+                       BatchStaging& staging);
 
 }  // namespace aqueduct
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "common/device/cpu_device.h"
 #include "gtest/gtest.h"
 #include "worker/data/dataset.h"
 
@@ -234,6 +235,36 @@ TEST(DatasetTest, SyntheticIsSeededAndValidated) {
   DataSpec empty;
   EXPECT_NE(DescribeData(empty).status().message().find("data has no source"),
             std::string::npos);
+}
+
+// LoadBatch gathers straight into the CPU device's tensors, and names the
+// shapes when the tensors do not fit the batch.
+TEST(DatasetTest, LoadBatchGathersIntoTheDeviceTensors) {
+  DataSpec spec;
+  auto* s = spec.mutable_synthetic();
+  s->add_sample_shape(6);
+  s->set_num_classes(3);
+  s->set_train_samples(50);
+  s->set_seed(5);
+  auto data = LoadData(spec);
+  ASSERT_TRUE(data.ok()) << data.status();
+  CpuDevice device;
+  const std::vector<int64_t> indices = {7, 0, 49, 7};
+  Tensor x = *device.Allocate(Shape({4, 6}), DType::kF32);
+  Tensor y = *device.Allocate(Shape({4}), DType::kI32);
+  BatchStaging staging;
+  ASSERT_TRUE(LoadBatch(data->train, indices, device, x, y, staging).ok());
+  std::vector<float> want(24);
+  std::vector<int32_t> want_labels(4);
+  GatherBatch(data->train, indices, want.data(), want_labels.data());
+  EXPECT_EQ(std::vector<float>(x.f32(), x.f32() + 24), want);
+  EXPECT_EQ(std::vector<int32_t>(y.i32(), y.i32() + 4), want_labels);
+  EXPECT_TRUE(staging.inputs.empty());  // No staging on the CPU.
+  Tensor small = *device.Allocate(Shape({3, 6}), DType::kF32);
+  EXPECT_EQ(LoadBatch(data->train, indices, device, small, y, staging)
+                .message(),
+            "a batch of 4 samples of [6] does not fit tensors of [3, 6] and "
+            "[4]");
 }
 
 }  // namespace

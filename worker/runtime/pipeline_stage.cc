@@ -277,12 +277,9 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   if (stage_ == 0) {
     auto indices =
         sampler_->Batch(m).subspan(static_cast<size_t>(j) * rows, rows);
-    std::vector<float> inputs(in_shape.numel());
-    std::vector<int32_t> labels(rows);
-    GatherBatch(*train_, indices, inputs.data(), labels.data());
     ASSIGN_OR_RETURN(x, device_->Allocate(in_shape, DType::kF32));
-    RETURN_IF_ERROR(device_->CopyFromHost(inputs.data(), x));
-    RETURN_IF_ERROR(device_->CopyFromHost(labels.data(), f.labels));
+    RETURN_IF_ERROR(
+        LoadBatch(*train_, indices, *device_, x, f.labels, staging_));
   } else {
     ASSIGN_OR_RETURN(Frame frame, TakeFrame(FrameKind::kActivation, m, j));
     x = std::move(frame.data);

@@ -139,6 +139,7 @@ class PipelineStage {
   const Dataset* train_;
   Options options_;
   std::unique_ptr<EpochSampler> sampler_;
+  BatchStaging staging_;  // Input batches on devices other than the CPU.
 
   ParameterSet latest_;
   ParameterSet grads_;

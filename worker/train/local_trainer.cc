@@ -117,8 +117,7 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   result.parameters = params.numel();
   result.losses.reserve(total);
   const Shape batch_shape = data.train.sample_shape.WithLeading(batch);
-  std::vector<float> host_inputs(batch_shape.numel());
-  std::vector<int32_t> host_labels(batch);
+  BatchStaging staging;
   std::vector<float> host_losses(batch);
   ASSIGN_OR_RETURN(Tensor labels,
                    device->Allocate(Shape({batch}), DType::kI32));
@@ -134,12 +133,10 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
       window_start = Clock::now();
       window_steps = 0;
     }
-    GatherBatch(data.train, sampler.Batch(step), host_inputs.data(),
-                host_labels.data());
     // A fresh input tensor per step: in-place layers may write into it.
     ASSIGN_OR_RETURN(Tensor x, device->Allocate(batch_shape, DType::kF32));
-    RETURN_IF_ERROR(device->CopyFromHost(host_inputs.data(), x));
-    RETURN_IF_ERROR(device->CopyFromHost(host_labels.data(), labels));
+    RETURN_IF_ERROR(LoadBatch(data.train, sampler.Batch(step), *device, x,
+                              labels, staging));
     PassContext ctx;
     ctx.training = true;
     ctx.minibatch = static_cast<uint64_t>(step);
