@@ -430,9 +430,8 @@ void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
   if (p.momentum == 0) {
     const float wd = p.weight_decay, lr = p.lr;
     const float* src = p.source != nullptr ? p.source : w;
-    WriteWeights(w, p.source, n, [=](int64_t i) {
-      return src[i] - lr * (g[i] + wd * src[i]);
-    });
+    WriteWeights(w, p.source, n,
+                 [=](int64_t i) { return src[i] - lr * (g[i] + wd * src[i]); });
   } else if (p.first_step) {
     p.nesterov ? SgdMomentumStep<true, true>(w, g, buf, n, p)
                : SgdMomentumStep<true, false>(w, g, buf, n, p);

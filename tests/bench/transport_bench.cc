@@ -204,8 +204,7 @@ int Main(int argc, char** argv) {
               auto frame = posted->Wait(absl::Now() + absl::Seconds(60),
                                         "transport_bench");
               if (!frame.ok()) {
-                std::fprintf(stderr, "%s\n",
-                             frame.status().ToString().c_str());
+                std::fprintf(stderr, "%s\n", frame.status().ToString().c_str());
                 std::exit(1);
               }
             }

@@ -261,10 +261,10 @@ TEST(DatasetTest, LoadBatchGathersIntoTheDeviceTensors) {
   EXPECT_EQ(std::vector<int32_t>(y.i32(), y.i32() + 4), want_labels);
   EXPECT_TRUE(staging.inputs.empty());  // No staging on the CPU.
   Tensor small = *device.Allocate(Shape({3, 6}), DType::kF32);
-  EXPECT_EQ(LoadBatch(data->train, indices, device, small, y, staging)
-                .message(),
-            "a batch of 4 samples of [6] does not fit tensors of [3, 6] and "
-            "[4]");
+  EXPECT_EQ(
+      LoadBatch(data->train, indices, device, small, y, staging).message(),
+      "a batch of 4 samples of [6] does not fit tensors of [3, 6] and "
+      "[4]");
 }
 
 }  // namespace

@@ -167,8 +167,8 @@ TEST(OptimizerTest, StepFromEqualsInPlaceAndKeepsTheSource) {
         ASSERT_TRUE((*b)->StepFrom(from, to, g).ok());
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(to.tensors[0].f32()[i], in_place.tensors[0].f32()[i])
-              << spec.DebugString() << " n " << n << " step " << step
-              << " i " << i;
+              << spec.DebugString() << " n " << n << " step " << step << " i "
+              << i;
         }
         // The source is untouched; the next step starts from the new
         // weights.
