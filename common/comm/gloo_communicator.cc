@@ -74,8 +74,8 @@ class GlooBuffer {
   // Posts a send (or receive) of `bytes` at `data` on `slot`. Errors,
   // including an aborted communicator, surface from Wait.
   GlooBuffer(GlooCommunicator* comm, bool send, int peer, uint64_t slot,
-             void* data, size_t bytes, std::string what)
-      : comm_(comm), send_(send), what_(std::move(what)) {
+             void* data, size_t bytes)
+      : comm_(comm), send_(send), peer_(peer), slot_(slot) {
     try {
       buffer_ = comm_->context_->createUnboundBuffer(data, bytes);
       comm_->Track(buffer_.get());
@@ -85,7 +85,7 @@ class GlooBuffer {
         buffer_->recv(peer, slot);
       }
     } catch (const std::exception& e) {
-      error_ = FromGloo(e, what_);
+      error_ = FromGloo(e, What());
     }
   }
   ~GlooBuffer() {
@@ -103,7 +103,7 @@ class GlooBuffer {
                                    : buffer_->waitRecv(Left(deadline));
       if (!completed) return Aborted();
     } catch (const std::exception& e) {
-      error_ = FromGloo(e, what_);
+      error_ = FromGloo(e, What());
       return error_;
     }
     done_ = true;
@@ -113,13 +113,21 @@ class GlooBuffer {
  private:
   absl::Status Aborted() {
     error_ = absl::CancelledError(
-        absl::StrCat("rank ", comm_->rank_, " aborted ", what_));
+        absl::StrCat("rank ", comm_->rank_, " aborted ", What()));
     return error_;
+  }
+
+  // What this transfer is, for errors (built only then: this is per
+  // message). Slots are 2 * tag (+ 1 for the bytes after a length).
+  std::string What() const {
+    return absl::StrCat(send_ ? "sending tag " : "receiving tag ", slot_ / 2,
+                        send_ ? " to rank " : " from rank ", peer_);
   }
 
   GlooCommunicator* comm_;
   const bool send_;
-  const std::string what_;
+  const int peer_;
+  const uint64_t slot_;
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
   absl::Status error_;
   bool done_ = false;
@@ -141,16 +149,14 @@ class GlooSend final : public Work {
       bytes = owned_.size();
     }
     length_ = static_cast<uint64_t>(bytes);
-    const std::string what =
-        absl::StrCat("sending tag ", tag, " to rank ", peer);
     if (!exact) {
       header_ = std::make_unique<GlooBuffer>(comm, true, peer, 2 * tag,
-                                             &length_, sizeof(length_), what);
+                                             &length_, sizeof(length_));
     }
     if (bytes > 0) {
       // Gloo's buffer type is mutable; a send only reads it.
-      body_ = std::make_unique<GlooBuffer>(
-          comm, true, peer, 2 * tag + 1, const_cast<void*>(data), bytes, what);
+      body_ = std::make_unique<GlooBuffer>(comm, true, peer, 2 * tag + 1,
+                                           const_cast<void*>(data), bytes);
     }
   }
   absl::Status Wait(absl::Time deadline) override {
@@ -174,9 +180,8 @@ class GlooRecvBuffer final : public Work {
                  size_t bytes)
       : comm_(comm), bytes_(bytes) {
     if (bytes > 0) {
-      body_ = std::make_unique<GlooBuffer>(
-          comm, false, peer, 2 * tag + 1, data, bytes,
-          absl::StrCat("receiving tag ", tag, " from rank ", peer));
+      body_ = std::make_unique<GlooBuffer>(comm, false, peer, 2 * tag + 1, data,
+                                           bytes);
     }
   }
   absl::Status Wait(absl::Time deadline) override {
@@ -216,8 +221,7 @@ class GlooRecv final : public RecvWork {
       : comm_(comm),
         peer_(peer),
         tag_(tag),
-        header_(comm, false, peer, 2 * tag, &length_, sizeof(length_),
-                absl::StrCat("receiving tag ", tag, " from rank ", peer)) {}
+        header_(comm, false, peer, 2 * tag, &length_, sizeof(length_)) {}
   absl::StatusOr<std::string> Wait(absl::Time deadline) override {
     RETURN_IF_ERROR(header_.Wait(deadline));
     std::string message(length_, '\0');

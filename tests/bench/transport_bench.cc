@@ -19,8 +19,10 @@
 //                   [--sizes BYTES,BYTES,...]
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +45,31 @@ namespace aqueduct {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The machine's CPU jiffies taken by the hypervisor (steal) and in all,
+// from /proc/stat's aggregate line; zeros where there is none.
+struct CpuJiffies {
+  uint64_t steal = 0, total = 0;
+};
+CpuJiffies ReadCpuJiffies() {
+  CpuJiffies j;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  stat >> cpu;
+  if (cpu != "cpu") return j;
+  for (int field = 0; field < 8; ++field) {
+    uint64_t v = 0;
+    if (!(stat >> v)) break;
+    j.total += v;
+    if (field == 7) j.steal = v;
+  }
+  return j;
+}
+double StealPercent(const CpuJiffies& a, const CpuJiffies& b) {
+  return b.total > a.total ? 100.0 * static_cast<double>(b.steal - a.steal) /
+                                 static_cast<double>(b.total - a.total)
+                           : 0.0;
+}
 
 // A raw Gloo context between the two threads, for the baseline.
 class RawStore final : public gloo::rendezvous::Store {
@@ -236,6 +263,7 @@ int Main(int argc, char** argv) {
     const std::vector<std::function<double()>> modes = {
         run_raw, run_frames, run_frames_serial, run_prefixed};
     std::vector<std::vector<double>> rate(modes.size()), ratio(modes.size());
+    const CpuJiffies before = ReadCpuJiffies();
     for (int round = 0; round < rounds; ++round) {
       std::vector<double> r(modes.size());
       for (size_t k = 0; k < modes.size(); ++k) {
@@ -259,10 +287,12 @@ int Main(int argc, char** argv) {
         "\"frames_gb_per_s\":%.3f,\"frames_ratio\":%.3f,"
         "\"frames_ratio_min\":%.3f,\"frames_serial_gb_per_s\":%.3f,"
         "\"frames_serial_ratio\":%.3f,\"frames_serial_ratio_min\":%.3f,"
-        "\"length_prefixed_gb_per_s\":%.3f,\"length_prefixed_ratio\":%.3f}\n",
+        "\"length_prefixed_gb_per_s\":%.3f,\"length_prefixed_ratio\":%.3f,"
+        "\"steal_percent\":%.1f}\n",
         size, rounds, median(rate[0]), median(rate[1]), median(ratio[1]),
         low(ratio[1]), median(rate[2]), median(ratio[2]), low(ratio[2]),
-        median(rate[3]), median(ratio[3]));
+        median(rate[3]), median(ratio[3]),
+        StealPercent(before, ReadCpuJiffies()));
     std::fflush(stdout);
   }
   // Small-message round trip (8 bytes), median of 2,000.
