@@ -2,7 +2,9 @@
 // send/recv of the same sizes, in the same run, for
 //   (a) frames as stages use them (worker/runtime/frame.h: SendFrame from a
 //       tensor the device allocated per message, PendingFrame posted
-//       `--ahead` ahead, header checked, at most 4 sends outstanding);
+//       `--ahead` ahead, header checked, at most `--in-flight` sends
+//       outstanding; both default to 2, what a stage's window of 8 ops
+//       holds per peer and kind in 1F1B);
 //   (b) frames one at a time, as raw Gloo is driven below: one tensor sent
 //       again and again, each send waited for, one receive posted at a time
 //       (the device hands the receive the block the last frame freed);
@@ -15,7 +17,8 @@
 // mode back to back in a rotating order; a ratio is the median over rounds
 // of (mode / raw Gloo) within the round.
 //
-//   transport_bench [--seconds-per-size 2] [--rounds 11] [--ahead 8]
+//   transport_bench [--seconds-per-size 2] [--rounds 11] [--ahead 2]
+//                   [--in-flight 2]
 //                   [--sizes BYTES,BYTES,...]
 #include <algorithm>
 #include <chrono>
@@ -97,7 +100,8 @@ class RawStore final : public gloo::rendezvous::Store {
 int Main(int argc, char** argv) {
   double seconds_per_size = 2;
   int rounds = 11;
-  int ahead = 8;  // Frames posted ahead by the receiver.
+  int ahead = 2;      // Frames posted ahead by the receiver.
+  int in_flight = 2;  // Frames sent and not yet complete.
   std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20,
                                4 << 20,  16 << 20,  64 << 20};
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -116,6 +120,8 @@ int Main(int argc, char** argv) {
         }
         sizes.push_back(bytes);
       }
+    } else if (std::string(argv[i]) == "--in-flight") {
+      (void)absl::SimpleAtoi(argv[i + 1], &in_flight);
     } else if (std::string(argv[i]) == "--ahead") {
       (void)absl::SimpleAtoi(argv[i + 1], &ahead);
     }
@@ -181,8 +187,21 @@ int Main(int argc, char** argv) {
           });
     };
     // Frames as a stage sends them: a tensor from the device per message,
-    // receives posted `ahead` ahead (default 8), at most 4 sends outstanding.
+    // receives posted `ahead` ahead, at most `in_flight` sends outstanding.
     const Shape shape({static_cast<int64_t>(size / sizeof(float))});
+    // Memory a sender has never written reads as the kernel's shared zero
+    // page, which the socket copy finds in cache: raw Gloo's source is
+    // written, so the blocks frames are sent from must be too. Write every
+    // block the rounds below will take from the sender's device (at most
+    // in_flight + 1 at a time), then hand them back to its cache.
+    {
+      std::vector<Tensor> blocks;
+      for (int i = 0; i < std::max(6, in_flight + 2); ++i) {
+        blocks.push_back(*devices[0].Allocate(shape, DType::kF32));
+        std::fill(blocks.back().f32(), blocks.back().f32() + shape.numel(),
+                  1.0f + static_cast<float>(i));
+      }
+    }
     int64_t minibatch = 0;
     auto run_frames = [&]() {
       const int64_t first = minibatch;
@@ -192,24 +211,27 @@ int Main(int argc, char** argv) {
         return *SendFrame(*comms[0], devices[0], 1, info,
                           *devices[0].Allocate(shape, DType::kF32), nullptr);
       };
-      return stream(send, [&] {
-        std::vector<std::unique_ptr<PendingFrame>> posted;
-        int next_post = 0;
-        for (int i = 0; i < reps; ++i) {
-          for (; next_post < reps && next_post < i + ahead; ++next_post) {
-            posted.push_back(*PendingFrame::Post(
-                *comms[1], devices[1], 0, FrameKind::kActivation,
-                first + next_post, 0, shape, 0));
-          }
-          auto frame = posted[i]->Wait(absl::Now() + absl::Seconds(60),
-                                       "transport_bench");
-          if (!frame.ok()) {
-            std::fprintf(stderr, "%s\n", frame.status().ToString().c_str());
-            std::exit(1);
-          }
-          posted[i].reset();
-        }
-      });
+      return stream(
+          send,
+          [&] {
+            std::vector<std::unique_ptr<PendingFrame>> posted;
+            int next_post = 0;
+            for (int i = 0; i < reps; ++i) {
+              for (; next_post < reps && next_post < i + ahead; ++next_post) {
+                posted.push_back(*PendingFrame::Post(
+                    *comms[1], devices[1], 0, FrameKind::kActivation,
+                    first + next_post, 0, shape, 0));
+              }
+              auto frame = posted[i]->Wait(absl::Now() + absl::Seconds(60),
+                                           "transport_bench");
+              if (!frame.ok()) {
+                std::fprintf(stderr, "%s\n", frame.status().ToString().c_str());
+                std::exit(1);
+              }
+              posted[i].reset();
+            }
+          },
+          static_cast<size_t>(std::max(1, in_flight)));
     };
     // Frames one at a time: the same tensor each time, one receive posted
     // at a time, each send waited for before the next.
