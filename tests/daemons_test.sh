@@ -7,19 +7,12 @@
 set -uo pipefail
 AQ="$1" COORDINATOR="$2" WORKER="$3"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-
-# Polls `cmd` (a function) every 0.1 s for up to $1 seconds.
-wait_until() {
-  local limit=$1; shift
-  local end=$((SECONDS + limit))
-  while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done
-  return 1
-}
+# The harness (fail, pids/cleanup, wait_until): next to this script, or
+# under the runfiles root Bazel runs tests from.
+harness="$(dirname "$0")/daemon_harness.sh"
+[ -f "$harness" ] || harness="tests/daemon_harness.sh"
+# shellcheck source=tests/daemon_harness.sh
+source "$harness"
 
 mkdir -p "$tmp/cstate"
 "$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \

@@ -10,11 +10,12 @@ set -uo pipefail
 AQ="$1" COORDINATOR="$2" WORKER="$3"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 kind="${AQ_GPU_TEST_DEVICE:-cuda}"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
+# The harness (fail, pids/cleanup, wait_until): next to this script, or
+# under the runfiles root Bazel runs tests from.
+harness="$(dirname "$0")/daemon_harness.sh"
+[ -f "$harness" ] || harness="tests/daemon_harness.sh"
+# shellcheck source=tests/daemon_harness.sh
+source "$harness"
 
 skip() {
   echo "SKIPPED: $1"
@@ -27,13 +28,6 @@ skip() {
 XML
   fi
   exit 0
-}
-
-wait_until() {
-  local limit=$1; shift
-  local end=$((SECONDS + limit))
-  while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done
-  return 1
 }
 
 if [ "$kind" = cuda ]; then
