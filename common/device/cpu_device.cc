@@ -27,9 +27,9 @@ constexpr size_t kAlignment = 64;
 // out[i] = value(i) for i in [0, n), in order, with non-temporal (streaming)
 // stores where the CPU has them. For an optimizer stepping out of place into
 // a buffer that is not in cache (the version a stash released two steps
-// ago), ordinary stores first read every destination line from memory:
-// measured on this machine's Xeon, an SGD step over 2.6M weights took 4.6 ms
-// that way against 2.2 ms in place, and 2.5 ms with streaming stores.
+// ago), ordinary stores first read every destination line from memory; in
+// the 2-stage benchmark pipeline (docs/benchmarks.md) stage 0's SGD step
+// over 2.6M weights took 3.8 ms that way and 2.7 ms with streaming stores.
 template <typename F>
 inline void StreamingStore(float* out, int64_t n, F&& value) {
 #if defined(__SSE2__)
