@@ -11,7 +11,8 @@
 #include "common/status.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
-#include "worker/nn/spec.h"
+#include "pipeline/policy.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 
@@ -144,6 +145,9 @@ absl::Status CoordinatorCore::ReportProgress(
       l.first_done = p.minibatches_done();
     }
     l.minibatches_done = std::max(l.minibatches_done, p.minibatches_done());
+    if (job.total_steps == 0 && p.total_steps() > 0) {
+      job.total_steps = p.total_steps();
+    }
     l.last_report = now;
     for (double ms : p.step_ms()) {
       l.step_ms.push_back(ms);
@@ -227,41 +231,10 @@ absl::Status CoordinatorCore::ReportProgress(
 
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     const JobSpec& spec, const ModelProfile* profile) {
-  auto valid = ValidateJobSpec(spec);
+  auto valid = CheckJobSpec(spec);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", valid.status().message()));
-  }
-  const v1::PipelineSpec& p = spec.pipeline();
-  if (p.workers() < 0 || p.workers() > 100000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: pipeline.workers=", p.workers(),
-                     " must be in [1, 100000]"));
-  }
-  if (!p.schedule().empty() && p.schedule() != "1f1b_stashed" &&
-      p.schedule() != "1f1b_vertical_sync" && p.schedule() != "1f1b_flush" &&
-      p.schedule() != "gpipe") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid job spec: pipeline.schedule='", p.schedule(),
-        "' is not one of: 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, "
-        "gpipe"));
-  }
-  if (!p.cost_model().empty() && p.cost_model() != "pipedream" &&
-      p.cost_model() != "aqueduct") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: pipeline.cost_model='", p.cost_model(),
-                     "' is not one of: pipedream, aqueduct"));
-  }
-  if (!p.transport().empty() && p.transport() != "gloo" &&
-      p.transport() != "nccl") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: pipeline.transport='", p.transport(),
-                     "' is not one of: gloo, nccl"));
-  }
-  if (p.wait_for_workers_ms() < 0 || p.bandwidth_bytes_per_s() < 0) {
-    return absl::InvalidArgumentError(
-        "invalid job spec: pipeline.wait_for_workers_ms and "
-        "pipeline.bandwidth_bytes_per_s must not be negative");
   }
   if (profile != nullptr) {
     auto graph = ProfileGraph::FromProto(*profile);
@@ -270,17 +243,15 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
           absl::StrCat("invalid profile: ", graph.status().message()));
     }
   }
-  const int64_t per_epoch = valid->data.train_samples / spec.batch_size();
-  int64_t total = spec.epochs() > 0 ? spec.epochs() * per_epoch
-                                    : std::numeric_limits<int64_t>::max();
-  if (spec.max_steps() > 0) total = std::min(total, spec.max_steps());
-  if (total <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid job spec: batch_size=", spec.batch_size(),
-                     " is larger than the training set (",
-                     valid->data.train_samples, " samples)"));
+  // Known here when the spec says it (synthetic data, or max_steps alone);
+  // otherwise the workers, which hold the data, report it.
+  int64_t total = 0;
+  if (valid->train_samples >= 0) {
+    ASSIGN_OR_RETURN(total, TotalSteps(spec, valid->train_samples));
+  } else if (spec.epochs() == 0) {
+    total = spec.max_steps();
   }
-
+  const PipelinePolicy& p = valid->pipeline;
   absl::MutexLock lock(&mu_);
   Job job;
   job.id = absl::StrCat("job-", start_tag_, "-", next_job_++);
@@ -290,7 +261,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     job.profile = *profile;
   }
   job.submitted = clock_->Now();
-  job.workers_needed = std::max(1, p.workers());
+  job.workers_needed = p.workers;
   job.total_steps = total;
   const std::string id = job.id;
   if (journal_ != nullptr) {
@@ -309,7 +280,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   jobs_.emplace(id, std::move(job));
   job_order_.push_back(id);
   AQ_LOG_INFO("job {} submitted: {} on {} worker(s), {} steps", id, spec.name(),
-              std::max(1, p.workers()), total);
+              p.workers, total);
   ScheduleLocked();
   return id;
 }
@@ -498,9 +469,9 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
   s.set_test_loss(job.test_loss);
   s.set_workers(job.workers_needed);
   if (job.has_plan) *s.mutable_plan() = job.plan;
-  s.set_schedule(job.spec.pipeline().schedule().empty()
-                     ? "1f1b_stashed"
-                     : job.spec.pipeline().schedule());
+  auto schedule = ParseSchedule(job.spec.pipeline().schedule());
+  s.set_schedule(
+      ScheduleName(schedule.ok() ? *schedule : v1::SCHEDULE_UNSPECIFIED));
   const int64_t batch = job.spec.batch_size();
   const int last_stage = static_cast<int>(job.stage_workers.size()) - 1;
   double job_rate = 0;
@@ -759,21 +730,23 @@ void CoordinatorCore::Drive(std::string job_id) {
     fail(absl::StrCat("the profile is invalid: ", graph.status().message()));
     return done();
   }
+  auto policy = ResolvePipeline(spec);
+  if (!policy.ok()) {  // Checked at submission; a journal may be older.
+    fail(std::string(policy.status().message()));
+    return done();
+  }
   PlanRequest request;
-  const v1::PipelineSpec& p = spec.pipeline();
-  request.cost_model = p.cost_model().empty() ? "pipedream" : p.cost_model();
-  request.schedule = p.schedule().empty() ? "1f1b_stashed" : p.schedule();
+  request.cost_model = CostModelName(policy->cost_model);
+  request.schedule = ScheduleName(policy->schedule);
   request.levels = {
-      {static_cast<int>(reserved.size()),
-       p.bandwidth_bytes_per_s() > 0 ? p.bandwidth_bytes_per_s() : 1e9}};
+      {static_cast<int>(reserved.size()), policy->bandwidth_bytes_per_s}};
   request.threads = 1;
   // Optimizer state per parameter byte, for the predicted memory.
   const OptimizerSpec& opt = spec.optimizer();
   request.optimizer_state_factor =
       opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
   // Weight stashing runs unreplicated stages: plan a straight pipeline.
-  request.straight_pipeline = request.schedule == "1f1b_stashed" ||
-                              request.schedule == "1f1b_vertical_sync";
+  request.straight_pipeline = StashesWeights(policy->schedule);
   auto plan = MakePlan(*graph, request);
   if (!plan.ok()) {
     fail(absl::StrCat("planning failed: ", plan.status().message()));

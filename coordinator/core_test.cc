@@ -7,7 +7,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "worker/nn/spec.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 namespace {

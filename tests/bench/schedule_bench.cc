@@ -61,7 +61,7 @@ double Median(std::vector<double> v) {
 }
 
 // Runs the pipeline.
-RunResult Run(Policy policy, int64_t minibatches, int micro) {
+RunResult Run(Schedule policy, int64_t minibatches, int micro) {
   const JobSpec spec = Spec(minibatches);
   auto job = ValidateJobSpec(spec);
   auto data = LoadData(spec.data());
@@ -151,7 +151,7 @@ int Main(int argc, char** argv) {
   }
   const double nominal = kForwardMs + kBackwardMs;
   {
-    const RunResult r = Run(Policy::kOneFOneBStashed, minibatches, 1);
+    const RunResult r = Run(v1::SCHEDULE_1F1B_STASHED, minibatches, 1);
     const double ms = SteadyMsPerMinibatch(r.steps);
     std::printf(
         "{\"policy\":\"1f1b_stashed\",\"stages\":%d,\"minibatches\":%lld,"
@@ -161,7 +161,7 @@ int Main(int argc, char** argv) {
         kStages, static_cast<long long>(minibatches), ms, nominal, nominal / ms,
         r.measured_stage_ms, r.measured_stage_ms / ms);
   }
-  for (Policy policy : {Policy::kOneFOneBFlush, Policy::kGpipe}) {
+  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
     const int64_t n = std::max<int64_t>(8, minibatches / micro);
     const RunResult r = Run(policy, n, micro);
     const double ms = SteadyMsPerMinibatch(r.steps);
@@ -175,7 +175,7 @@ int Main(int argc, char** argv) {
         "\"predicted_bubble\":%.4f,\"bubble_vs_nominal\":%.4f,"
         "\"measured_stage_ms\":%.3f,\"bubble_vs_measured\":%.4f,"
         "\"difference_points_vs_measured\":%.2f}\n",
-        PolicyName(policy), kStages, micro, static_cast<long long>(n), ms,
+        ScheduleName(policy), kStages, micro, static_cast<long long>(n), ms,
         predicted, bubble_nominal, r.measured_stage_ms, bubble_measured,
         100 * (bubble_measured - predicted));
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/device/device.h"
 #include "common/status.h"
+#include "pipeline/spec.h"
 #include "worker/data/idx.h"
 
 namespace aqueduct {
@@ -62,18 +63,6 @@ absl::StatusOr<Shape> ImageSampleShape(const IdxArray& header,
   // [N, H, W] images get a channel dimension: [1, H, W].
   if (dims.size() == 2) dims.insert(dims.begin(), 1);
   return Shape(std::move(dims));
-}
-
-absl::Status CheckStd(const DataSpec& spec) {
-  if (spec.has_std() && !(spec.std() > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.std=", spec.std(), " must be positive"));
-  }
-  if (spec.train_limit() < 0 || spec.test_limit() < 0) {
-    return absl::InvalidArgumentError(
-        "data.train_limit and data.test_limit must not be negative");
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Dataset> LoadIdxSplit(const std::string& images_path,
@@ -154,52 +143,14 @@ Dataset MakeSynthetic(const SyntheticData& s, int64_t size, uint64_t stream) {
   return d;
 }
 
-absl::Status ValidateSynthetic(const SyntheticData& s) {
-  if (s.sample_shape().empty()) {
-    return absl::InvalidArgumentError(
-        "data.synthetic.sample_shape is empty (e.g. [784] or [1, 28, 28])");
-  }
-  int64_t per = 1;
-  for (int i = 0; i < s.sample_shape_size(); ++i) {
-    if (s.sample_shape(i) <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.synthetic.sample_shape[", i,
-                       "]=", s.sample_shape(i), " must be positive"));
-    }
-    per *= s.sample_shape(i);
-  }
-  if (s.num_classes() < 2 || s.num_classes() > 1000000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.synthetic.num_classes=", s.num_classes(),
-                     " must be in [2, 1000000]"));
-  }
-  if (s.train_samples() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.synthetic.train_samples=", s.train_samples(),
-                     " must be positive"));
-  }
-  if (s.test_samples() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.synthetic.test_samples=", s.test_samples(),
-                     " must not be negative"));
-  }
-  if ((s.train_samples() + s.test_samples()) * per > (int64_t{1} << 32)) {
-    return absl::InvalidArgumentError(
-        "data.synthetic: train_samples + test_samples times the sample size "
-        "exceeds 2^32 floats");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
-  RETURN_IF_ERROR(CheckStd(spec));
+  RETURN_IF_ERROR(ValidateDataSpec(spec));
   DataInfo info;
   switch (spec.source_case()) {
     case DataSpec::kSynthetic: {
       const SyntheticData& s = spec.synthetic();
-      RETURN_IF_ERROR(ValidateSynthetic(s));
       info.sample_shape = Shape(std::vector<int64_t>(s.sample_shape().begin(),
                                                      s.sample_shape().end()));
       info.num_classes = static_cast<int>(s.num_classes());
@@ -235,11 +186,10 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
 }
 
 absl::StatusOr<DataSplits> LoadData(const DataSpec& spec) {
-  RETURN_IF_ERROR(CheckStd(spec));
+  RETURN_IF_ERROR(ValidateDataSpec(spec));
   DataSplits splits;
   if (spec.has_synthetic()) {
     const SyntheticData& s = spec.synthetic();
-    RETURN_IF_ERROR(ValidateSynthetic(s));
     int64_t train = s.train_samples();
     if (spec.train_limit() > 0) train = std::min(train, spec.train_limit());
     splits.train = MakeSynthetic(s, train, 1);

@@ -4,22 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 
 namespace {
-
-absl::Status CheckRange(absl::string_view field, double value, double lo,
-                        double hi, bool hi_open) {
-  const bool ok = std::isfinite(value) && value >= lo &&
-                  (hi_open ? value < hi : value <= hi);
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.", field, "=", value, " must be in [", lo, ", ",
-                     hi, hi_open ? ")" : "]"));
-  }
-  return absl::OkStatus();
-}
 
 // What both optimizers share: the schedule and the step count.
 class ScheduledOptimizer : public Optimizer {
@@ -138,28 +127,6 @@ class Adam final : public ScheduledOptimizer {
   ParameterSet m_, v_;
 };
 
-absl::Status ValidateSchedule(const LrSchedule& s) {
-  if (s.warmup_steps() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.schedule.warmup_steps=", s.warmup_steps(),
-                     " must not be negative"));
-  }
-  if (s.has_cosine()) {
-    RETURN_IF_ERROR(CheckRange("schedule.cosine.final_fraction",
-                               s.cosine().final_fraction(), 0, 1, false));
-  }
-  if (s.has_step()) {
-    if (s.step().every_steps() <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer.schedule.step.every_steps=", s.step().every_steps(),
-          " must be positive"));
-    }
-    RETURN_IF_ERROR(
-        CheckRange("schedule.step.gamma", s.step().gamma(), 0, 1, false));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 double LearningRateFactor(const LrSchedule& s, int64_t step,
@@ -179,53 +146,6 @@ double LearningRateFactor(const LrSchedule& s, int64_t step,
                     static_cast<double>(t / s.step().every_steps()));
   }
   return 1.0;
-}
-
-absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
-  RETURN_IF_ERROR(ValidateSchedule(spec.schedule()));
-  switch (spec.kind_case()) {
-    case OptimizerSpec::kSgd: {
-      const SgdSpec& s = spec.sgd();
-      if (!(s.lr() > 0) || !std::isfinite(s.lr())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "optimizer.sgd.lr=", s.lr(), " must be positive and finite"));
-      }
-      RETURN_IF_ERROR(CheckRange("sgd.momentum", s.momentum(), 0, 1, true));
-      RETURN_IF_ERROR(
-          CheckRange("sgd.weight_decay", s.weight_decay(), 0, 1, true));
-      RETURN_IF_ERROR(CheckRange("sgd.dampening", s.dampening(), 0, 1, false));
-      if (s.nesterov() && (s.momentum() == 0 || s.dampening() != 0)) {
-        return absl::InvalidArgumentError(
-            "optimizer.sgd.nesterov=true needs momentum > 0 and dampening = "
-            "0");
-      }
-      return absl::OkStatus();
-    }
-    case OptimizerSpec::kAdam: {
-      const AdamSpec& s = spec.adam();
-      if (!(s.lr() > 0) || !std::isfinite(s.lr())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "optimizer.adam.lr=", s.lr(), " must be positive and finite"));
-      }
-      if (s.has_beta1()) {
-        RETURN_IF_ERROR(CheckRange("adam.beta1", s.beta1(), 0, 1, true));
-      }
-      if (s.has_beta2()) {
-        RETURN_IF_ERROR(CheckRange("adam.beta2", s.beta2(), 0, 1, true));
-      }
-      if (s.has_eps() && !(s.eps() > 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("optimizer.adam.eps=", s.eps(), " must be positive"));
-      }
-      RETURN_IF_ERROR(
-          CheckRange("adam.weight_decay", s.weight_decay(), 0, 1, true));
-      return absl::OkStatus();
-    }
-    case OptimizerSpec::KIND_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      "optimizer is not set (set optimizer.sgd or optimizer.adam)");
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(

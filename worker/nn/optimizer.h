@@ -50,8 +50,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
 double LearningRateFactor(const LrSchedule& schedule, int64_t step,
                           int64_t total_steps);
 
-// Checks an OptimizerSpec without building anything ("optimizer.sgd.lr=...").
-absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec);
+// ValidateOptimizerSpec (checks without building anything) is in
+// pipeline/spec.h.
 
 }  // namespace aqueduct
 

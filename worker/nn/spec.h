@@ -1,9 +1,11 @@
-// Job specs: parsing (protobuf text format or JSON) and validation.
+// Job specs on a worker: the pure checks of pipeline/spec.h (parsing, field
+// validation, shape inference), then the model built against the data this
+// host holds.
 //
-// Validation builds the model against the data's sample shape, so every
-// problem is reported before any work starts, as INVALID_ARGUMENT naming the
-// field: "model.layers[3].linear.in_features=512 does not match the previous
-// layer's output 1024". Thread-safe: stateless functions.
+// Errors are INVALID_ARGUMENT naming the field ("model.layers[3].linear.
+// in_features=512 does not match the previous layer's output 1024") or the
+// file (NOT_FOUND / DATA_LOSS naming the path). Thread-safe: stateless
+// functions.
 #ifndef AQUEDUCT_WORKER_NN_SPEC_H_
 #define AQUEDUCT_WORKER_NN_SPEC_H_
 
@@ -11,27 +13,19 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "pipeline/spec.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 
 namespace aqueduct {
 
-// Parses a JobSpec from protobuf text format, or from JSON when the text
-// starts with '{'. INVALID_ARGUMENT with line and column on a syntax error;
-// `source` (e.g. the file name) prefixes the message.
-absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
-                                     const std::string& source);
-
-// Reads and parses a job spec file.
-absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
-
 struct ValidatedJob {
   DataInfo data;
   std::unique_ptr<Model> model;
 };
 
-// Checks every field of `spec` and builds its model.
+// CheckJobSpec, then reads the data's headers and builds the model.
 absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec);
 
 }  // namespace aqueduct

@@ -40,7 +40,7 @@ uint64_t GradientTag(int64_t minibatch, int microbatch) {
 }
 
 absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
-                                              int num_layers, Policy policy,
+                                              int num_layers, Schedule policy,
                                               int64_t num_minibatches,
                                               int microbatches) {
   PipelineLayout layout;
@@ -84,6 +84,9 @@ PipelineStage::PipelineStage(const Model* model, const JobSpec& spec,
       comm_(comm),
       train_(train),
       options_(std::move(options)),
+      stash_rules_(layout.policy, stage, layout.num_stages(),
+                   layout.warmup_depth[stage], layout.warmup_depth[0],
+                   layout.num_minibatches),
       latest_(std::move(params)) {}
 
 int PipelineStage::MicroRows() const {
@@ -96,9 +99,14 @@ int PipelineStage::PeerRank(int stage, int microbatch) const {
 }
 
 int64_t PipelineStage::VersionFor(int64_t m) const {
-  return WeightVersionFor(layout_.policy, stage_, layout_.num_stages(),
-                          layout_.warmup_depth[stage_], layout_.warmup_depth[0],
-                          m);
+  return stash_rules_.VersionFor(m);
+}
+
+std::vector<int64_t> PipelineStage::InFlightVersions() const {
+  std::vector<int64_t> versions;
+  versions.reserve(in_flight_.size());
+  for (const auto& [key, f] : in_flight_) versions.push_back(f.version);
+  return versions;
 }
 
 absl::Status PipelineStage::Run() {
@@ -254,13 +262,10 @@ absl::StatusOr<const ParameterSet*> PipelineStage::WeightsFor(int64_t version) {
 }
 
 void PipelineStage::DropUnneededVersions() {
-  const int64_t future = next_forward_ < layout_.num_minibatches
-                             ? VersionFor(next_forward_)
-                             : std::numeric_limits<int64_t>::max();
+  const std::vector<int64_t> in_flight = InFlightVersions();
   for (auto it = stash_.begin(); it != stash_.end();) {
-    bool needed = it->first >= future;
-    for (const auto& [key, f] : in_flight_) needed |= f.version == it->first;
-    it = needed ? std::next(it) : stash_.erase(it);
+    const bool keep = stash_rules_.MustKeep(it->first, next_forward_, in_flight);
+    it = keep ? std::next(it) : stash_.erase(it);
   }
 }
 
@@ -284,7 +289,7 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     ASSIGN_OR_RETURN(Frame frame, TakeFrame(FrameKind::kActivation, m, j));
     x = std::move(frame.data);
     RETURN_IF_ERROR(device_->CopyFromHost(frame.labels.data(), f.labels));
-    if (layout_.policy == Policy::kOneFOneBVerticalSync) {
+    if (layout_.policy == v1::SCHEDULE_1F1B_VERTICAL_SYNC) {
       version = frame.info.version;
     }
   }
@@ -365,8 +370,8 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
   ctx.sample_offset = static_cast<uint64_t>(j) * rows;
   Tensor dx;
   const bool accumulate =
-      accumulated_ && (layout_.policy == Policy::kOneFOneBFlush ||
-                       layout_.policy == Policy::kGpipe);
+      accumulated_ && (layout_.policy == v1::SCHEDULE_1F1B_FLUSH ||
+                       layout_.policy == v1::SCHEDULE_GPIPE);
   const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(BackwardRange(*model_, *device_, range, f.cache, dy, ctx,
                                 stage_ > 0 ? &dx : nullptr, grads, accumulate));
@@ -403,10 +408,7 @@ absl::Status PipelineStage::AllReduce(int64_t m) {
 absl::Status PipelineStage::Step(int64_t) {
   // Keep the version about to be replaced if a minibatch in flight, or one
   // still to come, uses it.
-  bool needed = next_forward_ < layout_.num_minibatches &&
-                version_ >= VersionFor(next_forward_);
-  for (const auto& [key, f] : in_flight_) needed |= f.version == version_;
-  if (needed) {
+  if (stash_rules_.MustKeep(version_, next_forward_, InFlightVersions())) {
     // The update goes into fresh buffers and the current ones become the
     // stashed version: no copy of the weights.
     ASSIGN_OR_RETURN(ParameterSet next, Uninitialised(device_, latest_));

@@ -32,13 +32,14 @@
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/runtime/frame.h"
-#include "worker/runtime/schedule.h"
+#include "pipeline/schedule.h"
+#include "pipeline/weight_stash.h"
 
 namespace aqueduct {
 
 // The layout of a pipeline, identical on every worker of a job.
 struct PipelineLayout {
-  Policy policy = Policy::kOneFOneBStashed;
+  Schedule policy = v1::SCHEDULE_1F1B_STASHED;
   // Stage s runs layers [layer_begin[s], layer_begin[s + 1]).
   std::vector<int> layer_begin;
   // Ranks of each stage's replicas.
@@ -56,7 +57,7 @@ struct PipelineLayout {
 // the plan's layer ranges, ranks, depths. INVALID_ARGUMENT when the plan does
 // not cover the model's layers in order.
 absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
-                                              int num_layers, Policy policy,
+                                              int num_layers, Schedule policy,
                                               int64_t num_minibatches,
                                               int microbatches);
 
@@ -125,6 +126,8 @@ class PipelineStage {
   absl::Status Step(int64_t m);
   absl::Status AllReduce(int64_t m);
   absl::StatusOr<const ParameterSet*> WeightsFor(int64_t version);
+  // The weight versions of the minibatches in flight.
+  std::vector<int64_t> InFlightVersions() const;
   void DropUnneededVersions();
   int64_t VersionFor(int64_t m) const;
   int MicroRows() const;
@@ -138,6 +141,7 @@ class PipelineStage {
   Communicator* comm_;
   const Dataset* train_;
   Options options_;
+  const WeightStashRules stash_rules_;
   std::unique_ptr<EpochSampler> sampler_;
   BatchStaging staging_;  // Input batches on devices other than the CPU.
 

@@ -88,7 +88,7 @@ std::vector<float> HostOf(Device& device, const Tensor& t) {
   return v;
 }
 
-PipelineLayout Layout(Policy policy, std::vector<int> begin,
+PipelineLayout Layout(Schedule policy, std::vector<int> begin,
                       std::vector<int> replicas, int64_t n, int micro,
                       int num_layers) {
   PipelineLayout l;
@@ -304,12 +304,12 @@ TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
         {{0, mlp ? 3 : 2, mlp ? 7 : 5}, {1, 1, 1}},
         {{0, 2, mlp ? 5 : 4, mlp ? 8 : 6}, {1, 1, 1, 1}},
     };
-    for (Policy policy : {Policy::kOneFOneBFlush, Policy::kGpipe}) {
+    for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
       for (const Split& split : splits) {
         const PipelineLayout layout = Layout(
             policy, split.begin, split.replicas, spec.max_steps(), 4, layers);
         const std::string what =
-            absl::StrCat(mlp ? "mlp " : "cnn ", PolicyName(policy), " ",
+            absl::StrCat(mlp ? "mlp " : "cnn ", ScheduleName(policy), " ",
                          split.begin.size(), " stages");
         const Result got = RunPipeline(spec, layout);
         const Result want = Reference(spec, layout);
@@ -341,7 +341,7 @@ TEST(PipelineTest, TwoStagesOnGpuMatchTrainLocalOnCpu) {
   probe->reset();
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   const PipelineLayout layout =
-      Layout(Policy::kOneFOneBFlush, {0, 5}, {1, 1}, spec.max_steps(), 4,
+      Layout(v1::SCHEDULE_1F1B_FLUSH, {0, 5}, {1, 1}, spec.max_steps(), 4,
              spec.model().layers_size());
   const Result got = RunPipeline(spec, layout, gpu);
   ASSERT_TRUE(got.status.ok()) << got.status;
@@ -360,22 +360,22 @@ TEST(PipelineTest, TwoStagesOnGpuMatchTrainLocalOnCpu) {
 TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   struct Case {
-    Policy policy;
+    Schedule policy;
     Split split;
   };
   const std::vector<Case> cases = {
-      {Policy::kOneFOneBStashed, {{0, 3, 7}, {1, 1, 1}}},
-      {Policy::kOneFOneBVerticalSync, {{0, 5}, {1, 1}}},
-      {Policy::kOneFOneBFlush, {{0, 5}, {2, 1}}},
-      {Policy::kGpipe, {{0, 2, 5, 8}, {1, 1, 1, 1}}},
+      {v1::SCHEDULE_1F1B_STASHED, {{0, 3, 7}, {1, 1, 1}}},
+      {v1::SCHEDULE_1F1B_VERTICAL_SYNC, {{0, 5}, {1, 1}}},
+      {v1::SCHEDULE_1F1B_FLUSH, {{0, 5}, {2, 1}}},
+      {v1::SCHEDULE_GPIPE, {{0, 2, 5, 8}, {1, 1, 1, 1}}},
   };
   for (const Case& c : cases) {
     const PipelineLayout layout = Layout(
         c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
-        c.policy == Policy::kOneFOneBFlush || c.policy == Policy::kGpipe ? 4
+        c.policy == v1::SCHEDULE_1F1B_FLUSH || c.policy == v1::SCHEDULE_GPIPE ? 4
                                                                          : 1,
         10);
-    const std::string what = absl::StrCat(PolicyName(c.policy), " ",
+    const std::string what = absl::StrCat(ScheduleName(c.policy), " ",
                                           c.split.begin.size(), " stages");
     const Result plain = RunPipeline(spec, layout);
     const Result channels = RunPipeline(spec, layout, DeviceSpec{}, true);
@@ -393,14 +393,14 @@ TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
 TEST(PipelineTest, ReplicatedStageEqualsTrainLocal) {
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   const std::vector<double> local = LocalLosses(spec);
-  for (Policy policy : {Policy::kOneFOneBFlush, Policy::kGpipe}) {
+  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
     const PipelineLayout layout =
         Layout(policy, {0, 5}, {2, 1}, spec.max_steps(), 4, 10);
     const Result got = RunPipeline(spec, layout);
     Result want = Reference(spec, layout);
     want.losses = local;
     ExpectClose(got, want, 1e-4,
-                absl::StrCat("replicated ", PolicyName(policy)));
+                absl::StrCat("replicated ", ScheduleName(policy)));
   }
 }
 
@@ -409,8 +409,8 @@ TEST(PipelineTest, StashingPoliciesMatchTheirReference) {
     const JobSpec spec = *ParseJobSpec(text, "test");
     const int layers = spec.model().layers_size();
     const bool mlp = text == kMlp;
-    for (Policy policy :
-         {Policy::kOneFOneBStashed, Policy::kOneFOneBVerticalSync}) {
+    for (Schedule policy :
+         {v1::SCHEDULE_1F1B_STASHED, v1::SCHEDULE_1F1B_VERTICAL_SYNC}) {
       for (int stages : {2, 3, 4}) {
         std::vector<int> begin = {0, 2, mlp ? 5 : 4, mlp ? 8 : 6};
         begin.resize(stages);
@@ -418,7 +418,7 @@ TEST(PipelineTest, StashingPoliciesMatchTheirReference) {
             Layout(policy, begin, std::vector<int>(stages, 1), spec.max_steps(),
                    1, layers);
         const std::string what = absl::StrCat(
-            mlp ? "mlp " : "cnn ", PolicyName(policy), " ", stages, " stages");
+            mlp ? "mlp " : "cnn ", ScheduleName(policy), " ", stages, " stages");
         const Result got = RunPipeline(spec, layout);
         ExpectClose(got, Reference(spec, layout), 1e-5, what);
         for (int s = 0; s < stages; ++s) {
@@ -426,17 +426,17 @@ TEST(PipelineTest, StashingPoliciesMatchTheirReference) {
           // Weight versions kept (stashed plus the newest) never exceed
           // depth + 1; under vertical sync every stage keeps as many as
           // stage 0 (it uses stage 0's versions).
-          const int allowed = policy == Policy::kOneFOneBStashed
+          const int allowed = policy == v1::SCHEDULE_1F1B_STASHED
                                   ? depth
                                   : layout.warmup_depth[0];
           EXPECT_LE(got.stats[s].peak_stashed_versions, allowed) << what;
           EXPECT_LE(got.stats[s].peak_in_flight, depth + 1) << what;
-          if (policy == Policy::kOneFOneBStashed) {
+          if (policy == v1::SCHEDULE_1F1B_STASHED) {
             EXPECT_EQ(got.stats[s].peak_in_flight, depth + 1) << what;
           }
         }
         // Stale weights change the trajectory: it is not train-local's.
-        if (policy == Policy::kOneFOneBStashed) {
+        if (policy == v1::SCHEDULE_1F1B_STASHED) {
           const std::vector<double> local = LocalLosses(spec);
           double gap = 0;
           for (size_t i = 0; i < local.size(); ++i) {
@@ -459,7 +459,7 @@ struct LoneStage {
         device(CpuDeviceOptions{1}),
         comm(hub, 0),
         stage(job->model.get(), spec,
-              Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 12, 1, 10), 0, 0,
+              Layout(v1::SCHEDULE_1F1B_STASHED, {0, 5}, {1, 1}, 12, 1, 10), 0, 0,
               &device, &comm, &data->train,
               *InitParameters(*job->model, 0, 5, &device), std::move(options)) {
   }
@@ -507,7 +507,7 @@ TEST(PipelineTest, StopEndsAWaitForASilentPeer) {
 TEST(PipelineTest, MismatchedFrameIsRefused) {
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   PipelineLayout layout =
-      Layout(Policy::kOneFOneBStashed, {0, 5}, {1, 1}, 2, 1, 10);
+      Layout(v1::SCHEDULE_1F1B_STASHED, {0, 5}, {1, 1}, 2, 1, 10);
   auto job = ValidateJobSpec(spec);
   auto data = LoadData(spec.data());
   auto hub = std::make_shared<InMemoryHub>(2);

@@ -14,6 +14,8 @@
 #include "common/device/factory.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "pipeline/policy.h"
+#include "pipeline/spec.h"
 #include "worker/nn/spec.h"
 #include "worker/nn/weights.h"
 #include "worker/runtime/coordinator_store.h"
@@ -185,6 +187,7 @@ void StageRuntime::Run(StageAssignment a) {
     absl::MutexLock lock(&mu_);
     done_ = r.step;
     pending_.set_minibatches_done(r.step);
+    pending_.set_total_steps(r.total_steps);
     pending_.set_committed_version(r.step);
     pending_.clear_in_flight();
     if (r.step < r.total_steps) {
@@ -340,30 +343,25 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     const JobSpec& spec = a.spec();
     ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec));
     const Model& model = *job.model;
-    ASSIGN_OR_RETURN(Policy policy, ParsePolicy(spec.pipeline().schedule()));
-    int micro = 1;
-    if (policy == Policy::kOneFOneBFlush || policy == Policy::kGpipe) {
-      micro = spec.pipeline().microbatches() > 0
-                  ? spec.pipeline().microbatches()
-                  : a.world_size();
-      if (spec.batch_size() % micro != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("pipeline.microbatches=", micro,
-                         " does not divide batch_size=", spec.batch_size()));
-      }
-    }
-    const int64_t per_epoch = job.data.train_samples / spec.batch_size();
-    int64_t total = spec.epochs() > 0 ? spec.epochs() * per_epoch
-                                      : std::numeric_limits<int64_t>::max();
-    if (spec.max_steps() > 0) total = std::min(total, spec.max_steps());
+    ASSIGN_OR_RETURN(PipelinePolicy policy, ResolvePipeline(spec));
     ASSIGN_OR_RETURN(
-        PipelineLayout layout,
-        LayoutFromPlan(a.plan(), model.num_layers(), policy, total, micro));
+        int micro,
+        MicrobatchesFor(policy, spec.batch_size(), a.world_size()));
+    ASSIGN_OR_RETURN(int64_t total,
+                     TotalSteps(spec, job.data.train_samples));
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.set_total_steps(total);
+      dirty_ = true;
+    }
+    ASSIGN_OR_RETURN(PipelineLayout layout,
+                     LayoutFromPlan(a.plan(), model.num_layers(),
+                                    policy.schedule, total, micro));
     const int S = layout.num_stages();
     const bool first = a.stage() == 0, last = a.stage() == S - 1;
     // Before connecting to peers, so that every worker of the job fails
     // alike rather than some with a closed connection.
-    if (spec.pipeline().transport() == "nccl" &&
+    if (policy.transport == v1::TRANSPORT_NCCL &&
         options_.device.kind != DeviceKind::kCuda) {
       return absl::FailedPreconditionError(
           "pipeline.transport=nccl needs every worker of the job on a GPU "
@@ -379,7 +377,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
             &store, a.rendezvous_key() + "gloo/", a.rank(), a.world_size(),
             options_.advertise_host, options_.peer_timeout));
     std::unique_ptr<DeviceChannels> channels;
-    if (spec.pipeline().transport() == "nccl") {
+    if (policy.transport == v1::TRANSPORT_NCCL) {
       ASSIGN_OR_RETURN(channels,
                        ConnectChannels(a, layout, &store, options_.device,
                                        options_.peer_timeout));
@@ -489,11 +487,7 @@ void StageRuntime::RunPipeline(const StageAssignment& a) {
     // Evaluation: replica 0 of every stage sends its weights to the output
     // stage's replica 0, which evaluates the whole model, when the data has
     // a test split (every stage decides alike from the spec).
-    const DataSpec& d = spec.data();
-    const bool has_test =
-        d.has_fashion_mnist_dir() ||
-        (d.has_idx() && !d.idx().test_images().empty()) ||
-        (d.has_synthetic() && d.synthetic().test_samples() > 0);
+    const bool has_test = HasTestSplit(spec.data());
     const int evaluator = layout.ranks[S - 1][0];
     if (has_test && a.replica() == 0 && !last) {
       ASSIGN_OR_RETURN(std::string flat, Flatten(device, stage.params()));

@@ -1,9 +1,10 @@
-#include "worker/runtime/schedule.h"
+#include "pipeline/schedule.h"
 
 #include <map>
 #include <set>
 
 #include "gtest/gtest.h"
+#include "pipeline/weight_stash.h"
 
 namespace aqueduct {
 namespace {
@@ -51,12 +52,12 @@ TEST(ScheduleTest, VersionsMatchTheStepsBeforeEachForward) {
     for (const Op& op : ops) {
       if (op.kind == OpKind::kOptimizerStep) ++steps;
       if (op.kind == OpKind::kForward) {
-        EXPECT_EQ(steps, WeightVersionFor(Policy::kOneFOneBStashed, stage, 4,
+        EXPECT_EQ(steps, WeightVersionFor(v1::SCHEDULE_1F1B_STASHED, stage, 4,
                                           3 - stage, 3, op.minibatch))
             << "stage " << stage << " minibatch " << op.minibatch;
         // Vertical sync uses stage 0's version, never newer than this
         // stage's own.
-        EXPECT_LE(WeightVersionFor(Policy::kOneFOneBVerticalSync, stage, 4,
+        EXPECT_LE(WeightVersionFor(v1::SCHEDULE_1F1B_VERTICAL_SYNC, stage, 4,
                                    3 - stage, 3, op.minibatch),
                   steps);
       }
@@ -83,7 +84,7 @@ TEST(ScheduleTest, InFlightNeverExceedsDepthPlusOne) {
 
 TEST(ScheduleTest, FlushAndGpipeWithReplicas) {
   ScheduleConfig c;
-  c.policy = Policy::kOneFOneBFlush;
+  c.policy = v1::SCHEDULE_1F1B_FLUSH;
   c.num_stages = 2;
   c.stage = 0;
   c.num_minibatches = 2;
@@ -98,7 +99,7 @@ TEST(ScheduleTest, FlushAndGpipeWithReplicas) {
     if (op.kind == OpKind::kOptimizerStep) order += "S ";
   }
   EXPECT_EQ(order, "F0F1B0F2B1F3B2B3S F0F1B0F2B1F3B2B3S ");
-  c.policy = Policy::kGpipe;
+  c.policy = v1::SCHEDULE_GPIPE;
   c.replicas = 2;
   c.replica = 1;
   ops = *BuildSchedule(c);
@@ -121,14 +122,14 @@ TEST(ScheduleTest, RejectsInconsistentConfigs) {
   c.num_minibatches = 4;
   EXPECT_EQ(BuildSchedule(c).status().code(),
             absl::StatusCode::kInvalidArgument);
-  c.policy = Policy::kGpipe;
+  c.policy = v1::SCHEDULE_GPIPE;
   c.microbatches = 1;
   EXPECT_NE(BuildSchedule(c).status().message().find("at least 2 microbatches"),
             std::string::npos);
   c.stage = 5;
   EXPECT_FALSE(BuildSchedule(c).ok());
-  EXPECT_FALSE(ParsePolicy("zigzag").ok());
-  EXPECT_EQ(*ParsePolicy("gpipe"), Policy::kGpipe);
+  EXPECT_FALSE(ParseSchedule("zigzag").ok());
+  EXPECT_EQ(*ParseSchedule("gpipe"), v1::SCHEDULE_GPIPE);
 }
 
 }  // namespace

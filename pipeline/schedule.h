@@ -1,43 +1,34 @@
 // Pipeline schedules as pure code: for one stage replica, the ordered list
 // of operations it executes.
 //
-// Policies:
-// - kOneFOneBStashed (PipeDream): `depth` warm-up forwards, then strictly
+// Schedules (pipeline/policy.h parses the spec's spelling):
+// - 1f1b_stashed (PipeDream): `depth` warm-up forwards, then strictly
 //   one forward and one backward, then the drain; an optimizer step after
 //   every backward, on the newest weights; the backward of a minibatch uses
 //   the weight version its forward used (weight stashing). Stage s's forward
 //   of minibatch m uses version max(0, m - depth_s).
-// - kOneFOneBVerticalSync: the same order, but every stage uses the version
+// - 1f1b_vertical_sync: the same order, but every stage uses the version
 //   stage 0 used for that minibatch (it travels with the activations).
-// - kOneFOneBFlush (PipeDream-Flush): the microbatches of a minibatch go
+// - 1f1b_flush (PipeDream-Flush): the microbatches of a minibatch go
 //   through 1F1B; gradients accumulate; one all-reduce (replicated stages)
 //   and one optimizer step per minibatch at the flush; one weight version.
-// - kGpipe: all forwards of a minibatch's microbatches, then all backwards,
+// - gpipe: all forwards of a minibatch's microbatches, then all backwards,
 //   then the step.
 // Replicated stages (flush and GPipe only) take microbatches round robin:
 // microbatch j of a minibatch goes to replica j mod replicas.
 //
 // Thread-safe: stateless functions.
-#ifndef AQUEDUCT_WORKER_RUNTIME_SCHEDULE_H_
-#define AQUEDUCT_WORKER_RUNTIME_SCHEDULE_H_
+#ifndef AQUEDUCT_PIPELINE_SCHEDULE_H_
+#define AQUEDUCT_PIPELINE_SCHEDULE_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pipeline/policy.h"
 
 namespace aqueduct {
-
-enum class Policy {
-  kOneFOneBStashed,
-  kOneFOneBVerticalSync,
-  kOneFOneBFlush,
-  kGpipe
-};
-
-absl::StatusOr<Policy> ParsePolicy(const std::string& name);
-const char* PolicyName(Policy policy);
 
 enum class OpKind {
   kRecvActivation,
@@ -63,7 +54,7 @@ struct Op {
 };
 
 struct ScheduleConfig {
-  Policy policy = Policy::kOneFOneBStashed;
+  Schedule policy = v1::SCHEDULE_1F1B_STASHED;
   int stage = 0;
   int num_stages = 1;
   int replica = 0;
@@ -79,12 +70,6 @@ struct ScheduleConfig {
 // stashing policy, microbatches not divisible, ...).
 absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& config);
 
-// The weight version stage `stage` uses for minibatch m under the policy
-// (the number of optimizer steps applied before it).
-int64_t WeightVersionFor(Policy policy, int stage, int num_stages,
-                         int warmup_depth_of_stage, int warmup_depth_of_stage0,
-                         int64_t minibatch);
-
 // Which replica of a stage with `replicas` replicas handles microbatch j.
 inline int ReplicaFor(int microbatch, int replicas) {
   return microbatch % replicas;
@@ -92,4 +77,4 @@ inline int ReplicaFor(int microbatch, int replicas) {
 
 }  // namespace aqueduct
 
-#endif  // AQUEDUCT_WORKER_RUNTIME_SCHEDULE_H_
+#endif  // AQUEDUCT_PIPELINE_SCHEDULE_H_

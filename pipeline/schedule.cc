@@ -1,34 +1,10 @@
-#include "worker/runtime/schedule.h"
+#include "pipeline/schedule.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 namespace aqueduct {
-
-absl::StatusOr<Policy> ParsePolicy(const std::string& name) {
-  if (name.empty() || name == "1f1b_stashed") return Policy::kOneFOneBStashed;
-  if (name == "1f1b_vertical_sync") return Policy::kOneFOneBVerticalSync;
-  if (name == "1f1b_flush") return Policy::kOneFOneBFlush;
-  if (name == "gpipe") return Policy::kGpipe;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "schedule '", name,
-      "' is not one of: 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe"));
-}
-
-const char* PolicyName(Policy policy) {
-  switch (policy) {
-    case Policy::kOneFOneBStashed:
-      return "1f1b_stashed";
-    case Policy::kOneFOneBVerticalSync:
-      return "1f1b_vertical_sync";
-    case Policy::kOneFOneBFlush:
-      return "1f1b_flush";
-    case Policy::kGpipe:
-      return "gpipe";
-  }
-  return "?";
-}
 
 const char* OpKindName(OpKind kind) {
   switch (kind) {
@@ -86,11 +62,10 @@ absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
                      ", replica ", c.replica, " of ", c.replicas, " with ",
                      c.microbatches, " microbatches is inconsistent"));
   }
-  const bool stashing = c.policy == Policy::kOneFOneBStashed ||
-                        c.policy == Policy::kOneFOneBVerticalSync;
+  const bool stashing = StashesWeights(c.policy);
   if (stashing && (c.replicas > 1 || c.microbatches > 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        PolicyName(c.policy),
+        ScheduleName(c.policy),
         " runs unreplicated stages on whole minibatches; replicated stages "
         "need 1f1b_flush or gpipe"));
   }
@@ -124,7 +99,7 @@ absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
       if (ReplicaFor(j, c.replicas) == c.replica) mine.push_back(j);
     }
     const int count = static_cast<int>(mine.size());
-    if (c.policy == Policy::kGpipe) {
+    if (c.policy == v1::SCHEDULE_GPIPE) {
       for (int j : mine) b.Forward(m, j);
       for (int k = count - 1; k >= 0; --k) b.Backward(m, mine[k]);
     } else {
@@ -139,21 +114,6 @@ absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
     b.Step(m);
   }
   return b.ops;
-}
-
-int64_t WeightVersionFor(Policy policy, int /*stage*/, int /*num_stages*/,
-                         int warmup_depth_of_stage, int warmup_depth_of_stage0,
-                         int64_t minibatch) {
-  switch (policy) {
-    case Policy::kOneFOneBStashed:
-      return std::max<int64_t>(0, minibatch - warmup_depth_of_stage);
-    case Policy::kOneFOneBVerticalSync:
-      return std::max<int64_t>(0, minibatch - warmup_depth_of_stage0);
-    case Policy::kOneFOneBFlush:
-    case Policy::kGpipe:
-      return minibatch;
-  }
-  return minibatch;
 }
 
 }  // namespace aqueduct

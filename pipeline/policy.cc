@@ -1,0 +1,166 @@
+#include "pipeline/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace aqueduct {
+
+namespace {
+
+absl::Status NotOneOf(const char* field, const std::string& name,
+                      const char* allowed) {
+  return absl::InvalidArgumentError(absl::StrCat("pipeline.", field, "='", name,
+                                                 "' is not one of: ", allowed));
+}
+
+}  // namespace
+
+absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
+  if (name.empty() || name == "1f1b_stashed") return v1::SCHEDULE_1F1B_STASHED;
+  if (name == "1f1b_vertical_sync") return v1::SCHEDULE_1F1B_VERTICAL_SYNC;
+  if (name == "1f1b_flush") return v1::SCHEDULE_1F1B_FLUSH;
+  if (name == "gpipe") return v1::SCHEDULE_GPIPE;
+  return NotOneOf("schedule", name,
+                  "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe");
+}
+
+absl::StatusOr<Transport> ParseTransport(const std::string& name) {
+  if (name.empty() || name == "gloo") return v1::TRANSPORT_GLOO;
+  if (name == "nccl") return v1::TRANSPORT_NCCL;
+  return NotOneOf("transport", name, "gloo, nccl");
+}
+
+absl::StatusOr<CostModel> ParseCostModel(const std::string& name) {
+  if (name.empty() || name == "pipedream") return v1::COST_MODEL_PIPEDREAM;
+  if (name == "aqueduct") return v1::COST_MODEL_AQUEDUCT;
+  return NotOneOf("cost_model", name, "pipedream, aqueduct");
+}
+
+const char* ScheduleName(Schedule schedule) {
+  switch (schedule) {
+    case v1::SCHEDULE_UNSPECIFIED:
+    case v1::SCHEDULE_1F1B_STASHED:
+      return "1f1b_stashed";
+    case v1::SCHEDULE_1F1B_VERTICAL_SYNC:
+      return "1f1b_vertical_sync";
+    case v1::SCHEDULE_1F1B_FLUSH:
+      return "1f1b_flush";
+    case v1::SCHEDULE_GPIPE:
+      return "gpipe";
+    default:
+      return "?";
+  }
+}
+
+const char* TransportName(Transport transport) {
+  switch (transport) {
+    case v1::TRANSPORT_UNSPECIFIED:
+    case v1::TRANSPORT_GLOO:
+      return "gloo";
+    case v1::TRANSPORT_NCCL:
+      return "nccl";
+    default:
+      return "?";
+  }
+}
+
+const char* CostModelName(CostModel cost_model) {
+  switch (cost_model) {
+    case v1::COST_MODEL_UNSPECIFIED:
+    case v1::COST_MODEL_PIPEDREAM:
+      return "pipedream";
+    case v1::COST_MODEL_AQUEDUCT:
+      return "aqueduct";
+    default:
+      return "?";
+  }
+}
+
+bool StashesWeights(Schedule schedule) {
+  return schedule == v1::SCHEDULE_1F1B_STASHED ||
+         schedule == v1::SCHEDULE_1F1B_VERTICAL_SYNC ||
+         schedule == v1::SCHEDULE_UNSPECIFIED;
+}
+
+bool SplitsMinibatches(Schedule schedule) {
+  return schedule == v1::SCHEDULE_1F1B_FLUSH || schedule == v1::SCHEDULE_GPIPE;
+}
+
+absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
+  const v1::PipelineSpec& p = spec.pipeline();
+  PipelinePolicy policy;
+  ASSIGN_OR_RETURN(policy.schedule, ParseSchedule(p.schedule()));
+  ASSIGN_OR_RETURN(policy.transport, ParseTransport(p.transport()));
+  ASSIGN_OR_RETURN(policy.cost_model, ParseCostModel(p.cost_model()));
+  if (p.workers() < 0 || p.workers() > kMaxJobWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.workers=", p.workers(), " must be in [1, ",
+                     kMaxJobWorkers, "]"));
+  }
+  policy.workers = std::max(1, p.workers());
+  if (p.wait_for_workers_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.wait_for_workers_ms=", p.wait_for_workers_ms(),
+                     " must not be negative"));
+  }
+  policy.wait_for_workers = absl::Milliseconds(p.wait_for_workers_ms());
+  const double bw = p.bandwidth_bytes_per_s();
+  if (!(bw >= 0) || !std::isfinite(bw)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.bandwidth_bytes_per_s=", bw,
+                     " must be positive and finite (0: the default 1e9)"));
+  }
+  if (bw > 0) policy.bandwidth_bytes_per_s = bw;
+  if (p.microbatches() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.microbatches=", p.microbatches(), " must not be negative"));
+  }
+  policy.microbatches = p.microbatches();
+  if (policy.microbatches > 0 && spec.batch_size() > 0 &&
+      SplitsMinibatches(policy.schedule) &&
+      spec.batch_size() % policy.microbatches != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.microbatches=", policy.microbatches,
+                     " does not divide batch_size=", spec.batch_size()));
+  }
+  return policy;
+}
+
+absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
+                                    int64_t batch_size, int stages) {
+  if (!SplitsMinibatches(policy.schedule)) return 1;
+  const int micro = policy.microbatches > 0 ? policy.microbatches : stages;
+  if (micro <= 0 || batch_size % micro != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.microbatches=", micro,
+                     " does not divide batch_size=", batch_size));
+  }
+  return micro;
+}
+
+absl::StatusOr<int64_t> TotalSteps(const JobSpec& spec, int64_t train_samples) {
+  if (spec.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size=", spec.batch_size(), " must be positive"));
+  }
+  const int64_t per_epoch = train_samples / spec.batch_size();
+  int64_t total = std::numeric_limits<int64_t>::max();
+  if (spec.epochs() > 0) {
+    total = per_epoch > std::numeric_limits<int64_t>::max() / spec.epochs()
+                ? std::numeric_limits<int64_t>::max()
+                : spec.epochs() * per_epoch;
+  }
+  if (spec.max_steps() > 0) total = std::min(total, spec.max_steps());
+  if (total <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size=", spec.batch_size(), " is larger than the training set (",
+        train_samples, " samples)"));
+  }
+  return total;
+}
+
+}  // namespace aqueduct

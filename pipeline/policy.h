@@ -1,0 +1,79 @@
+// The pipeline's policies, decided once: a job spec spells its schedule,
+// transport and cost model as strings (PipelineSpec, e.g. "1f1b_stashed");
+// ResolvePipeline parses them into the proto enums, applies every default
+// and checks every pipeline field, so no other code compares a policy string
+// or restates a default. The rules that depend on a policy live here too.
+//
+// Thread-safety: stateless functions.
+#ifndef AQUEDUCT_PIPELINE_POLICY_H_
+#define AQUEDUCT_PIPELINE_POLICY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/types.h"
+
+namespace aqueduct {
+
+using Schedule = v1::Schedule;
+using Transport = v1::Transport;
+using CostModel = v1::CostModel;
+
+// Parse the spec's spelling; "" is the default. INVALID_ARGUMENT naming the
+// field and the accepted values otherwise.
+absl::StatusOr<Schedule> ParseSchedule(const std::string& name);
+absl::StatusOr<Transport> ParseTransport(const std::string& name);
+absl::StatusOr<CostModel> ParseCostModel(const std::string& name);
+
+// The spec's spelling of each value ("1f1b_stashed", "nccl", "pipedream").
+const char* ScheduleName(Schedule schedule);
+const char* TransportName(Transport transport);
+const char* CostModelName(CostModel cost_model);
+
+// 1F1B with weight stashing or vertical sync: several weight versions are
+// live, so stages are not replicated (the planner plans a straight
+// pipeline) and a minibatch is not split into microbatches.
+bool StashesWeights(Schedule schedule);
+// PipeDream-Flush and GPipe: microbatches, one step per minibatch.
+bool SplitsMinibatches(Schedule schedule);
+
+// A job's pipeline section with every default applied.
+struct PipelinePolicy {
+  Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
+  Transport transport = v1::TRANSPORT_GLOO;
+  CostModel cost_model = v1::COST_MODEL_PIPEDREAM;
+  int workers = 1;
+  // Bandwidth between workers assumed by the planner.
+  double bandwidth_bytes_per_s = 1e9;
+  // Wait for workers in PENDING; zero when the spec sets none (the
+  // coordinator's default applies).
+  absl::Duration wait_for_workers = absl::ZeroDuration();
+  // Microbatches per minibatch as the spec asks (0: unset). Use
+  // MicrobatchesFor() for the number a plan runs with.
+  int microbatches = 0;
+};
+
+// The most workers one job may ask for.
+inline constexpr int kMaxJobWorkers = 100000;
+
+// Validates spec.pipeline() (and its relation to batch_size) and applies
+// the defaults. INVALID_ARGUMENT naming the field.
+absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec);
+
+// Microbatches per minibatch a job runs with on a plan of `stages` stages:
+// 1 for the stashing schedules; otherwise the spec's value, or the number
+// of stages when it sets none. INVALID_ARGUMENT if it does not divide the
+// batch.
+absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
+                                    int64_t batch_size, int stages);
+
+// Optimizer steps a job runs: epochs * floor(train_samples / batch_size),
+// capped by max_steps (either may be unset, not both). INVALID_ARGUMENT
+// when the batch is larger than the training set.
+absl::StatusOr<int64_t> TotalSteps(const JobSpec& spec, int64_t train_samples);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_PIPELINE_POLICY_H_

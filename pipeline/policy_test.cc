@@ -1,0 +1,116 @@
+#include "pipeline/policy.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+TEST(PolicyTest, SpellingsRoundTrip) {
+  for (const char* name :
+       {"1f1b_stashed", "1f1b_vertical_sync", "1f1b_flush", "gpipe"}) {
+    auto s = ParseSchedule(name);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_STREQ(ScheduleName(*s), name);
+  }
+  EXPECT_EQ(*ParseSchedule(""), v1::SCHEDULE_1F1B_STASHED);
+  EXPECT_EQ(*ParseTransport(""), v1::TRANSPORT_GLOO);
+  EXPECT_EQ(*ParseTransport("nccl"), v1::TRANSPORT_NCCL);
+  EXPECT_STREQ(TransportName(v1::TRANSPORT_NCCL), "nccl");
+  EXPECT_EQ(*ParseCostModel(""), v1::COST_MODEL_PIPEDREAM);
+  EXPECT_EQ(*ParseCostModel("aqueduct"), v1::COST_MODEL_AQUEDUCT);
+  EXPECT_STREQ(CostModelName(v1::COST_MODEL_AQUEDUCT), "aqueduct");
+}
+
+TEST(PolicyTest, UnknownSpellingsNameTheFieldAndTheChoices) {
+  auto s = ParseSchedule("zigzag");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "pipeline.schedule='zigzag' is not one of: 1f1b_stashed, "
+            "1f1b_vertical_sync, 1f1b_flush, gpipe");
+  EXPECT_NE(
+      ParseTransport("mpi").status().message().find("pipeline.transport='mpi'"),
+      absl::string_view::npos);
+  EXPECT_NE(ParseCostModel("x").status().message().find("pipeline.cost_model"),
+            absl::string_view::npos);
+}
+
+TEST(PolicyTest, ResolveAppliesDefaults) {
+  JobSpec spec;
+  spec.set_batch_size(64);
+  auto p = ResolvePipeline(spec);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->schedule, v1::SCHEDULE_1F1B_STASHED);
+  EXPECT_EQ(p->transport, v1::TRANSPORT_GLOO);
+  EXPECT_EQ(p->cost_model, v1::COST_MODEL_PIPEDREAM);
+  EXPECT_EQ(p->workers, 1);
+  EXPECT_EQ(p->bandwidth_bytes_per_s, 1e9);
+  EXPECT_TRUE(StashesWeights(p->schedule));
+  EXPECT_FALSE(SplitsMinibatches(p->schedule));
+}
+
+TEST(PolicyTest, ResolveRejectsBadFields) {
+  auto bad = [](auto mutate, const char* field) {
+    JobSpec spec;
+    spec.set_batch_size(64);
+    mutate(spec.mutable_pipeline());
+    auto p = ResolvePipeline(spec);
+    ASSERT_FALSE(p.ok()) << field;
+    EXPECT_NE(p.status().message().find(field), absl::string_view::npos)
+        << p.status();
+  };
+  bad([](v1::PipelineSpec* p) { p->set_workers(-1); }, "pipeline.workers");
+  bad([](v1::PipelineSpec* p) { p->set_workers(kMaxJobWorkers + 1); },
+      "pipeline.workers");
+  bad([](v1::PipelineSpec* p) { p->set_microbatches(-1); },
+      "pipeline.microbatches");
+  bad([](v1::PipelineSpec* p) { p->set_wait_for_workers_ms(-5); },
+      "pipeline.wait_for_workers_ms");
+  bad(
+      [](v1::PipelineSpec* p) {
+        p->set_bandwidth_bytes_per_s(std::numeric_limits<double>::quiet_NaN());
+      },
+      "pipeline.bandwidth_bytes_per_s");
+  bad(
+      [](v1::PipelineSpec* p) {
+        p->set_schedule("gpipe");
+        p->set_microbatches(5);
+      },
+      "does not divide batch_size=64");
+}
+
+TEST(PolicyTest, MicrobatchesPerSchedule) {
+  PipelinePolicy p;
+  EXPECT_EQ(*MicrobatchesFor(p, 64, 4), 1);
+  p.schedule = v1::SCHEDULE_GPIPE;
+  EXPECT_EQ(*MicrobatchesFor(p, 64, 4), 4);
+  p.microbatches = 8;
+  EXPECT_EQ(*MicrobatchesFor(p, 64, 4), 8);
+  EXPECT_FALSE(MicrobatchesFor(p, 60, 4).ok());
+  p.microbatches = 0;
+  EXPECT_FALSE(MicrobatchesFor(p, 64, 3).ok());
+}
+
+TEST(PolicyTest, TotalStepsIsEpochsTimesFullBatchesCappedByMaxSteps) {
+  JobSpec spec;
+  spec.set_batch_size(64);
+  spec.set_epochs(2);
+  EXPECT_EQ(*TotalSteps(spec, 60000), 2 * 937);
+  spec.set_max_steps(100);
+  EXPECT_EQ(*TotalSteps(spec, 60000), 100);
+  spec.set_epochs(0);
+  EXPECT_EQ(*TotalSteps(spec, 10), 100);  // max_steps alone.
+  spec.set_epochs(1);
+  auto small = TotalSteps(spec, 10);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().message(),
+            "batch_size=64 is larger than the training set (10 samples)");
+  spec.set_max_steps(0);
+  spec.set_epochs(std::numeric_limits<int64_t>::max() / 2);
+  EXPECT_EQ(*TotalSteps(spec, 6400), std::numeric_limits<int64_t>::max());
+}
+
+}  // namespace
+}  // namespace aqueduct

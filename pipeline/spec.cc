@@ -1,0 +1,302 @@
+#include "pipeline/spec.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/status.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace aqueduct {
+
+namespace {
+
+class CollectErrors final : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
+                  const std::string& message) override {
+    AddError(line, column, message);
+  }
+  std::string Joined() const { return absl::StrJoin(errors_, "; "); }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
+absl::Status CheckRange(absl::string_view field, double value, double lo,
+                        double hi, bool hi_open) {
+  const bool ok = std::isfinite(value) && value >= lo &&
+                  (hi_open ? value < hi : value <= hi);
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer.", field, "=", value, " must be in [", lo, ", ",
+                   hi, hi_open ? ")" : "]"));
+}
+
+absl::Status ValidateLrSchedule(const LrSchedule& s) {
+  if (s.warmup_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.schedule.warmup_steps=", s.warmup_steps(),
+                     " must not be negative"));
+  }
+  if (s.has_cosine()) {
+    RETURN_IF_ERROR(CheckRange("schedule.cosine.final_fraction",
+                               s.cosine().final_fraction(), 0, 1, false));
+  }
+  if (s.has_step()) {
+    if (s.step().every_steps() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.schedule.step.every_steps=", s.step().every_steps(),
+          " must be positive"));
+    }
+    RETURN_IF_ERROR(
+        CheckRange("schedule.step.gamma", s.step().gamma(), 0, 1, false));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLr(const char* field, float lr) {
+  if (lr > 0 && std::isfinite(lr)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "optimizer.", field, ".lr=", lr, " must be positive and finite"));
+}
+
+absl::Status ValidateSgd(const SgdSpec& s) {
+  RETURN_IF_ERROR(CheckLr("sgd", s.lr()));
+  RETURN_IF_ERROR(CheckRange("sgd.momentum", s.momentum(), 0, 1, true));
+  RETURN_IF_ERROR(CheckRange("sgd.weight_decay", s.weight_decay(), 0, 1, true));
+  RETURN_IF_ERROR(CheckRange("sgd.dampening", s.dampening(), 0, 1, false));
+  if (s.nesterov() && (s.momentum() == 0 || s.dampening() != 0)) {
+    return absl::InvalidArgumentError(
+        "optimizer.sgd.nesterov=true needs momentum > 0 and dampening = 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAdam(const AdamSpec& s) {
+  RETURN_IF_ERROR(CheckLr("adam", s.lr()));
+  if (s.has_beta1()) {
+    RETURN_IF_ERROR(CheckRange("adam.beta1", s.beta1(), 0, 1, true));
+  }
+  if (s.has_beta2()) {
+    RETURN_IF_ERROR(CheckRange("adam.beta2", s.beta2(), 0, 1, true));
+  }
+  if (s.has_eps() && !(s.eps() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.adam.eps=", s.eps(), " must be positive"));
+  }
+  return CheckRange("adam.weight_decay", s.weight_decay(), 0, 1, true);
+}
+
+absl::Status ValidateSynthetic(const SyntheticData& s) {
+  if (s.sample_shape().empty()) {
+    return absl::InvalidArgumentError(
+        "data.synthetic.sample_shape is empty (e.g. [784] or [1, 28, 28])");
+  }
+  // Sizes are checked against 2^32 floats as they are multiplied, so no
+  // product overflows.
+  constexpr int64_t kMaxFloats = int64_t{1} << 32;
+  int64_t per = 1;
+  for (int i = 0; i < s.sample_shape_size(); ++i) {
+    if (s.sample_shape(i) <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.synthetic.sample_shape[", i,
+                       "]=", s.sample_shape(i), " must be positive"));
+    }
+    if (s.sample_shape(i) > kMaxFloats / per) {
+      return absl::InvalidArgumentError(
+          "data.synthetic.sample_shape: a sample exceeds 2^32 floats");
+    }
+    per *= s.sample_shape(i);
+  }
+  if (s.num_classes() < 2 || s.num_classes() > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.synthetic.num_classes=", s.num_classes(),
+                     " must be in [2, 1000000]"));
+  }
+  if (s.train_samples() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.synthetic.train_samples=", s.train_samples(),
+                     " must be positive"));
+  }
+  if (s.test_samples() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.synthetic.test_samples=", s.test_samples(),
+                     " must not be negative"));
+  }
+  const int64_t samples_max = kMaxFloats / per;
+  if (s.train_samples() > samples_max ||
+      s.test_samples() > samples_max - s.train_samples()) {
+    return absl::InvalidArgumentError(
+        "data.synthetic: train_samples + test_samples times the sample size "
+        "exceeds 2^32 floats");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIdx(const IdxData& idx) {
+  if (idx.train_images().empty() || idx.train_labels().empty()) {
+    return absl::InvalidArgumentError(
+        "data.idx.train_images and data.idx.train_labels are required");
+  }
+  if (idx.test_images().empty() != idx.test_labels().empty()) {
+    return absl::InvalidArgumentError(
+        "data.idx.test_images and data.idx.test_labels must be set together");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLoop(const JobSpec& spec) {
+  if (spec.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size=", spec.batch_size(), " must be positive"));
+  }
+  if (spec.epochs() < 0 || spec.max_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epochs=", spec.epochs(), " and max_steps=", spec.max_steps(),
+        " must not be negative"));
+  }
+  if (spec.epochs() == 0 && spec.max_steps() == 0) {
+    return absl::InvalidArgumentError(
+        "neither epochs nor max_steps is set: training would never stop");
+  }
+  return absl::OkStatus();
+}
+
+// The model's logits must be a vector with a logit per class.
+absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data) {
+  const SymbolicShape& out = summary.layer_outputs.back();
+  const int last = static_cast<int>(summary.layer_outputs.size()) - 1;
+  if (out.rank_known && out.dims.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", last, "] outputs ", out.ToString(),
+        " per sample; the loss needs logits [classes] (add a flatten and a "
+        "linear layer)"));
+  }
+  const int64_t classes =
+      data.has_synthetic() ? data.synthetic().num_classes() : 0;
+  if (out.LastDim() != kUnknownDim && out.LastDim() < classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers[", last, "] outputs ", out.LastDim(),
+                     " logits but the data has ", classes, " classes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
+                                     const std::string& source) {
+  JobSpec spec;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {
+    const auto status =
+        google::protobuf::util::JsonStringToMessage(text, &spec);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source,
+          ": not a valid JSON JobSpec: ", status.message().as_string()));
+    }
+    return spec;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &spec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": not a valid text-format JobSpec: ", errors.Joined()));
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseJobSpec(buffer.str(), path);
+}
+
+absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
+  RETURN_IF_ERROR(ValidateLrSchedule(spec.schedule()));
+  switch (spec.kind_case()) {
+    case OptimizerSpec::kSgd:
+      return ValidateSgd(spec.sgd());
+    case OptimizerSpec::kAdam:
+      return ValidateAdam(spec.adam());
+    case OptimizerSpec::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "optimizer is not set (set optimizer.sgd or optimizer.adam)");
+}
+
+absl::Status ValidateDataSpec(const DataSpec& spec) {
+  if (spec.has_std() && !(spec.std() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.std=", spec.std(), " must be positive"));
+  }
+  if (spec.train_limit() < 0 || spec.test_limit() < 0) {
+    return absl::InvalidArgumentError(
+        "data.train_limit and data.test_limit must not be negative");
+  }
+  switch (spec.source_case()) {
+    case DataSpec::kSynthetic:
+      return ValidateSynthetic(spec.synthetic());
+    case DataSpec::kIdx:
+      return ValidateIdx(spec.idx());
+    case DataSpec::kFashionMnistDir:
+      if (!spec.fashion_mnist_dir().empty()) return absl::OkStatus();
+      return absl::InvalidArgumentError("data.fashion_mnist_dir is empty");
+    case DataSpec::SOURCE_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "data has no source (set data.fashion_mnist_dir, data.idx or "
+      "data.synthetic)");
+}
+
+bool HasTestSplit(const DataSpec& d) {
+  return d.has_fashion_mnist_dir() ||
+         (d.has_idx() && !d.idx().test_images().empty()) ||
+         (d.has_synthetic() && d.synthetic().test_samples() > 0);
+}
+
+absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
+  RETURN_IF_ERROR(ValidateLoop(spec));
+  RETURN_IF_ERROR(ValidateOptimizerSpec(spec.optimizer()));
+  RETURN_IF_ERROR(ValidateDataSpec(spec.data()));
+  SpecSummary summary;
+  ASSIGN_OR_RETURN(summary.pipeline, ResolvePipeline(spec));
+  if (spec.data().has_synthetic()) {
+    const SyntheticData& s = spec.data().synthetic();
+    summary.input = SymbolicShape::Known(
+        std::vector<int64_t>(s.sample_shape().begin(), s.sample_shape().end()));
+    summary.train_samples = s.train_samples();
+    if (spec.data().train_limit() > 0) {
+      summary.train_samples =
+          std::min(summary.train_samples, spec.data().train_limit());
+    }
+    RETURN_IF_ERROR(TotalSteps(spec, summary.train_samples).status());
+  }
+  ASSIGN_OR_RETURN(summary.layer_outputs,
+                   InferModelShapes(spec.model(), summary.input));
+  RETURN_IF_ERROR(CheckLogits(summary, spec.data()));
+  return summary;
+}
+
+}  // namespace aqueduct
