@@ -16,39 +16,6 @@
 
 namespace aqueduct {
 
-const char* JobStateName(JobState state) {
-  switch (state) {
-    case v1::JOB_PENDING:
-      return "PENDING";
-    case v1::JOB_PLANNING:
-      return "PLANNING";
-    case v1::JOB_RUNNING:
-      return "RUNNING";
-    case v1::JOB_SUCCEEDED:
-      return "SUCCEEDED";
-    case v1::JOB_FAILED:
-      return "FAILED";
-    case v1::JOB_CANCELLED:
-      return "CANCELLED";
-    default:
-      return "UNKNOWN";
-  }
-}
-
-namespace {
-
-constexpr size_t kStepWindow = 2048;
-constexpr size_t kMaxLossPoints = 1000;
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = static_cast<size_t>(std::ceil(q * v.size())) - 1;
-  return v[std::min(i, v.size() - 1)];
-}
-
-}  // namespace
-
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
                                  const Clock* clock,
                                  WorkerClientFactory worker_clients)
@@ -56,15 +23,16 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       clock_(clock),
       worker_clients_(std::move(worker_clients)),
       registry_(options.registry, clock),
-      start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->Now()))) {}
+      start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->Now()))),
+      executor_(std::make_unique<BoundedExecutor>(
+          "the job driver", options.driver_threads, options.driver_queue)) {}
 
 CoordinatorCore::~CoordinatorCore() {
-  absl::MutexLock lock(&mu_);
-  shutting_down_ = true;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return active_threads_ == 0;
-  };
-  mu_.Await(absl::Condition(&idle));
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  executor_.reset();  // Drivers see shutting_down_ and end; joined here.
 }
 
 // ------------------------------------------------------------------ Workers
@@ -94,7 +62,7 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
   if (!job_id.empty()) {
     auto it = jobs_.find(job_id);
     auto status = registry_.Get(worker_id);
-    if (it == jobs_.end() || Final(it->second.state) ||
+    if (it == jobs_.end() || IsFinal(it->second.state) ||
         (status.ok() && status->job_id() != job_id)) {
       stop_jobs->push_back(job_id);
     }
@@ -136,95 +104,35 @@ absl::Status CoordinatorCore::ReportProgress(
                        p.stage(), " replica ", p.replica(), " of job ",
                        p.job_id(), ", which is not its assignment"));
     }
-    if (Final(job.state)) continue;
-    StageLedger& l = job.replicas[{p.stage(), p.replica()}];
-    l.committed_version = std::max(l.committed_version, p.committed_version());
-    l.in_flight.assign(p.in_flight().begin(), p.in_flight().end());
-    if (l.first_report == absl::InfinitePast()) {
-      l.first_report = now;
-      l.first_done = p.minibatches_done();
-    }
-    l.minibatches_done = std::max(l.minibatches_done, p.minibatches_done());
-    if (job.total_steps == 0 && p.total_steps() > 0) {
-      job.total_steps = p.total_steps();
-    }
-    l.last_report = now;
-    for (double ms : p.step_ms()) {
-      l.step_ms.push_back(ms);
-      if (l.step_ms.size() > kStepWindow) l.step_ms.pop_front();
-    }
-    l.utilization = p.utilization();
-    l.bytes_sent += p.bytes_sent();
-    l.bytes_received += p.bytes_received();
-    if (p.peak_rss_bytes() > 0) {
-      l.memory.set_peak_rss_bytes(p.peak_rss_bytes());
-      l.memory.set_stashed_weight_bytes(p.stashed_weight_bytes());
-      l.memory.set_stashed_activation_bytes(p.stashed_activation_bytes());
-      l.memory.set_peak_stashed_versions(p.peak_stashed_versions());
-      l.memory.set_peak_in_flight(p.peak_in_flight());
-    }
-    for (LossPoint point : p.losses()) {
-      if (point.samples() > 0 && point.samples() < job.spec.batch_size()) {
-        auto& share = job.loss_shares[point.minibatch()];
-        share.first += point.loss() * point.samples();
-        share.second += point.samples();
-        if (share.second < job.spec.batch_size()) continue;
-        point.set_loss(share.first / share.second);
-        point.set_samples(share.second);
-        job.loss_shares.erase(point.minibatch());
-      }
-      job.loss = point.loss();
-      if (point.minibatch() % job.loss_stride == 0) {
-        job.loss_curve.push_back(point);
-      }
-      if (job.loss_curve.size() > kMaxLossPoints) {
-        // Halve the resolution: keep every other point.
-        job.loss_stride *= 2;
-        std::vector<LossPoint> kept;
-        for (const LossPoint& q : job.loss_curve) {
-          if (q.minibatch() % job.loss_stride == 0) kept.push_back(q);
-        }
-        job.loss_curve = std::move(kept);
-      }
-    }
-    {
-      constexpr int64_t kMaxTraceEvents = 2000000;
-      v1::StageTrace& trace = job.trace[{p.stage(), p.replica()}];
-      trace.set_worker_id(worker_id);
-      trace.set_stage(p.stage());
-      trace.set_replica(p.replica());
-      for (const TraceEvent& e : p.events()) {
-        if (job.trace_events >= kMaxTraceEvents) {
-          ++job.trace_dropped;
-          continue;
-        }
-        *trace.add_events() = e;
-        ++job.trace_events;
-      }
-    }
-    ++job.version;
-    if (!p.error().empty()) {
-      FinishLocked(
-          job, v1::JOB_FAILED,
-          absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
-                       " on worker ", worker_id, " failed: ", p.error()));
-      continue;
-    }
-    if (p.finished()) {
-      job.finished_replicas[{p.stage(), p.replica()}] = true;
-      if (job.has_plan && p.stage() == job.plan.stages_size() - 1 &&
-          (p.test_accuracy() != 0 || p.test_loss() != 0)) {
-        job.test_accuracy = p.test_accuracy();
-        job.test_loss = p.test_loss();
-      }
-      size_t total = 0;
-      for (const auto& workers : job.stage_workers) total += workers.size();
-      if (job.finished_replicas.size() == total) {
-        FinishLocked(job, v1::JOB_SUCCEEDED, "");
-      }
-    }
+    if (IsFinal(job.state)) continue;
+    ApplyProgressLocked(job, worker_id, p, now);
   }
   return absl::OkStatus();
+}
+
+void CoordinatorCore::ApplyProgressLocked(Job& job,
+                                          const std::string& worker_id,
+                                          const StageProgress& p,
+                                          absl::Time now) {
+  job.ledger.Apply(worker_id, p, now);
+  if (job.total_steps == 0 && p.total_steps() > 0) {
+    job.total_steps = p.total_steps();
+  }
+  ++job.version;
+  if (!p.error().empty()) {
+    FinishLocked(
+        job, JobEvent::kFailed,
+        absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
+                     " on worker ", worker_id, " failed: ", p.error()));
+    return;
+  }
+  if (!p.finished()) return;
+  const bool output = job.has_plan && p.stage() == job.plan.stages_size() - 1;
+  size_t total = 0;
+  for (const auto& workers : job.stage_workers) total += workers.size();
+  if (job.ledger.MarkFinished(p, output) == total) {
+    FinishLocked(job, JobEvent::kAllReplicasFinished, "");
+  }
 }
 
 // ------------------------------------------------------------------ Jobs
@@ -252,9 +160,11 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     total = spec.max_steps();
   }
   const PipelinePolicy& p = valid->pipeline;
-  absl::MutexLock lock(&mu_);
   Job job;
-  job.id = absl::StrCat("job-", start_tag_, "-", next_job_++);
+  {
+    absl::MutexLock lock(&mu_);
+    job.id = absl::StrCat("job-", start_tag_, "-", next_job_++);
+  }
   job.spec = spec;
   if (profile != nullptr) {
     job.has_profile = true;
@@ -263,7 +173,9 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   job.submitted = clock_->Now();
   job.workers_needed = p.workers;
   job.total_steps = total;
+  job.ledger = JobLedger(spec.batch_size());
   const std::string id = job.id;
+  // Durable before the client hears of it, without holding the lock.
   if (journal_ != nullptr) {
     v1::JournalRecord record;
     v1::JobSubmitted* submitted = record.mutable_submitted();
@@ -277,6 +189,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
           "the job was not accepted: cannot record it: ", s.message()));
     }
   }
+  absl::MutexLock lock(&mu_);
   jobs_.emplace(id, std::move(job));
   job_order_.push_back(id);
   AQ_LOG_INFO("job {} submitted: {} on {} worker(s), {} steps", id, spec.name(),
@@ -313,8 +226,8 @@ absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
     return absl::NotFoundError(
         absl::StrCat("job '", job_id, "' does not exist"));
   }
-  if (!Final(it->second.state)) {
-    FinishLocked(it->second, v1::JOB_CANCELLED, "cancelled by a client");
+  if (!IsFinal(it->second.state)) {
+    FinishLocked(it->second, JobEvent::kCancelled, "cancelled by a client");
   }
   return it->second.state;
 }
@@ -422,12 +335,7 @@ absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
     return absl::NotFoundError(
         absl::StrCat("job '", job_id, "' does not exist"));
   }
-  v1::GetTraceResponse response;
-  for (const auto& [key, trace] : it->second.trace) {
-    *response.add_stages() = trace;
-  }
-  response.set_dropped(it->second.trace_dropped);
-  return response;
+  return it->second.ledger.Trace();
 }
 
 std::vector<WorkerStatus> CoordinatorCore::ListWorkers() const {
@@ -463,124 +371,80 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
   s.set_started_ms(ToUnixMillisOr0(job.started));
   s.set_finished_ms(ToUnixMillisOr0(job.finished));
   s.set_total_steps(job.total_steps);
-  s.set_loss(job.loss);
-  *s.mutable_loss_curve() = {job.loss_curve.begin(), job.loss_curve.end()};
-  s.set_test_accuracy(job.test_accuracy);
-  s.set_test_loss(job.test_loss);
   s.set_workers(job.workers_needed);
   if (job.has_plan) *s.mutable_plan() = job.plan;
   auto schedule = ParseSchedule(job.spec.pipeline().schedule());
   s.set_schedule(
       ScheduleName(schedule.ok() ? *schedule : v1::SCHEDULE_UNSPECIFIED));
-  const int64_t batch = job.spec.batch_size();
-  const int last_stage = static_cast<int>(job.stage_workers.size()) - 1;
-  double job_rate = 0;
-  int64_t steps = 0;
-  for (int st = 0; st <= last_stage; ++st) {
-    StageStatus* stage = s.add_stages();
-    stage->set_stage(st);
-    std::vector<double> step_ms;
-    double rate = 0, utilization = 0;
-    int reporting = 0;
-    for (size_t r = 0; r < job.stage_workers[st].size(); ++r) {
-      stage->add_workers(job.stage_workers[st][r]);
-      auto worker = registry_.Get(job.stage_workers[st][r]);
-      stage->add_worker_states(worker.ok() ? worker->state()
-                                           : v1::WORKER_STATE_UNSPECIFIED);
-      auto it = job.replicas.find({st, static_cast<int>(r)});
-      if (it == job.replicas.end()) continue;
-      const StageLedger& l = it->second;
-      ++reporting;
-      stage->set_committed_version(
-          std::max(stage->committed_version(), l.committed_version));
-      for (const InFlight& f : l.in_flight) *stage->add_in_flight() = f;
-      // Every replica steps on every minibatch: the stage's count is theirs.
-      stage->set_minibatches_done(
-          std::max(stage->minibatches_done(), l.minibatches_done));
-      step_ms.insert(step_ms.end(), l.step_ms.begin(), l.step_ms.end());
-      const double span = absl::ToDoubleSeconds(l.last_report - l.first_report);
-      if (span > 0) {
-        rate =
-            std::max(rate, (l.minibatches_done - l.first_done) * batch / span);
-      }
-      utilization += l.utilization;
-      stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent);
-      stage->set_peak_rss_bytes(
-          std::max(stage->peak_rss_bytes(), l.memory.peak_rss_bytes()));
-      stage->set_stashed_weight_bytes(std::max(
-          stage->stashed_weight_bytes(), l.memory.stashed_weight_bytes()));
-      stage->set_stashed_activation_bytes(
-          std::max(stage->stashed_activation_bytes(),
-                   l.memory.stashed_activation_bytes()));
-      stage->set_peak_stashed_versions(std::max(
-          stage->peak_stashed_versions(), l.memory.peak_stashed_versions()));
-      stage->set_peak_in_flight(
-          std::max(stage->peak_in_flight(), l.memory.peak_in_flight()));
-      stage->set_bytes_received(stage->bytes_received() + l.bytes_received);
-    }
-    stage->set_samples_per_second(rate);
-    stage->set_utilization(reporting > 0 ? utilization / reporting : 0);
-    stage->set_step_ms_p50(Percentile(step_ms, 0.50));
-    stage->set_step_ms_p90(Percentile(step_ms, 0.90));
-    stage->set_step_ms_p99(Percentile(step_ms, 0.99));
-    if (st == last_stage) {
-      job_rate = rate;
-      steps = stage->minibatches_done();
-    }
-  }
-  s.set_step(steps);
-  s.set_samples_per_second(job_rate);
+  auto state_of =
+      [this](const std::string& worker_id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        auto worker = registry_.Get(worker_id);
+        return worker.ok() ? worker->state() : v1::WORKER_STATE_UNSPECIFIED;
+      };
+  job.ledger.FillStatus(job.stage_workers, state_of, &s);
   return s;
 }
 
-void CoordinatorCore::FinishLocked(Job& job, JobState state,
-                                   const std::string& reason) {
-  job.state = state;
+bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
+                                       const std::string& reason) {
+  auto t = NextJobState(job.state, event);
+  if (!t.ok()) {
+    AQ_LOG_DEBUG("job {}: {}", job.id, t.status().ToString());
+    return false;
+  }
+  job.state = t->to;
+  ++job.version;
+  if (t->to == v1::JOB_RUNNING) job.started = clock_->Now();
+  if (!t->finished) return true;
   job.reason = reason;
   job.finished = clock_->Now();
-  ++job.version;
   if (journal_ != nullptr) {
     v1::JournalRecord record;
     *record.mutable_finished() = StatusOfLocked(job);
-    if (absl::Status s = journal_->Append(record); !s.ok()) {
-      AQ_LOG_ERROR("job {} {}, but the journal could not record it: {}", job.id,
-                   JobStateName(state), s.ToString());
-    }
+    journal_->AppendAsync(std::move(record));
   }
+  ReleaseWorkersLocked(job, t->stop_workers, reason);
+  store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
+  if (t->to == v1::JOB_SUCCEEDED) {
+    AQ_LOG_INFO("job {} succeeded", job.id);
+  } else {
+    AQ_LOG_WARN("job {} {}: {}", job.id, JobStateName(t->to), reason);
+  }
+  TrimFinishedLocked();
+  ScheduleLocked();
+  return true;
+}
+
+void CoordinatorCore::FinishLocked(Job& job, JobEvent event,
+                                   const std::string& reason) {
+  TransitionLocked(job, event, reason);
+}
+
+void CoordinatorCore::ReleaseWorkersLocked(Job& job, bool stop,
+                                           const std::string& reason) {
   std::vector<std::pair<std::string, std::string>> to_stop;
   for (const std::string& w : job.reserved) {
     auto status = registry_.Get(w);
     if (status.ok() && status->job_id() == job.id) {
-      if (state != v1::JOB_SUCCEEDED) {
-        to_stop.emplace_back(w, status->info().address());
-      }
+      if (stop) to_stop.emplace_back(w, status->info().address());
       registry_.Release(w, job.id);
     }
   }
-  store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
-  if (state == v1::JOB_SUCCEEDED) {
-    AQ_LOG_INFO("job {} succeeded", job.id);
-  } else {
-    AQ_LOG_WARN("job {} {}: {}", job.id, JobStateName(state), reason);
-  }
-  if (!to_stop.empty()) {
-    StopWorkersAsync(std::move(to_stop), job.id,
-                     absl::StrCat("job ", JobStateName(state), ": ", reason));
-  }
-  TrimFinishedLocked();
-  ScheduleLocked();
+  if (to_stop.empty()) return;
+  StopWorkersAsync(std::move(to_stop), job.id,
+                   absl::StrCat("job ", JobStateName(job.state), ": ", reason));
 }
 
 void CoordinatorCore::TrimFinishedLocked() {
   int finished = 0;
   for (const std::string& id : job_order_) {
     auto it = jobs_.find(id);
-    if (it != jobs_.end() && Final(it->second.state)) ++finished;
+    if (it != jobs_.end() && IsFinal(it->second.state)) ++finished;
   }
   auto it = job_order_.begin();
   while (finished > options_.max_finished_jobs && it != job_order_.end()) {
     auto job = jobs_.find(*it);
-    if (job != jobs_.end() && Final(job->second.state)) {
+    if (job != jobs_.end() && IsFinal(job->second.state)) {
       jobs_.erase(job);
       it = job_order_.erase(it);
       --finished;
@@ -602,7 +466,7 @@ void CoordinatorCore::HandleTransitionsLocked(
       continue;
     }
     auto it = jobs_.find(c.job_id);
-    if (it == jobs_.end() || Final(it->second.state)) continue;
+    if (it == jobs_.end() || IsFinal(it->second.state)) continue;
     Job& job = it->second;
     std::string where = "reserved for the job";
     for (size_t st = 0; st < job.stage_workers.size(); ++st) {
@@ -612,7 +476,7 @@ void CoordinatorCore::HandleTransitionsLocked(
         }
       }
     }
-    FinishLocked(job, v1::JOB_FAILED,
+    FinishLocked(job, JobEvent::kFailed,
                  absl::StrCat("worker ", c.worker_id, " (", where, ") is ",
                               WorkerStateName(c.to), ": ", c.detail));
   }
@@ -631,7 +495,7 @@ void CoordinatorCore::Tick() {
                                             : options_.default_wait_for_workers;
     if (now - job.submitted >= wait) {
       FinishLocked(
-          job, v1::JOB_FAILED,
+          job, JobEvent::kFailed,
           absl::StrFormat(
               "timed out after %.1f s waiting for %d healthy idle worker(s) "
               "(%d available)",
@@ -653,19 +517,19 @@ void CoordinatorCore::ScheduleLocked() {
     idle.resize(job.workers_needed);
     for (const std::string& w : idle) registry_.Assign(w, job.id, -1, -1);
     job.reserved = idle;
-    job.state = v1::JOB_PLANNING;
-    ++job.version;
-    ++active_threads_;
-    std::thread([this, id] { Drive(id); }).detach();
+    TransitionLocked(job, JobEvent::kWorkersReserved, "");
+    if (absl::Status s = executor_->Submit([this, id] { Drive(id); });
+        !s.ok()) {
+      FinishLocked(job, JobEvent::kFailed, std::string(s.message()));
+    }
   }
 }
 
 void CoordinatorCore::StopWorkersAsync(
     std::vector<std::pair<std::string, std::string>> id_and_address,
     std::string job_id, std::string reason) {
-  ++active_threads_;
-  std::thread([this, workers = std::move(id_and_address),
-               job_id = std::move(job_id), reason = std::move(reason)] {
+  auto stop = [this, workers = std::move(id_and_address), job_id,
+               reason = std::move(reason)] {
     for (const auto& [id, address] : workers) {
       std::unique_ptr<WorkerClient> client = worker_clients_(address);
       const absl::Status s =
@@ -675,165 +539,10 @@ void CoordinatorCore::StopWorkersAsync(
                     s.ToString());
       }
     }
-    absl::MutexLock lock(&mu_);
-    --active_threads_;
-  }).detach();
-}
-
-void CoordinatorCore::Drive(std::string job_id) {
-  // Everything here runs without the lock except where noted; the job may
-  // be cancelled or failed meanwhile, which each locked step checks.
-  JobSpec spec;
-  ModelProfile profile;
-  bool has_profile;
-  std::vector<std::string> reserved;
-  std::vector<std::string> addresses;
-  auto fail = [&](const std::string& reason) {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end() && !Final(it->second.state)) {
-      FinishLocked(it->second, v1::JOB_FAILED, reason);
-    }
   };
-  auto done = [&] {
-    absl::MutexLock lock(&mu_);
-    --active_threads_;
-  };
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end() || it->second.state != v1::JOB_PLANNING) {
-      --active_threads_;
-      return;
-    }
-    spec = it->second.spec;
-    has_profile = it->second.has_profile;
-    profile = it->second.profile;
-    reserved = it->second.reserved;
-    for (const std::string& w : reserved) {
-      auto status = registry_.Get(w);
-      addresses.push_back(status.ok() ? status->info().address() : "");
-    }
-  }
-  if (!has_profile) {
-    auto measured =
-        worker_clients_(addresses[0])->Profile(spec, options_.profile_timeout);
-    if (!measured.ok()) {
-      fail(absl::StrCat("profiling the model on worker ", reserved[0],
-                        " failed: ", measured.status().message()));
-      return done();
-    }
-    profile = *std::move(measured);
-  }
-  auto graph = ProfileGraph::FromProto(profile);
-  if (!graph.ok()) {
-    fail(absl::StrCat("the profile is invalid: ", graph.status().message()));
-    return done();
-  }
-  auto policy = ResolvePipeline(spec);
-  if (!policy.ok()) {  // Checked at submission; a journal may be older.
-    fail(std::string(policy.status().message()));
-    return done();
-  }
-  PlanRequest request;
-  request.cost_model = CostModelName(policy->cost_model);
-  request.schedule = ScheduleName(policy->schedule);
-  request.levels = {
-      {static_cast<int>(reserved.size()), policy->bandwidth_bytes_per_s}};
-  request.threads = 1;
-  // Optimizer state per parameter byte, for the predicted memory.
-  const OptimizerSpec& opt = spec.optimizer();
-  request.optimizer_state_factor =
-      opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
-  // Weight stashing runs unreplicated stages: plan a straight pipeline.
-  request.straight_pipeline = StashesWeights(policy->schedule);
-  auto plan = MakePlan(*graph, request);
-  if (!plan.ok()) {
-    fail(absl::StrCat("planning failed: ", plan.status().message()));
-    return done();
-  }
-
-  // Record the plan and the assignment.
-  std::vector<std::pair<std::string, StageAssignment>> assignments;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end() || it->second.state != v1::JOB_PLANNING) {
-      --active_threads_;
-      return;
-    }
-    Job& job = it->second;
-    job.plan = *plan;
-    job.has_plan = true;
-    job.stage_workers.assign(plan->stages_size(), {});
-    std::vector<v1::StagePeers> peers(plan->stages_size());
-    for (int st = 0; st < plan->stages_size(); ++st) {
-      for (int rank : plan->stages(st).worker_ranks()) {
-        job.stage_workers[st].push_back(reserved[rank]);
-        peers[st].add_worker_ids(reserved[rank]);
-        peers[st].add_addresses(addresses[rank]);
-      }
-    }
-    std::vector<bool> used(reserved.size(), false);
-    for (int st = 0; st < plan->stages_size(); ++st) {
-      for (int r = 0; r < plan->stages(st).worker_ranks_size(); ++r) {
-        const int rank = plan->stages(st).worker_ranks(r);
-        used[rank] = true;
-        registry_.Assign(reserved[rank], job_id, st, r);
-        StageAssignment a;
-        a.set_job_id(job_id);
-        *a.mutable_spec() = spec;
-        *a.mutable_plan() = *plan;
-        a.set_stage(st);
-        a.set_replica(r);
-        *a.mutable_peers() = {peers.begin(), peers.end()};
-        a.set_rendezvous_key(absl::StrCat("jobs/", job_id, "/"));
-        a.set_rank(rank);
-        a.set_world_size(plan->workers_used());
-        assignments.emplace_back(addresses[rank], std::move(a));
-      }
-    }
-    // Workers the plan leaves idle go back to the pool.
-    std::vector<std::string> kept;
-    for (size_t i = 0; i < reserved.size(); ++i) {
-      if (used[i]) {
-        kept.push_back(reserved[i]);
-      } else {
-        registry_.Release(reserved[i], job_id);
-      }
-    }
-    job.reserved = kept;
-    ++job.version;
-  }
-  for (const auto& [address, a] : assignments) {
-    const absl::Status s =
-        worker_clients_(address)->AssignStage(a, options_.worker_rpc_timeout);
-    if (!s.ok()) {
-      fail(absl::StrCat("assigning stage ", a.stage(), " replica ", a.replica(),
-                        " to worker at ", address, " failed: ", s.message()));
-      return done();
-    }
-  }
-  for (const auto& [address, a] : assignments) {
-    const absl::Status s =
-        worker_clients_(address)->StartJob(job_id, options_.worker_rpc_timeout);
-    if (!s.ok()) {
-      fail(absl::StrCat("starting the job on worker at ", address,
-                        " failed: ", s.message()));
-      return done();
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end() && it->second.state == v1::JOB_PLANNING) {
-      it->second.state = v1::JOB_RUNNING;
-      it->second.started = clock_->Now();
-      ++it->second.version;
-      AQ_LOG_INFO("job {} running on {} stage(s)", job_id,
-                  it->second.plan.stages_size());
-    }
-    --active_threads_;
+  if (absl::Status s = executor_->Submit(std::move(stop)); !s.ok()) {
+    // The workers learn it from their next heartbeat instead.
+    AQ_LOG_WARN("stopping job {}: {}", job_id, s.ToString());
   }
 }
 

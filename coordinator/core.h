@@ -10,8 +10,13 @@
 // worker dies, leaves or is fenced; a stage reports an error; an RPC to a
 // worker fails), or CANCELLED. Every wait has a deadline.
 //
-// Thread-safety: thread-safe. One mutex guards everything; worker RPCs run
-// on driver threads without it. Tick() must be called periodically (the
+// Parts: the job state machine and the ledger of reports (jobs/), the
+// journal (journal.h), the registry (registry.h), the rendezvous store
+// (kv_store.h), the planner (planner/); this class holds the job table and
+// wires them; the driver (driver.cc) runs on an owned, bounded executor.
+//
+// Thread-safety: thread-safe. One mutex guards the table; worker RPCs and
+// journal syncs run without it. Tick() must be called periodically (the
 // daemon's main does, a few times a second).
 #ifndef AQUEDUCT_COORDINATOR_CORE_H_
 #define AQUEDUCT_COORDINATOR_CORE_H_
@@ -26,6 +31,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/executor.h"
+#include "coordinator/jobs/job_state.h"
+#include "coordinator/jobs/ledger.h"
 #include "coordinator/journal.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/registry.h"
@@ -44,13 +52,17 @@ struct CoordinatorOptions {
   absl::Duration default_wait_for_workers = absl::Seconds(60);
   // Finished jobs kept in the table.
   int max_finished_jobs = 1000;
+  // Threads that drive jobs (profile, plan, assign) and stop workers, and
+  // the most tasks that may wait for one.
+  int driver_threads = 4;
+  size_t driver_queue = 10000;
 };
 
 class CoordinatorCore {
  public:
   CoordinatorCore(const CoordinatorOptions& options, const Clock* clock,
                   WorkerClientFactory worker_clients);
-  ~CoordinatorCore();  // Joins driver threads.
+  ~CoordinatorCore();  // Joins the driver threads.
 
   // ---- Workers (RPCs from workers) ----
   absl::Status RegisterWorker(const WorkerInfo& info);
@@ -101,25 +113,6 @@ class CoordinatorCore {
   const CoordinatorOptions& options() const { return options_; }
 
  private:
-  struct StageLedger {
-    int64_t committed_version = 0;
-    std::vector<InFlight> in_flight;
-    int64_t minibatches_done = 0;
-    std::deque<double> step_ms;
-    double utilization = 0;
-    int64_t bytes_sent = 0, bytes_received = 0;
-    StageProgress memory;  // The memory fields of the latest report.
-    // For samples/s: (time, minibatches_done) of the first and last report.
-    absl::Time first_report = absl::InfinitePast();
-    int64_t first_done = 0;
-    absl::Time last_report = absl::InfinitePast();
-  };
-  struct ReplicaKey {
-    int stage, replica;
-    bool operator<(const ReplicaKey& o) const {
-      return stage != o.stage ? stage < o.stage : replica < o.replica;
-    }
-  };
   struct Job {
     std::string id;
     JobSpec spec;
@@ -136,41 +129,57 @@ class CoordinatorCore {
     // [stage][replica] -> worker id; and every worker reserved.
     std::vector<std::vector<std::string>> stage_workers;
     std::vector<std::string> reserved;
-    std::map<ReplicaKey, StageLedger> replicas;
-    std::map<ReplicaKey, bool> finished_replicas;
-    std::vector<LossPoint> loss_curve;
-    // Shares of minibatch losses from replicated output stages: (sum,
-    // samples) until the whole minibatch is in.
-    std::map<int64_t, std::pair<double, int64_t>> loss_shares;
-    int64_t loss_stride = 1;
-    double loss = 0;
-    double test_accuracy = 0, test_loss = 0;
+    // What the workers reported.
+    JobLedger ledger;
     int64_t version = 0;
-    // Trace events by (stage, replica), and the worker of each.
-    std::map<ReplicaKey, v1::StageTrace> trace;
-    int64_t trace_events = 0, trace_dropped = 0;
     // Restored from the journal: the final status, as it was reported.
     bool restored = false;
     JobStatus snapshot;
   };
 
-  bool Final(JobState s) const {
-    return s == v1::JOB_SUCCEEDED || s == v1::JOB_FAILED ||
-           s == v1::JOB_CANCELLED;
-  }
   JobStatus StatusOfLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the job to a final state, frees its workers and asks them to stop.
-  void FinishLocked(Job& job, JobState state, const std::string& reason)
+  // Applies `event` to the job through the state machine (jobs/job_state.h);
+  // on a final state journals the status, frees the job's workers and asks
+  // them to stop. False (and nothing changes) when the event does not apply.
+  bool TransitionLocked(Job& job, JobEvent event, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(Job& job, JobEvent event, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseWorkersLocked(Job& job, bool stop, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyProgressLocked(Job& job, const std::string& worker_id,
+                           const StageProgress& p, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTransitionsLocked(const std::vector<WorkerTransition>& changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Drive(std::string job_id);
+  void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWorkersAsync(
       std::vector<std::pair<std::string, std::string>> id_and_address,
       std::string job_id, std::string reason);
-  void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The driver (driver.cc): runs on the executor, one task per job that
+  // leaves PENDING: profile (unless the job has a profile), plan, record
+  // the assignment, assign and start the stages. Each step that touches
+  // the job table takes the lock and checks the job is still PLANNING.
+  struct DriveInput {
+    JobSpec spec;
+    ModelProfile profile;
+    bool has_profile = false;
+    std::vector<std::string> reserved, addresses;
+  };
+  using Assignments = std::vector<std::pair<std::string, StageAssignment>>;
+  void Drive(const std::string& job_id);
+  bool ReadDriveInput(const std::string& job_id, DriveInput* in);
+  absl::StatusOr<PartitionPlan> ProfileAndPlan(DriveInput& in);
+  // Records the plan and the assignment; frees workers the plan leaves
+  // idle. False when the job is no longer PLANNING.
+  bool RecordPlan(const std::string& job_id, const DriveInput& in,
+                  const PartitionPlan& plan, Assignments* assignments);
+  absl::Status AssignAndStart(const std::string& job_id,
+                              const Assignments& assignments);
+  void FailJob(const std::string& job_id, const std::string& reason);
 
   const CoordinatorOptions options_;
   const Clock* clock_;
@@ -183,13 +192,14 @@ class CoordinatorCore {
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Driver and stop threads still running (detached; the destructor waits).
-  int active_threads_ ABSL_GUARDED_BY(mu_) = 0;
   std::string start_tag_;
-  std::unique_ptr<JobJournal> journal_ ABSL_GUARDED_BY(mu_);
+  // Set by OpenJournal before serving, then only used: appends that wait
+  // for the disk happen without mu_ (JobJournal is thread-safe).
+  std::unique_ptr<JobJournal> journal_;
+  // Runs the drivers and the stop calls to workers; declared last so that
+  // it is destroyed (its threads joined) before the state they use.
+  std::unique_ptr<BoundedExecutor> executor_;
 };
-
-const char* JobStateName(JobState state);
 
 }  // namespace aqueduct
 

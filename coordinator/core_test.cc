@@ -359,6 +359,27 @@ TEST_F(CoreTest, BadInputGetsPreciseErrors) {
             "stage 0 replica 0 on worker w1 failed: loss became nan");
 }
 
+// The coordinator does not open data files: a job whose data lives only on
+// the workers' hosts is accepted, and its length comes from the workers.
+TEST_F(CoreTest, DataOnlyOnTheWorkersIsNotOpenedHere) {
+  JobSpec spec = spec_;
+  spec.mutable_data()->Clear();
+  spec.mutable_data()->set_fashion_mnist_dir("/exists/only/on/the/workers");
+  spec.set_max_steps(0);
+  spec.set_epochs(1);
+  spec.mutable_model()->mutable_layers(1)->mutable_linear()->set_in_features(
+      784);
+  auto id = core_->SubmitJob(spec, nullptr);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(core_->GetJob(*id)->total_steps(), 0);  // Not known yet.
+  AddWorker("w1");
+  WaitFor(*id, v1::JOB_RUNNING);
+  StageProgress p = Progress(*id, 1, false);
+  p.set_total_steps(937);
+  ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {p}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->total_steps(), 937);
+}
+
 TEST_F(CoreTest, AssignFailureFailsTheJob) {
   calls_.assign_status = absl::UnavailableError("connection refused");
   AddWorker("w1");

@@ -1,8 +1,9 @@
 // The aqueduct.v1 service messages under short names in namespace aqueduct.
+// Messages only: the gRPC stubs are in proto/service.grpc.pb.h.
 #ifndef AQUEDUCT_PROTO_SERVICE_TYPES_H_
 #define AQUEDUCT_PROTO_SERVICE_TYPES_H_
 
-#include "proto/service.grpc.pb.h"
+#include "proto/service.pb.h"
 #include "proto/types.h"
 
 namespace aqueduct {

@@ -1,0 +1,186 @@
+// The job driver: what happens to a job between PENDING and RUNNING, on
+// the coordinator's executor (one task per job). Profile the model on the
+// first reserved worker (unless the job came with a profile), plan, record
+// the plan and the assignment, assign the stages, start them. The job may
+// be cancelled or failed meanwhile: every step that touches the table
+// checks it is still PLANNING.
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "coordinator/core.h"
+#include "coordinator/planner/plan.h"
+#include "coordinator/planner/profile_graph.h"
+#include "pipeline/policy.h"
+
+namespace aqueduct {
+
+void CoordinatorCore::FailJob(const std::string& job_id,
+                              const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) FinishLocked(it->second, JobEvent::kFailed, reason);
+}
+
+bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
+                                     DriveInput* in) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (shutting_down_ || it == jobs_.end() ||
+      it->second.state != v1::JOB_PLANNING) {
+    return false;
+  }
+  in->spec = it->second.spec;
+  in->has_profile = it->second.has_profile;
+  in->profile = it->second.profile;
+  in->reserved = it->second.reserved;
+  for (const std::string& w : in->reserved) {
+    auto status = registry_.Get(w);
+    in->addresses.push_back(status.ok() ? status->info().address() : "");
+  }
+  return true;
+}
+
+namespace {
+
+// The planner's request for a job on `workers` workers.
+absl::StatusOr<PlanRequest> RequestFor(const JobSpec& spec, int workers) {
+  ASSIGN_OR_RETURN(PipelinePolicy policy, ResolvePipeline(spec));
+  PlanRequest request;
+  request.cost_model = CostModelName(policy.cost_model);
+  request.schedule = ScheduleName(policy.schedule);
+  request.levels = {{workers, policy.bandwidth_bytes_per_s}};
+  request.threads = 1;
+  // Optimizer state per parameter byte, for the predicted memory.
+  const OptimizerSpec& opt = spec.optimizer();
+  request.optimizer_state_factor =
+      opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
+  // Weight stashing runs unreplicated stages: plan a straight pipeline.
+  request.straight_pipeline = StashesWeights(policy.schedule);
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
+  if (!in.has_profile) {
+    auto measured = worker_clients_(in.addresses[0])
+                        ->Profile(in.spec, options_.profile_timeout);
+    if (!measured.ok()) {
+      return absl::Status(
+          measured.status().code(),
+          absl::StrCat("profiling the model on worker ", in.reserved[0],
+                       " failed: ", measured.status().message()));
+    }
+    in.profile = *std::move(measured);
+  }
+  auto graph = ProfileGraph::FromProto(in.profile);
+  if (!graph.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile is invalid: ", graph.status().message()));
+  }
+  auto request = RequestFor(in.spec, static_cast<int>(in.reserved.size()));
+  if (!request.ok()) return request.status();
+  auto plan = MakePlan(*graph, *request);
+  if (!plan.ok()) {
+    return absl::Status(
+        plan.status().code(),
+        absl::StrCat("planning failed: ", plan.status().message()));
+  }
+  return plan;
+}
+
+bool CoordinatorCore::RecordPlan(const std::string& job_id,
+                                 const DriveInput& in,
+                                 const PartitionPlan& plan,
+                                 Assignments* assignments) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.state != v1::JOB_PLANNING) return false;
+  Job& job = it->second;
+  job.plan = plan;
+  job.has_plan = true;
+  job.stage_workers.assign(plan.stages_size(), {});
+  std::vector<v1::StagePeers> peers(plan.stages_size());
+  std::vector<bool> used(in.reserved.size(), false);
+  for (int st = 0; st < plan.stages_size(); ++st) {
+    for (int rank : plan.stages(st).worker_ranks()) {
+      job.stage_workers[st].push_back(in.reserved[rank]);
+      peers[st].add_worker_ids(in.reserved[rank]);
+      peers[st].add_addresses(in.addresses[rank]);
+      used[rank] = true;
+    }
+  }
+  for (int st = 0; st < plan.stages_size(); ++st) {
+    for (int r = 0; r < plan.stages(st).worker_ranks_size(); ++r) {
+      const int rank = plan.stages(st).worker_ranks(r);
+      registry_.Assign(in.reserved[rank], job_id, st, r);
+      StageAssignment a;
+      a.set_job_id(job_id);
+      *a.mutable_spec() = in.spec;
+      *a.mutable_plan() = plan;
+      a.set_stage(st);
+      a.set_replica(r);
+      *a.mutable_peers() = {peers.begin(), peers.end()};
+      a.set_rendezvous_key(absl::StrCat("jobs/", job_id, "/"));
+      a.set_rank(rank);
+      a.set_world_size(plan.workers_used());
+      assignments->emplace_back(in.addresses[rank], std::move(a));
+    }
+  }
+  // Workers the plan leaves idle go back to the pool.
+  job.reserved.clear();
+  for (size_t i = 0; i < in.reserved.size(); ++i) {
+    if (used[i]) {
+      job.reserved.push_back(in.reserved[i]);
+    } else {
+      registry_.Release(in.reserved[i], job_id);
+    }
+  }
+  ++job.version;
+  return true;
+}
+
+absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
+                                             const Assignments& assignments) {
+  for (const auto& [address, a] : assignments) {
+    const absl::Status s =
+        worker_clients_(address)->AssignStage(a, options_.worker_rpc_timeout);
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("assigning stage ", a.stage(), " replica ", a.replica(),
+                       " to worker at ", address, " failed: ", s.message()));
+    }
+  }
+  for (const auto& [address, a] : assignments) {
+    const absl::Status s =
+        worker_clients_(address)->StartJob(job_id, options_.worker_rpc_timeout);
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("starting the job on worker at ", address,
+                                 " failed: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CoordinatorCore::Drive(const std::string& job_id) {
+  DriveInput in;
+  if (!ReadDriveInput(job_id, &in)) return;
+  auto plan = ProfileAndPlan(in);
+  if (!plan.ok()) return FailJob(job_id, std::string(plan.status().message()));
+  Assignments assignments;
+  if (!RecordPlan(job_id, in, *plan, &assignments)) return;
+  if (absl::Status s = AssignAndStart(job_id, assignments); !s.ok()) {
+    return FailJob(job_id, std::string(s.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end() &&
+      TransitionLocked(it->second, JobEvent::kStarted, "")) {
+    AQ_LOG_INFO("job {} running on {} stage(s)", job_id,
+                it->second.plan.stages_size());
+  }
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,178 @@
+#include "coordinator/jobs/ledger.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace aqueduct {
+
+namespace {
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * v.size())) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+void MaxMemory(const v1::StageProgress& m, v1::StageStatus* stage) {
+  stage->set_peak_rss_bytes(
+      std::max(stage->peak_rss_bytes(), m.peak_rss_bytes()));
+  stage->set_stashed_weight_bytes(
+      std::max(stage->stashed_weight_bytes(), m.stashed_weight_bytes()));
+  stage->set_stashed_activation_bytes(std::max(
+      stage->stashed_activation_bytes(), m.stashed_activation_bytes()));
+  stage->set_peak_stashed_versions(
+      std::max(stage->peak_stashed_versions(), m.peak_stashed_versions()));
+  stage->set_peak_in_flight(
+      std::max(stage->peak_in_flight(), m.peak_in_flight()));
+}
+
+}  // namespace
+
+void JobLedger::Apply(const std::string& worker_id, const v1::StageProgress& p,
+                      absl::Time now) {
+  ApplyCounters(replicas_[{p.stage(), p.replica()}], p, now);
+  ApplyLosses(p);
+  ApplyTrace(worker_id, p);
+}
+
+void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
+                              absl::Time now) {
+  l.committed_version = std::max(l.committed_version, p.committed_version());
+  l.in_flight.assign(p.in_flight().begin(), p.in_flight().end());
+  if (l.first_report == absl::InfinitePast()) {
+    l.first_report = now;
+    l.first_done = p.minibatches_done();
+  }
+  l.minibatches_done = std::max(l.minibatches_done, p.minibatches_done());
+  l.last_report = now;
+  for (double ms : p.step_ms()) {
+    l.step_ms.push_back(ms);
+    if (l.step_ms.size() > kStepWindow) l.step_ms.pop_front();
+  }
+  l.utilization = p.utilization();
+  l.bytes_sent += p.bytes_sent();
+  l.bytes_received += p.bytes_received();
+  if (p.peak_rss_bytes() > 0) {
+    l.memory.set_peak_rss_bytes(p.peak_rss_bytes());
+    l.memory.set_stashed_weight_bytes(p.stashed_weight_bytes());
+    l.memory.set_stashed_activation_bytes(p.stashed_activation_bytes());
+    l.memory.set_peak_stashed_versions(p.peak_stashed_versions());
+    l.memory.set_peak_in_flight(p.peak_in_flight());
+  }
+}
+
+void JobLedger::ApplyLosses(const v1::StageProgress& p) {
+  for (v1::LossPoint point : p.losses()) {
+    if (point.samples() > 0 && point.samples() < batch_size_) {
+      auto& share = loss_shares_[point.minibatch()];
+      share.first += point.loss() * point.samples();
+      share.second += point.samples();
+      if (share.second < batch_size_) continue;
+      point.set_loss(share.first / share.second);
+      point.set_samples(share.second);
+      loss_shares_.erase(point.minibatch());
+    }
+    AddLossPoint(point);
+  }
+}
+
+void JobLedger::AddLossPoint(const v1::LossPoint& point) {
+  loss_ = point.loss();
+  if (point.minibatch() % loss_stride_ == 0) loss_curve_.push_back(point);
+  if (loss_curve_.size() <= kMaxLossPoints) return;
+  // Halve the resolution: keep every other point.
+  loss_stride_ *= 2;
+  std::vector<v1::LossPoint> kept;
+  for (const v1::LossPoint& q : loss_curve_) {
+    if (q.minibatch() % loss_stride_ == 0) kept.push_back(q);
+  }
+  loss_curve_ = std::move(kept);
+}
+
+void JobLedger::ApplyTrace(const std::string& worker_id,
+                           const v1::StageProgress& p) {
+  v1::StageTrace& trace = trace_[{p.stage(), p.replica()}];
+  trace.set_worker_id(worker_id);
+  trace.set_stage(p.stage());
+  trace.set_replica(p.replica());
+  for (const v1::TraceEvent& e : p.events()) {
+    if (trace_events_ >= kMaxTraceEvents) {
+      ++trace_dropped_;
+      continue;
+    }
+    *trace.add_events() = e;
+    ++trace_events_;
+  }
+}
+
+size_t JobLedger::MarkFinished(const v1::StageProgress& p, bool output_stage) {
+  finished_[{p.stage(), p.replica()}] = true;
+  if (output_stage && (p.test_accuracy() != 0 || p.test_loss() != 0)) {
+    test_accuracy_ = p.test_accuracy();
+    test_loss_ = p.test_loss();
+  }
+  return finished_.size();
+}
+
+double JobLedger::AddReplica(const Replica& l, v1::StageStatus* stage,
+                             std::vector<double>* step_ms) const {
+  stage->set_committed_version(
+      std::max(stage->committed_version(), l.committed_version));
+  for (const v1::InFlight& f : l.in_flight) *stage->add_in_flight() = f;
+  // Every replica steps on every minibatch: the stage's count is theirs.
+  stage->set_minibatches_done(
+      std::max(stage->minibatches_done(), l.minibatches_done));
+  step_ms->insert(step_ms->end(), l.step_ms.begin(), l.step_ms.end());
+  stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent);
+  stage->set_bytes_received(stage->bytes_received() + l.bytes_received);
+  MaxMemory(l.memory, stage);
+  const double span = absl::ToDoubleSeconds(l.last_report - l.first_report);
+  return span > 0 ? (l.minibatches_done - l.first_done) * batch_size_ / span
+                  : 0;
+}
+
+void JobLedger::FillStatus(
+    const std::vector<std::vector<std::string>>& stage_workers,
+    const std::function<v1::WorkerState(const std::string&)>& state_of,
+    v1::JobStatus* s) const {
+  s->set_loss(loss_);
+  *s->mutable_loss_curve() = {loss_curve_.begin(), loss_curve_.end()};
+  s->set_test_accuracy(test_accuracy_);
+  s->set_test_loss(test_loss_);
+  const int stages = static_cast<int>(stage_workers.size());
+  for (int st = 0; st < stages; ++st) {
+    v1::StageStatus* stage = s->add_stages();
+    stage->set_stage(st);
+    std::vector<double> step_ms;
+    double rate = 0, utilization = 0;
+    int reporting = 0;
+    for (size_t r = 0; r < stage_workers[st].size(); ++r) {
+      stage->add_workers(stage_workers[st][r]);
+      stage->add_worker_states(state_of(stage_workers[st][r]));
+      auto it = replicas_.find({st, static_cast<int>(r)});
+      if (it == replicas_.end()) continue;
+      ++reporting;
+      rate = std::max(rate, AddReplica(it->second, stage, &step_ms));
+      utilization += it->second.utilization;
+    }
+    stage->set_samples_per_second(rate);
+    stage->set_utilization(reporting > 0 ? utilization / reporting : 0);
+    stage->set_step_ms_p50(Percentile(step_ms, 0.50));
+    stage->set_step_ms_p90(Percentile(step_ms, 0.90));
+    stage->set_step_ms_p99(Percentile(step_ms, 0.99));
+    if (st == stages - 1) {
+      s->set_samples_per_second(rate);
+      s->set_step(stage->minibatches_done());
+    }
+  }
+}
+
+v1::GetTraceResponse JobLedger::Trace() const {
+  v1::GetTraceResponse response;
+  for (const auto& [key, trace] : trace_) *response.add_stages() = trace;
+  response.set_dropped(trace_dropped_);
+  return response;
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,99 @@
+// JobLedger: what a running job's workers have reported, aggregated: per
+// stage replica the committed weight version, minibatches in flight and the
+// version each uses, step times, utilisation, bytes moved and memory peaks;
+// for the job the loss curve (replicated output stages' shares of a
+// minibatch merged), the final test metrics and the executed schedule
+// (trace). FillStatus turns it into the stages of a JobStatus.
+//
+// Pure: no clock (the caller passes the time of each report), no I/O.
+// Not thread-safe: owned by the coordinator's job table, under its mutex.
+#ifndef AQUEDUCT_COORDINATOR_JOBS_LEDGER_H_
+#define AQUEDUCT_COORDINATOR_JOBS_LEDGER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "proto/service.pb.h"
+
+namespace aqueduct {
+
+class JobLedger {
+ public:
+  // Step times kept per replica, loss points kept per job (the curve
+  // halves its resolution beyond), trace events kept per job.
+  static constexpr size_t kStepWindow = 2048;
+  static constexpr size_t kMaxLossPoints = 1000;
+  static constexpr int64_t kMaxTraceEvents = 2000000;
+
+  // `batch_size` is the job's minibatch size (losses reported for fewer
+  // samples are shares of a minibatch split among output replicas).
+  JobLedger() = default;
+  explicit JobLedger(int64_t batch_size) : batch_size_(batch_size) {}
+
+  // Records a report from `worker_id` received at `now`. The caller has
+  // checked that the worker runs this stage replica.
+  void Apply(const std::string& worker_id, const v1::StageProgress& p,
+             absl::Time now);
+
+  // A stage replica finished; returns how many have. An output stage's
+  // final test metrics are kept.
+  size_t MarkFinished(const v1::StageProgress& p, bool output_stage);
+
+  // Fills `status`'s per-stage fields, loss, loss curve, test metrics, step
+  // and samples/s. `stage_workers[s][r]` is the worker of stage s replica
+  // r; `state_of` gives a worker's state.
+  void FillStatus(
+      const std::vector<std::vector<std::string>>& stage_workers,
+      const std::function<v1::WorkerState(const std::string&)>& state_of,
+      v1::JobStatus* status) const;
+
+  v1::GetTraceResponse Trace() const;
+  double loss() const { return loss_; }
+
+ private:
+  struct Replica {
+    int64_t committed_version = 0;
+    std::vector<v1::InFlight> in_flight;
+    int64_t minibatches_done = 0;
+    std::deque<double> step_ms;
+    double utilization = 0;
+    int64_t bytes_sent = 0, bytes_received = 0;
+    v1::StageProgress memory;  // The memory fields of the latest report.
+    // For samples/s: (time, minibatches_done) of the first and last report.
+    absl::Time first_report = absl::InfinitePast();
+    int64_t first_done = 0;
+    absl::Time last_report = absl::InfinitePast();
+  };
+  using Key = std::pair<int, int>;  // (stage, replica)
+
+  void ApplyCounters(Replica& r, const v1::StageProgress& p, absl::Time now);
+  void ApplyLosses(const v1::StageProgress& p);
+  void AddLossPoint(const v1::LossPoint& point);
+  void ApplyTrace(const std::string& worker_id, const v1::StageProgress& p);
+  // Adds replica `r`'s figures to `stage`; returns its samples/s.
+  double AddReplica(const Replica& r, v1::StageStatus* stage,
+                    std::vector<double>* step_ms) const;
+
+  int64_t batch_size_ = 0;
+  std::map<Key, Replica> replicas_;
+  std::map<Key, bool> finished_;
+  std::vector<v1::LossPoint> loss_curve_;
+  // Shares of minibatch losses from replicated output stages: (sum,
+  // samples) until the whole minibatch is in.
+  std::map<int64_t, std::pair<double, int64_t>> loss_shares_;
+  int64_t loss_stride_ = 1;
+  double loss_ = 0;
+  double test_accuracy_ = 0, test_loss_ = 0;
+  std::map<Key, v1::StageTrace> trace_;
+  int64_t trace_events_ = 0, trace_dropped_ = 0;
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COORDINATOR_JOBS_LEDGER_H_

@@ -1,0 +1,120 @@
+#include "coordinator/jobs/ledger.h"
+
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+v1::StageProgress Report(int stage, int replica, int64_t done) {
+  v1::StageProgress p;
+  p.set_stage(stage);
+  p.set_replica(replica);
+  p.set_minibatches_done(done);
+  p.set_committed_version(done);
+  return p;
+}
+
+v1::WorkerState Healthy(const std::string&) { return v1::WORKER_HEALTHY; }
+
+TEST(JobLedgerTest, StatusAggregatesReplicasAndRates) {
+  JobLedger ledger(64);
+  v1::StageProgress a = Report(0, 0, 10);
+  a.add_step_ms(5);
+  a.add_step_ms(7);
+  a.set_bytes_sent(100);
+  ledger.Apply("w0", a, kT0);
+  ledger.Apply("w0", Report(0, 0, 20), kT0 + absl::Seconds(2));
+  v1::StageProgress b = Report(1, 0, 18);
+  b.set_peak_rss_bytes(1000);
+  b.set_utilization(0.5);
+  ledger.Apply("w1", b, kT0);
+  ledger.Apply("w1", Report(1, 0, 19), kT0 + absl::Seconds(1));
+  v1::JobStatus s;
+  ledger.FillStatus({{"w0"}, {"w1"}}, Healthy, &s);
+  ASSERT_EQ(s.stages_size(), 2);
+  EXPECT_EQ(s.stages(0).committed_version(), 20);
+  EXPECT_EQ(s.stages(0).bytes_sent(), 100);
+  EXPECT_EQ(s.stages(0).step_ms_p50(), 5);
+  EXPECT_EQ(s.stages(0).step_ms_p99(), 7);
+  EXPECT_DOUBLE_EQ(s.stages(0).samples_per_second(), 10 * 64 / 2.0);
+  EXPECT_EQ(s.stages(1).peak_rss_bytes(), 1000);
+  EXPECT_EQ(s.stages(1).worker_states(0), v1::WORKER_HEALTHY);
+  // The job's step and rate are the output stage's.
+  EXPECT_EQ(s.step(), 19);
+  EXPECT_DOUBLE_EQ(s.samples_per_second(), 64.0);
+}
+
+TEST(JobLedgerTest, SharesOfAMinibatchLossAreMergedWhenAllAreIn) {
+  JobLedger ledger(64);
+  v1::StageProgress r0 = Report(1, 0, 1), r1 = Report(1, 1, 1);
+  v1::LossPoint* p = r0.add_losses();
+  p->set_minibatch(0);
+  p->set_loss(1.0);
+  p->set_samples(32);
+  p = r1.add_losses();
+  p->set_minibatch(0);
+  p->set_loss(3.0);
+  p->set_samples(32);
+  ledger.Apply("a", r0, kT0);
+  v1::JobStatus before;
+  ledger.FillStatus({{"x"}, {"a", "b"}}, Healthy, &before);
+  EXPECT_EQ(before.loss_curve_size(), 0);
+  ledger.Apply("b", r1, kT0);
+  v1::JobStatus after;
+  ledger.FillStatus({{"x"}, {"a", "b"}}, Healthy, &after);
+  ASSERT_EQ(after.loss_curve_size(), 1);
+  EXPECT_DOUBLE_EQ(after.loss_curve(0).loss(), 2.0);
+  EXPECT_EQ(after.loss_curve(0).samples(), 64);
+  EXPECT_DOUBLE_EQ(ledger.loss(), 2.0);
+}
+
+TEST(JobLedgerTest, LossCurveHalvesItsResolutionPastTheLimit) {
+  JobLedger ledger(8);
+  v1::StageProgress r = Report(0, 0, 0);
+  const int n = static_cast<int>(JobLedger::kMaxLossPoints) * 3;
+  for (int m = 0; m < n; ++m) {
+    v1::LossPoint* p = r.add_losses();
+    p->set_minibatch(m);
+    p->set_loss(m);
+  }
+  ledger.Apply("w", r, kT0);
+  v1::JobStatus s;
+  ledger.FillStatus({{"w"}}, Healthy, &s);
+  EXPECT_LE(s.loss_curve_size(), static_cast<int>(JobLedger::kMaxLossPoints));
+  EXPECT_GT(s.loss_curve_size(),
+            static_cast<int>(JobLedger::kMaxLossPoints / 2));
+  EXPECT_EQ(s.loss_curve(0).minibatch(), 0);
+  EXPECT_EQ(s.loss(), n - 1);
+}
+
+TEST(JobLedgerTest, FinishedReplicasAndTestMetrics) {
+  JobLedger ledger(8);
+  v1::StageProgress last = Report(1, 0, 5);
+  last.set_test_accuracy(0.9);
+  last.set_test_loss(0.3);
+  EXPECT_EQ(ledger.MarkFinished(Report(0, 0, 5), false), 1u);
+  EXPECT_EQ(ledger.MarkFinished(last, true), 2u);
+  EXPECT_EQ(ledger.MarkFinished(last, true), 2u);  // Counted once.
+  v1::JobStatus s;
+  ledger.FillStatus({{"a"}, {"b"}}, Healthy, &s);
+  EXPECT_DOUBLE_EQ(s.test_accuracy(), 0.9);
+  EXPECT_DOUBLE_EQ(s.test_loss(), 0.3);
+}
+
+TEST(JobLedgerTest, TraceKeepsEventsPerReplica) {
+  JobLedger ledger(8);
+  v1::StageProgress r = Report(0, 0, 1);
+  r.add_events()->set_name("F mb=0 v=0");
+  r.add_events()->set_name("B mb=0 v=0");
+  ledger.Apply("w0", r, kT0);
+  v1::GetTraceResponse t = ledger.Trace();
+  ASSERT_EQ(t.stages_size(), 1);
+  EXPECT_EQ(t.stages(0).worker_id(), "w0");
+  EXPECT_EQ(t.stages(0).events_size(), 2);
+  EXPECT_EQ(t.dropped(), 0);
+}
+
+}  // namespace
+}  // namespace aqueduct
