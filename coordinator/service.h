@@ -1,20 +1,28 @@
-// GrpcCoordinatorService: the Coordinator gRPC service, a thin adapter that
-// translates each call to CoordinatorCore and converts the status. Blocking
-// calls (StoreGet with a wait, WatchJob) wait with deadlines and end when the
-// client goes away.
+// GrpcCoordinatorService: the Coordinator gRPC service, a thin adapter over
+// a CoordinatorHandler (handler.h): each call is translated, given the
+// client's deadline and its status converted. Blocking calls (StoreGet with
+// a wait, WatchJob) end by their deadline or when the client goes away.
 //
-// Thread-safe (the core is).
+// Private to the coordinator daemon (and its process-level tests).
+// Thread-safe (the handler is).
 #ifndef AQUEDUCT_COORDINATOR_SERVICE_H_
 #define AQUEDUCT_COORDINATOR_SERVICE_H_
 
-#include "coordinator/core.h"
+#include <memory>
+
+#include "coordinator/handler.h"
 #include "proto/service.grpc.pb.h"
 
 namespace aqueduct {
 
 class GrpcCoordinatorService final : public v1::Coordinator::Service {
  public:
-  explicit GrpcCoordinatorService(CoordinatorCore* core) : core_(core) {}
+  // `handler` is not owned.
+  explicit GrpcCoordinatorService(CoordinatorHandler* handler)
+      : handler_(handler) {}
+  // Serves `core` through the handler over it (NewCoordinatorHandler).
+  explicit GrpcCoordinatorService(CoordinatorCore* core)
+      : owned_(NewCoordinatorHandler(core)), handler_(owned_.get()) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const v1::RegisterWorkerRequest* request,
@@ -33,13 +41,13 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
                          v1::SubmitJobResponse* response) override;
   grpc::Status GetJob(grpc::ServerContext* ctx,
                       const v1::GetJobRequest* request,
-                      JobStatus* response) override;
+                      v1::JobStatus* response) override;
   grpc::Status ListJobs(grpc::ServerContext* ctx,
                         const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx,
                         const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<JobStatus>* writer) override;
+                        grpc::ServerWriter<v1::JobStatus>* writer) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx,
                          const v1::CancelJobRequest* request,
                          v1::CancelJobResponse* response) override;
@@ -48,7 +56,7 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
                            v1::ListWorkersResponse* response) override;
   grpc::Status GetPlan(grpc::ServerContext* ctx,
                        const v1::GetPlanRequest* request,
-                       PartitionPlan* response) override;
+                       v1::PartitionPlan* response) override;
   grpc::Status GetTrace(grpc::ServerContext* ctx,
                         const v1::GetTraceRequest* request,
                         v1::GetTraceResponse* response) override;
@@ -63,7 +71,8 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
                         v1::StoreAddResponse* response) override;
 
  private:
-  CoordinatorCore* core_;
+  std::unique_ptr<CoordinatorHandler> owned_;
+  CoordinatorHandler* handler_;
 };
 
 }  // namespace aqueduct

@@ -6,6 +6,7 @@
 
 #include "common/device/cpu_device.h"
 #include "gtest/gtest.h"
+#include "pipeline/spec.h"
 #include "worker/nn/loss.h"
 
 namespace aqueduct {

@@ -1,0 +1,76 @@
+// CoordinatorHandler: the Coordinator service's calls as messages and
+// absl::Status, without gRPC. The gRPC adapter (service.h) translates each
+// call, applies the deadline and converts the status; the handler checks
+// the request and calls the coordinator's logic (core.h). Tests call the
+// handler directly.
+//
+// Thread-safety: implementations are thread-safe. Calls that wait (StoreGet
+// with a wait, WatchJob) end by `deadline`.
+#ifndef AQUEDUCT_COORDINATOR_HANDLER_H_
+#define AQUEDUCT_COORDINATOR_HANDLER_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/service.pb.h"
+
+namespace aqueduct {
+
+class CoordinatorCore;
+
+class CoordinatorHandler {
+ public:
+  virtual ~CoordinatorHandler() = default;
+
+  // Workers.
+  virtual absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request) = 0;
+  virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request) = 0;
+  virtual absl::StatusOr<v1::DeregisterWorkerResponse> DeregisterWorker(
+      const v1::DeregisterWorkerRequest& request) = 0;
+  virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
+      const v1::ReportProgressRequest& request) = 0;
+
+  // Jobs.
+  virtual absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
+      const v1::SubmitJobRequest& request) = 0;
+  virtual absl::StatusOr<v1::JobStatus> GetJob(
+      const v1::GetJobRequest& request) = 0;
+  virtual absl::StatusOr<v1::ListJobsResponse> ListJobs(
+      const v1::ListJobsRequest& request) = 0;
+  // Calls `write` with the job's status whenever it changes (at most
+  // max_rate_hz times a second), until the job is final, `write` returns
+  // false (the client went away), `cancelled` returns true, or `deadline`
+  // (DEADLINE_EXCEEDED).
+  virtual absl::Status WatchJob(
+      const v1::WatchJobRequest& request, absl::Time deadline,
+      const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::JobStatus&)>& write) = 0;
+  virtual absl::StatusOr<v1::CancelJobResponse> CancelJob(
+      const v1::CancelJobRequest& request) = 0;
+  virtual absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
+      const v1::ListWorkersRequest& request) = 0;
+  virtual absl::StatusOr<v1::PartitionPlan> GetPlan(
+      const v1::GetPlanRequest& request) = 0;
+  virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
+      const v1::GetTraceRequest& request) = 0;
+
+  // The rendezvous store.
+  virtual absl::StatusOr<v1::StoreSetResponse> StoreSet(
+      const v1::StoreSetRequest& request) = 0;
+  virtual absl::StatusOr<v1::StoreGetResponse> StoreGet(
+      const v1::StoreGetRequest& request, absl::Time deadline) = 0;
+  virtual absl::StatusOr<v1::StoreAddResponse> StoreAdd(
+      const v1::StoreAddRequest& request) = 0;
+};
+
+// The handler over the coordinator's core (not owned; must outlive it).
+std::unique_ptr<CoordinatorHandler> NewCoordinatorHandler(
+    CoordinatorCore* core);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COORDINATOR_HANDLER_H_
