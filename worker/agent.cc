@@ -1,22 +1,36 @@
 #include "worker/agent.h"
 
-#include <chrono>
+#include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_format.h"
-#include "common/grpc_status.h"
 #include "common/logging.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/support/channel_arguments.h"
+#include "worker/runtime/stage_runtime.h"
 
 namespace aqueduct {
 
 namespace {
 
-void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(timeout));
+// The daemon's StageRuntime as the agent's AgentRuntime.
+class StageRuntimeAdapter final : public AgentRuntime {
+ public:
+  explicit StageRuntimeAdapter(StageRuntime* runtime) : runtime_(runtime) {}
+  std::vector<StageProgress> TakeProgress() override {
+    return runtime_->TakeProgress();
+  }
+  std::string current_job() const override { return runtime_->current_job(); }
+  absl::Status Stop(const std::string& job_id,
+                    const std::string& reason) override {
+    return runtime_->Stop(job_id, reason);
+  }
+
+ private:
+  StageRuntime* const runtime_;
+};
+
+// Worth keeping a report for: the coordinator may not have seen it.
+bool Unreached(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
 
 }  // namespace
@@ -28,16 +42,31 @@ std::string NewIncarnationId() {
                          absl::ToUnixMicros(absl::Now()) & 0xffffff);
 }
 
-WorkerAgent::WorkerAgent(const AgentOptions& options, StageRuntime* runtime)
-    : options_(options), runtime_(runtime), rng_(std::random_device{}()) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
-  stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(
-      options_.coordinator_address, grpc::InsecureChannelCredentials(), args));
+WorkerAgent::WorkerAgent(const AgentOptions& options, AgentRuntime* runtime,
+                         CoordinatorClient* client, const Clock* clock)
+    : options_(options),
+      runtime_(runtime),
+      client_(client),
+      clock_(clock),
+      backoff_(options.initial_backoff),
+      rng_(options.seed != 0 ? options.seed : std::random_device{}()) {
   info_ = options_.info;
   if (info_.incarnation().empty()) info_.set_incarnation(NewIncarnationId());
 }
+
+WorkerAgent::WorkerAgent(const AgentOptions& options,
+                         std::unique_ptr<AgentRuntime> owned_runtime,
+                         std::unique_ptr<CoordinatorClient> owned_client)
+    : WorkerAgent(options, owned_runtime.get(), owned_client.get(),
+                  RealClock::Get()) {
+  // The delegated constructor only stored the pointers; take ownership.
+  owned_runtime_ = std::move(owned_runtime);
+  owned_client_ = std::move(owned_client);
+}
+
+WorkerAgent::WorkerAgent(const AgentOptions& options, StageRuntime* runtime)
+    : WorkerAgent(options, std::make_unique<StageRuntimeAdapter>(runtime),
+                  NewGrpcCoordinatorClient(options.coordinator_address)) {}
 
 WorkerAgent::~WorkerAgent() { Stop(); }
 
@@ -50,148 +79,217 @@ WorkerInfo WorkerAgent::info() const {
   return info_;
 }
 
+bool WorkerAgent::registered() const {
+  absl::MutexLock lock(&mu_);
+  return registered_;
+}
+
 bool WorkerAgent::WaitRegistered(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithTimeout(absl::Condition(&registered_), timeout);
 }
 
-void WorkerAgent::NewIncarnation() {
-  absl::MutexLock lock(&mu_);
-  info_.set_incarnation(NewIncarnationId());
-  registered_ = false;
+void WorkerAgent::Loop() {
+  while (SleepUntil(RunOnce())) {
+  }
 }
 
-bool WorkerAgent::Register() {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.rpc_timeout);
+bool WorkerAgent::SleepUntil(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  // The clock says how long; the wait itself is real time, cut short by
+  // Stop().
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), deadline - clock_->Now());
+  return !stopping_;
+}
+
+absl::Time WorkerAgent::RunOnce() {
+  absl::MutexLock loop_lock(&loop_mu_);
+  const absl::Time now = clock_->Now();
+  if (!registered()) {
+    if (now < next_register_ || !RegisterLocked(now)) return next_register_;
+  }
+  if (now >= next_heartbeat_) {
+    HeartbeatLocked(now);
+    if (!registered()) return next_register_;
+  }
+  if (now >= next_progress_) {
+    next_progress_ = now + options_.progress_interval;
+    SendProgressLocked();
+  }
+  return std::min(next_heartbeat_, next_progress_);
+}
+
+absl::Duration WorkerAgent::NextBackoffLocked() {
+  // Exponential backoff with jitter: half to all of the current step.
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  const absl::Duration wait = backoff_ * jitter(rng_);
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  return wait;
+}
+
+bool WorkerAgent::RegisterLocked(absl::Time now) {
   v1::RegisterWorkerRequest request;
   *request.mutable_info() = info();
-  v1::RegisterWorkerResponse response;
-  const grpc::Status s = stub_->RegisterWorker(&ctx, request, &response);
-  if (!s.ok()) {
-    AQ_LOG_WARN("registering with {} failed: {} ({})",
-                options_.coordinator_address, s.error_message(),
-                static_cast<int>(s.error_code()));
+  absl::StatusOr<v1::RegisterWorkerResponse> response =
+      client_->RegisterWorker(request, options_.rpc_timeout);
+  if (!response.ok()) {
+    AQ_LOG_WARN("registering with {} failed: {}", options_.coordinator_address,
+                response.status().ToString());
+    // Our incarnation is final (or the versions differ, which a new
+    // incarnation does not mend, but does not harm either).
+    if (absl::IsFailedPrecondition(response.status())) {
+      LoseIncarnationLocked(response.status());
+    }
+    next_register_ = now + NextBackoffLocked();
     return false;
   }
+  backoff_ = options_.initial_backoff;
+  heartbeat_interval_ =
+      std::max(options_.min_heartbeat_interval,
+               absl::Milliseconds(response->heartbeat_interval_ms()));
+  next_heartbeat_ = now + heartbeat_interval_;
+  next_progress_ = now;
   absl::MutexLock lock(&mu_);
   registered_ = true;
-  heartbeat_interval_ = absl::Milliseconds(
-      std::max<int64_t>(50, response.heartbeat_interval_ms()));
   AQ_LOG_INFO(
       "registered with coordinator {} (version {}) as {} incarnation {}",
-      options_.coordinator_address, response.coordinator_version(),
+      options_.coordinator_address, response->coordinator_version(),
       info_.worker_id(), info_.incarnation());
   return true;
 }
 
-void WorkerAgent::SendProgress() {
-  std::vector<StageProgress> stages = runtime_->TakeProgress();
-  if (stages.empty()) return;
+void WorkerAgent::HeartbeatLocked(absl::Time now) {
+  next_heartbeat_ = now + heartbeat_interval_;
   const WorkerInfo me = info();
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.rpc_timeout);
+  v1::HeartbeatRequest request;
+  request.set_worker_id(me.worker_id());
+  request.set_incarnation(me.incarnation());
+  request.set_job_id(runtime_->current_job());
+  absl::StatusOr<v1::HeartbeatResponse> response =
+      client_->Heartbeat(request, options_.rpc_timeout);
+  if (response.ok()) {
+    for (const std::string& job : response->stop_jobs()) {
+      (void)runtime_->Stop(job, "the coordinator says the job is over");
+    }
+  } else if (absl::IsFailedPrecondition(response.status())) {
+    // Fenced or expired: our job was failed; start over.
+    AQ_LOG_WARN("coordinator refused the heartbeat: {}; re-registering",
+                response.status().ToString());
+    LoseIncarnationLocked(response.status());
+    SetUnregisteredLocked(now);
+  } else if (absl::IsNotFound(response.status())) {
+    AQ_LOG_WARN(
+        "the coordinator does not know this worker ({}); "
+        "re-registering",
+        response.status().ToString());
+    SetUnregisteredLocked(now);
+  } else {
+    AQ_LOG_WARN("heartbeat failed: {}", response.status().ToString());
+  }
+}
+
+void WorkerAgent::LoseIncarnationLocked(const absl::Status& why) {
+  const std::string job = runtime_->current_job();
+  if (!job.empty()) {
+    (void)runtime_->Stop(
+        job,
+        absl::StrFormat("this worker's lease was lost: %s", why.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  info_.set_incarnation(NewIncarnationId());
+}
+
+void WorkerAgent::SetUnregisteredLocked(absl::Time register_at) {
+  if (!unsent_.empty()) {
+    AQ_LOG_WARN("dropping {} unsent progress reports: registering again",
+                unsent_.size());
+  }
+  unsent_.clear();
+  unsent_bytes_ = 0;
+  backoff_ = options_.initial_backoff;
+  next_register_ = register_at;
+  absl::MutexLock lock(&mu_);
+  registered_ = false;
+}
+
+void WorkerAgent::KeepProgressLocked(StageProgress progress) {
+  const int64_t bytes = static_cast<int64_t>(progress.ByteSizeLong());
+  unsent_.push_back({std::move(progress), bytes});
+  unsent_bytes_ += bytes;
+  int dropped = 0;
+  while (unsent_bytes_ > options_.max_unsent_progress_bytes &&
+         unsent_.size() > 1) {
+    unsent_bytes_ -= unsent_.front().bytes;
+    unsent_.pop_front();
+    ++dropped;
+  }
+  if (dropped > 0) {
+    AQ_LOG_WARN("dropped the {} oldest unsent progress reports (over {} bytes)",
+                dropped, options_.max_unsent_progress_bytes);
+  }
+}
+
+void WorkerAgent::SendProgressLocked() {
+  for (StageProgress& p : runtime_->TakeProgress()) {
+    KeepProgressLocked(std::move(p));
+  }
+  while (!unsent_.empty() && SendUnsentBatchLocked()) {
+  }
+}
+
+bool WorkerAgent::SendUnsentBatchLocked() {
+  const WorkerInfo me = info();
   v1::ReportProgressRequest request;
   request.set_worker_id(me.worker_id());
   request.set_incarnation(me.incarnation());
-  for (StageProgress& p : stages) *request.add_stages() = std::move(p);
-  v1::ReportProgressResponse response;
-  const grpc::Status s = stub_->ReportProgress(&ctx, request, &response);
+  size_t n = 0;
+  int64_t bytes = 0;
+  while (n < unsent_.size() &&
+         (n == 0 || bytes + unsent_[n].bytes <= options_.max_report_bytes)) {
+    *request.add_stages() = unsent_[n].progress;
+    bytes += unsent_[n].bytes;
+    ++n;
+  }
+  const absl::Status s = client_->ReportProgress(request, options_.rpc_timeout);
+  if (Unreached(s)) {
+    AQ_LOG_WARN("progress report not delivered ({}); {} reports kept",
+                s.ToString(), unsent_.size());
+    return false;
+  }
   if (!s.ok()) {
-    AQ_LOG_WARN("progress report refused: {}", s.error_message());
+    AQ_LOG_WARN("progress report refused: {}", s.ToString());
   }
-}
-
-void WorkerAgent::Loop() {
-  absl::Duration backoff = options_.initial_backoff;
-  absl::Time next_heartbeat = absl::InfinitePast();
-  while (!stopping_) {
-    bool registered;
-    absl::Duration interval;
-    {
-      absl::MutexLock lock(&mu_);
-      registered = registered_;
-      interval = heartbeat_interval_;
-    }
-    if (!registered) {
-      if (Register()) {
-        backoff = options_.initial_backoff;
-        next_heartbeat = absl::Now() + interval;
-        continue;
-      }
-      // Exponential backoff with full jitter.
-      std::uniform_real_distribution<double> jitter(0.5, 1.0);
-      const absl::Duration wait = backoff * jitter(rng_);
-      backoff = std::min(backoff * 2, options_.max_backoff);
-      const absl::Time until = absl::Now() + wait;
-      while (!stopping_ && absl::Now() < until) {
-        absl::SleepFor(std::min(absl::Milliseconds(50), until - absl::Now()));
-      }
-      continue;
-    }
-    if (absl::Now() >= next_heartbeat) {
-      next_heartbeat = absl::Now() + interval;
-      const WorkerInfo me = info();
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx, options_.rpc_timeout);
-      v1::HeartbeatRequest request;
-      request.set_worker_id(me.worker_id());
-      request.set_incarnation(me.incarnation());
-      request.set_job_id(runtime_->current_job());
-      v1::HeartbeatResponse response;
-      const grpc::Status s = stub_->Heartbeat(&ctx, request, &response);
-      if (s.ok()) {
-        for (const std::string& job : response.stop_jobs()) {
-          (void)runtime_->Stop(job, "the coordinator says the job is over");
-        }
-      } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        // Fenced or expired: our job was failed; start over.
-        AQ_LOG_WARN("coordinator refused the heartbeat: {}; re-registering",
-                    s.error_message());
-        const std::string job = runtime_->current_job();
-        if (!job.empty()) {
-          (void)runtime_->Stop(job, "this worker's lease was lost");
-        }
-        NewIncarnation();
-      } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-        // The coordinator restarted and forgot us.
-        absl::MutexLock lock(&mu_);
-        registered_ = false;
-      } else {
-        AQ_LOG_WARN("heartbeat failed: {}", s.error_message());
-      }
-    }
-    SendProgress();
-    const absl::Time wake =
-        std::min(next_heartbeat, absl::Now() + options_.progress_interval);
-    while (!stopping_ && absl::Now() < wake) {
-      absl::SleepFor(std::min(absl::Milliseconds(20), wake - absl::Now()));
-    }
-  }
+  unsent_.erase(unsent_.begin(), unsent_.begin() + n);
+  unsent_bytes_ -= bytes;
+  return true;
 }
 
 void WorkerAgent::Stop() {
-  if (stopping_.exchange(true)) return;
-  if (thread_.joinable()) thread_.join();
-  SendProgress();
-  bool registered;
   {
     absl::MutexLock lock(&mu_);
-    registered = registered_;
+    if (stopping_) return;
+    stopping_ = true;
   }
-  if (!registered) return;
+  if (thread_.joinable()) thread_.join();
+  {
+    absl::MutexLock loop_lock(&loop_mu_);
+    if (registered()) SendProgressLocked();
+  }
+  Deregister();
+}
+
+void WorkerAgent::Deregister() {
+  if (!registered()) return;
   const WorkerInfo me = info();
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.rpc_timeout);
   v1::DeregisterWorkerRequest request;
   request.set_worker_id(me.worker_id());
   request.set_incarnation(me.incarnation());
-  v1::DeregisterWorkerResponse response;
-  const grpc::Status s = stub_->DeregisterWorker(&ctx, request, &response);
+  const absl::Status s =
+      client_->DeregisterWorker(request, options_.rpc_timeout);
   if (s.ok()) {
     AQ_LOG_INFO("deregistered {}", me.worker_id());
   } else {
-    AQ_LOG_WARN("deregistering failed: {}", s.error_message());
+    AQ_LOG_WARN("deregistering failed: {}", s.ToString());
   }
 }
 

@@ -1,55 +1,68 @@
-// The coordinator's rendezvous store (StoreSet/StoreGet RPCs) as a
-// RendezvousStore for the Gloo communicator. Thread-safe.
+// The coordinator's rendezvous store (the StoreSet/StoreGet/StoreAdd RPCs)
+// as a RendezvousStore, for the Gloo communicator and NCCL channels of a
+// pipeline job. Goes through a CoordinatorClient, so tests pass a fake.
+//
+// Thread-safe (as the CoordinatorClient it uses).
 #ifndef AQUEDUCT_WORKER_RUNTIME_COORDINATOR_STORE_H_
 #define AQUEDUCT_WORKER_RUNTIME_COORDINATOR_STORE_H_
 
-#include <chrono>
 #include <memory>
 #include <string>
 
-#include "common/comm/gloo_communicator.h"
-#include "common/grpc_status.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "proto/service.grpc.pb.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/comm/rendezvous_store.h"
+#include "common/coordinator_client.h"
 
 namespace aqueduct {
 
 class CoordinatorStore final : public RendezvousStore {
  public:
+  // Deadline of a Set or Add, and what a Get's deadline adds to its wait.
+  static constexpr absl::Duration kSetTimeout = absl::Seconds(10);
+  static constexpr absl::Duration kGetSlack = absl::Seconds(5);
+
+  // Over `client`, which must outlive the store.
+  explicit CoordinatorStore(CoordinatorClient* client) : client_(client) {}
+  // Over a gRPC client of its own to the coordinator at `address`.
   explicit CoordinatorStore(const std::string& address)
-      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {}
+      : owned_(NewGrpcCoordinatorClient(address)), client_(owned_.get()) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(10));
     v1::StoreSetRequest request;
     request.set_key(key);
     request.set_value(value);
-    v1::StoreSetResponse response;
-    return FromGrpcStatus(stub_->StoreSet(&ctx, request, &response));
+    return client_->StoreSet(request, kSetTimeout);
   }
 
+  // Waits up to `wait` on the coordinator for the key; DEADLINE_EXCEEDED
+  // (naming the key) if it is not set by then.
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration wait) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     absl::ToChronoMilliseconds(wait) +
-                     std::chrono::seconds(5));
     v1::StoreGetRequest request;
     request.set_key(key);
     request.set_wait_ms(absl::ToInt64Milliseconds(wait));
-    v1::StoreGetResponse response;
-    const grpc::Status s = stub_->StoreGet(&ctx, request, &response);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return response.value();
+    absl::StatusOr<v1::StoreGetResponse> response =
+        client_->StoreGet(request, wait + kGetSlack);
+    if (!response.ok()) return response.status();
+    return std::move(*response->mutable_value());
+  }
+
+  // Adds `delta` to the counter at `key` (0 if unset); returns its new value.
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) {
+    v1::StoreAddRequest request;
+    request.set_key(key);
+    request.set_delta(delta);
+    absl::StatusOr<v1::StoreAddResponse> response =
+        client_->StoreAdd(request, kSetTimeout);
+    if (!response.ok()) return response.status();
+    return response->value();
   }
 
  private:
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<CoordinatorClient> owned_;  // Null when not owned.
+  CoordinatorClient* const client_;
 };
 
 }  // namespace aqueduct

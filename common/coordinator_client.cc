@@ -1,0 +1,153 @@
+#include "common/coordinator_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/grpc_status.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/service.grpc.pb.h"
+
+namespace aqueduct {
+namespace {
+
+using Stub = v1::Coordinator::Stub;
+
+template <typename Request, typename Response>
+using UnaryMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Request&,
+                                           Response*);
+
+// Deadlines are clamped to [1 ms, 1 year]: an infinite timeout still gets
+// one, and a zero or negative one fails fast instead of never.
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  timeout = std::clamp(timeout, absl::Milliseconds(1), absl::Hours(24 * 365));
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(timeout));
+}
+
+class GrpcCoordinatorClient final : public CoordinatorClient {
+ public:
+  explicit GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> channel)
+      : stub_(v1::Coordinator::NewStub(std::move(channel))) {}
+
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request,
+      absl::Duration timeout) override {
+    return Call(&Stub::RegisterWorker, request, timeout);
+  }
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::Heartbeat, request, timeout);
+  }
+  absl::Status DeregisterWorker(const v1::DeregisterWorkerRequest& request,
+                                absl::Duration timeout) override {
+    return Call(&Stub::DeregisterWorker, request, timeout).status();
+  }
+  absl::Status ReportProgress(const v1::ReportProgressRequest& request,
+                              absl::Duration timeout) override {
+    return Call(&Stub::ReportProgress, request, timeout).status();
+  }
+
+  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
+      const v1::SubmitJobRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::SubmitJob, request, timeout);
+  }
+  absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& request,
+                                       absl::Duration timeout) override {
+    return Call(&Stub::GetJob, request, timeout);
+  }
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(
+      const v1::ListJobsRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::ListJobs, request, timeout);
+  }
+  absl::Status WatchJob(
+      const v1::WatchJobRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::JobStatus&)>& on_update) override;
+  absl::StatusOr<v1::CancelJobResponse> CancelJob(
+      const v1::CancelJobRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::CancelJob, request, timeout);
+  }
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
+      const v1::ListWorkersRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::ListWorkers, request, timeout);
+  }
+  absl::StatusOr<v1::PartitionPlan> GetPlan(const v1::GetPlanRequest& request,
+                                            absl::Duration timeout) override {
+    return Call(&Stub::GetPlan, request, timeout);
+  }
+  absl::StatusOr<v1::GetTraceResponse> GetTrace(
+      const v1::GetTraceRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::GetTrace, request, timeout);
+  }
+
+  absl::Status StoreSet(const v1::StoreSetRequest& request,
+                        absl::Duration timeout) override {
+    return Call(&Stub::StoreSet, request, timeout).status();
+  }
+  absl::StatusOr<v1::StoreGetResponse> StoreGet(
+      const v1::StoreGetRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::StoreGet, request, timeout);
+  }
+  absl::StatusOr<v1::StoreAddResponse> StoreAdd(
+      const v1::StoreAddRequest& request, absl::Duration timeout) override {
+    return Call(&Stub::StoreAdd, request, timeout);
+  }
+
+ private:
+  // One unary call with a deadline; the status converted to absl.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(UnaryMethod<Request, Response> method,
+                                const Request& request,
+                                absl::Duration timeout) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    Response response;
+    const grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
+  const std::unique_ptr<Stub> stub_;
+};
+
+absl::Status GrpcCoordinatorClient::WatchJob(
+    const v1::WatchJobRequest& request, absl::Duration timeout,
+    const std::function<bool(const v1::JobStatus&)>& on_update) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::JobStatus>> reader =
+      stub_->WatchJob(&ctx, request);
+  v1::JobStatus status;
+  while (reader->Read(&status)) {
+    if (on_update(status)) continue;
+    // The caller has seen enough: cancel, drain, and report success.
+    ctx.TryCancel();
+    while (reader->Read(&status)) {
+    }
+    (void)reader->Finish();
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+}  // namespace
+
+std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
+    std::shared_ptr<grpc::Channel> channel) {
+  return std::make_unique<GrpcCoordinatorClient>(std::move(channel));
+}
+
+std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
+    const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return NewGrpcCoordinatorClient(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,96 @@
+// How workers, the `aq` client and tools talk to the coordinator's
+// aqueduct.v1.Coordinator service: one method per RPC, taking the request
+// message and a timeout and returning absl::Status or the response. The gRPC
+// implementation is built by NewGrpcCoordinatorClient; tests pass fakes.
+//
+// Every call carries a deadline of `timeout` from when it is made (clamped
+// to between 1 ms and a year, so an infinite timeout still has one). Errors are
+// the coordinator's status codes (see docs/protocol.md, "Errors"): e.g.
+// UNAVAILABLE when it cannot be reached, DEADLINE_EXCEEDED when it did not
+// answer in time, FAILED_PRECONDITION for a fenced or expired worker
+// incarnation, NOT_FOUND for an unknown worker or job.
+//
+// This header needs no gRPC headers (grpc::Channel is only declared).
+//
+// Implementations must be thread-safe: one client may be shared by several
+// threads (the agent, the stage runtime's rendezvous store).
+#ifndef AQUEDUCT_COMMON_COORDINATOR_CLIENT_H_
+#define AQUEDUCT_COMMON_COORDINATOR_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/service.pb.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace aqueduct {
+
+class CoordinatorClient {
+ public:
+  virtual ~CoordinatorClient() = default;
+
+  // ---- Workers.
+  virtual absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request, absl::Duration timeout) = 0;
+  virtual absl::Status DeregisterWorker(
+      const v1::DeregisterWorkerRequest& request, absl::Duration timeout) = 0;
+  virtual absl::Status ReportProgress(const v1::ReportProgressRequest& request,
+                                      absl::Duration timeout) = 0;
+
+  // ---- Jobs.
+  virtual absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
+      const v1::SubmitJobRequest& request, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::JobStatus> GetJob(const v1::GetJobRequest& request,
+                                               absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::ListJobsResponse> ListJobs(
+      const v1::ListJobsRequest& request, absl::Duration timeout) = 0;
+  // Streams the job's status: calls `on_update` (on the calling thread) for
+  // every update until the coordinator ends the stream (the job reached a
+  // final state: OK), `on_update` returns false (the call is cancelled;
+  // OK), or `timeout` passes since the call began (DEADLINE_EXCEEDED).
+  // Blocks until then.
+  virtual absl::Status WatchJob(
+      const v1::WatchJobRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::JobStatus&)>& on_update) = 0;
+  virtual absl::StatusOr<v1::CancelJobResponse> CancelJob(
+      const v1::CancelJobRequest& request, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
+      const v1::ListWorkersRequest& request, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::PartitionPlan> GetPlan(
+      const v1::GetPlanRequest& request, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
+      const v1::GetTraceRequest& request, absl::Duration timeout) = 0;
+
+  // ---- Rendezvous store. StoreGet waits up to `request.wait_ms` for the
+  // key on the coordinator; `timeout` must cover that wait.
+  virtual absl::Status StoreSet(const v1::StoreSetRequest& request,
+                                absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::StoreGetResponse> StoreGet(
+      const v1::StoreGetRequest& request, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<v1::StoreAddResponse> StoreAdd(
+      const v1::StoreAddRequest& request, absl::Duration timeout) = 0;
+};
+
+// A client over `channel` (shared: several clients may use one channel).
+std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
+    std::shared_ptr<grpc::Channel> channel);
+
+// A client over a new insecure channel to `address` (host:port), with
+// Aqueduct's message size limits (64 MiB each way). The
+// channel connects lazily: an unreachable coordinator shows as UNAVAILABLE
+// on the first calls, not here.
+std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
+    const std::string& address);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COMMON_COORDINATOR_CLIENT_H_
