@@ -251,8 +251,10 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
 absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
   if (contents.ignored_bytes > 0) {
-    AQ_LOG_WARN("journal {}: ignored an unreadable tail of {} bytes", path,
-                contents.ignored_bytes);
+    AQ_LOG_WARN(
+        "journal {}: the record at byte {} is torn or corrupt; ignored the "
+        "{} bytes from there",
+        path, contents.ignored_at, contents.ignored_bytes);
   }
   absl::MutexLock lock(&mu_);
   std::map<std::string, v1::JobSubmitted> submitted;
