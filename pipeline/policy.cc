@@ -131,9 +131,9 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
 }
 
 absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
-                                    int64_t batch_size, int stages) {
+                                    int64_t batch_size, int workers) {
   if (!SplitsMinibatches(policy.schedule)) return 1;
-  const int micro = policy.microbatches > 0 ? policy.microbatches : stages;
+  const int micro = policy.microbatches > 0 ? policy.microbatches : workers;
   if (micro <= 0 || batch_size % micro != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.microbatches=", micro,

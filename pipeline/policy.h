@@ -62,12 +62,12 @@ inline constexpr int kMaxJobWorkers = 100000;
 // the defaults. INVALID_ARGUMENT naming the field.
 absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec);
 
-// Microbatches per minibatch a job runs with on a plan of `stages` stages:
-// 1 for the stashing schedules; otherwise the spec's value, or the number
-// of stages when it sets none. INVALID_ARGUMENT if it does not divide the
-// batch.
+// Microbatches per minibatch a job runs with on `workers` workers: 1 for
+// the stashing schedules; otherwise the spec's value, or the number of
+// workers of the plan when it sets none. INVALID_ARGUMENT if it does not
+// divide the batch.
 absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
-                                    int64_t batch_size, int stages);
+                                    int64_t batch_size, int workers);
 
 // Optimizer steps a job runs: epochs * floor(train_samples / batch_size),
 // capped by max_steps (either may be unset, not both). INVALID_ARGUMENT

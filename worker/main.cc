@@ -3,14 +3,13 @@
 // SIGINT stops the current job after its step, deregisters and exits 0.
 #include <unistd.h>
 
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/device/factory.h"
@@ -22,6 +21,8 @@
 #include "grpcpp/server_builder.h"
 #include "worker/agent.h"
 #include "worker/profiler.h"
+#include "worker/runtime/coordinator_store.h"
+#include "worker/runtime/gloo_data_plane.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/service.h"
 
@@ -52,81 +53,83 @@ ABSL_FLAG(std::string, log_format, "text", "text or json");
 namespace aqueduct {
 namespace {
 
-int Main() {
+constexpr char kDescription[] =
+    "The Aqueduct worker daemon: one device, one stage at a time. Serves\n"
+    "aqueduct.v1.Worker (and grpc.health.v1), registers with the\n"
+    "coordinator and heartbeats. SIGTERM or SIGINT stops the current job\n"
+    "after its step, deregisters and exits 0. Exit codes: 1 when it cannot\n"
+    "start (the log says why), 2 for bad flags or a device this build or\n"
+    "machine lacks.\n";
+
+bool SetUpLogging() {
   logging::LoggingOptions log;
   log.level = absl::GetFlag(FLAGS_log_level);
   log.component = "worker";
-  if (absl::Status s =
-          logging::ParseFormat(absl::GetFlag(FLAGS_log_format), &log.format);
-      !s.ok() || !logging::ConfigureLogging(log).ok()) {
-    std::fprintf(stderr, "worker: bad --log_level or --log_format\n");
-    return 2;
+  absl::Status s =
+      logging::ParseFormat(absl::GetFlag(FLAGS_log_format), &log.format);
+  if (s.ok()) s = logging::ConfigureLogging(log);
+  if (!s.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(s.message()).c_str());
   }
+  return s.ok();
+}
+
+// --device and --gemm_precision; nullopt (after logging why) if bad.
+std::optional<DeviceSpec> DeviceSpecFromFlags() {
   absl::StatusOr<DeviceSpec> device_spec =
       ParseDeviceSpec(absl::GetFlag(FLAGS_device));
   if (!device_spec.ok()) {
     AQ_LOG_ERROR("--device: {}", std::string(device_spec.status().message()));
-    return 2;
+    return std::nullopt;
   }
   absl::StatusOr<GemmPrecision> gemm =
       ParseGemmPrecision(absl::GetFlag(FLAGS_gemm_precision));
   if (!gemm.ok()) {
     AQ_LOG_ERROR("--gemm_precision: {}", std::string(gemm.status().message()));
-    return 2;
+    return std::nullopt;
   }
   device_spec->gemm = *gemm;
-  int threads = absl::GetFlag(FLAGS_threads);
-  if (threads <= 0) {
-    threads =
-        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }
-  BlockTerminationSignals();
+  return *device_spec;
+}
 
-  StageRuntimeOptions runtime_options;
-  runtime_options.device = *device_spec;
-  runtime_options.threads = threads;
-  runtime_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
-  runtime_options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  runtime_options.peer_timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
-  StageRuntime runtime(runtime_options);
-  std::unique_ptr<WorkerAgent> agent;
-  GrpcWorkerService service(&runtime, *device_spec, threads, [&agent] {
-    return agent != nullptr ? agent->info() : WorkerInfo();
-  });
+int ThreadsFromFlags() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads > 0) return threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Serves `service` on --listen and writes --port_file; null (after logging
+// why) if either fails.
+std::unique_ptr<grpc::Server> StartServer(GrpcWorkerService* service,
+                                          int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
+                           grpc::InsecureServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
-  builder.RegisterService(&service);
+  builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr || *port == 0) {
     AQ_LOG_ERROR("cannot listen on {}", absl::GetFlag(FLAGS_listen));
-    return 1;
+    return nullptr;
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    (void)WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
-                              absl::StrCat(port, "\n"));
+    if (absl::Status s = WriteFileAtomically(absl::GetFlag(FLAGS_port_file),
+                                             absl::StrCat(*port, "\n"));
+        !s.ok()) {
+      AQ_LOG_ERROR("--port_file: {}", std::string(s.message()));
+      return nullptr;
+    }
   }
+  return server;
+}
 
-  // Created once at start so that a missing GPU or a CPU-only build fails
-  // the daemon at once, naming why, rather than every job later.
-  absl::StatusOr<std::unique_ptr<Device>> made =
-      CreateDevice(*device_spec, threads);
-  if (!made.ok()) {
-    AQ_LOG_ERROR("--device={}: {}", absl::GetFlag(FLAGS_device),
-                 std::string(made.status().message()));
-    return 2;
-  }
-  Device& device = **made;
-  AgentOptions options;
-  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+// What the worker tells the coordinator about itself.
+WorkerInfo DescribeWorker(Device& device, int port) {
   char hostname[256] = "localhost";
   gethostname(hostname, sizeof(hostname) - 1);
-  WorkerInfo& info = options.info;
+  WorkerInfo info;
   info.set_worker_id(absl::GetFlag(FLAGS_worker_id).empty()
                          ? absl::StrCat(hostname, ":", port)
                          : absl::GetFlag(FLAGS_worker_id));
@@ -144,19 +147,77 @@ int Main() {
     auto gflops = MeasureGemmGflops(&device, 512, 3);
     if (gflops.ok()) info.mutable_device()->set_gemm_gflops(*gflops);
   }
-  agent = std::make_unique<WorkerAgent>(options, &runtime);
-  agent->Start();
-  AQ_LOG_INFO("worker {} serving on port {}, coordinator {}", info.worker_id(),
-              port, options.coordinator_address);
+  return info;
+}
 
+StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads) {
+  StageRuntimeOptions options;
+  options.device = device_spec;
+  options.threads = threads;
+  options.peer_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
+  return options;
+}
+
+GlooDataPlaneOptions DataPlaneOptions(const DeviceSpec& device_spec) {
+  GlooDataPlaneOptions options;
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  options.device = device_spec;
+  return options;
+}
+
+// Waits for SIGTERM or SIGINT, then stops the job, deregisters and stops
+// serving.
+void StopOnSignal(StageRuntime* runtime, WorkerAgent* agent,
+                  grpc::Server* server) {
   const int signal = WaitForTerminationSignal();
   AQ_LOG_INFO("signal {}: stopping", signal);
-  const std::string job = runtime.current_job();
-  if (!job.empty()) (void)runtime.Stop(job, "worker shutting down");
-  runtime.Shutdown();
+  const std::string job = runtime->current_job();
+  if (!job.empty()) (void)runtime->Stop(job, "worker shutting down");
+  runtime->Shutdown();
   agent->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
+}
+
+int Main() {
+  if (!SetUpLogging()) return 2;
+  const std::optional<DeviceSpec> device_spec = DeviceSpecFromFlags();
+  if (!device_spec.has_value()) return 2;
+  const int threads = ThreadsFromFlags();
+  BlockTerminationSignals();
+
+  // Pipelines meet through the coordinator's store and connect over Gloo
+  // (NCCL channels for transport "nccl").
+  CoordinatorStore store(absl::GetFlag(FLAGS_coordinator));
+  GlooDataPlaneFactory data_plane(DataPlaneOptions(*device_spec));
+  StageRuntime runtime(RuntimeOptions(*device_spec, threads), &data_plane,
+                       &store);
+  std::unique_ptr<WorkerAgent> agent;
+  GrpcWorkerService service(&runtime, *device_spec, threads, [&agent] {
+    return agent != nullptr ? agent->info() : WorkerInfo();
+  });
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
+  if (server == nullptr) return 1;
+
+  // Created once at start so that a missing GPU or a CPU-only build fails
+  // the daemon at once, naming why, rather than every job later.
+  absl::StatusOr<std::unique_ptr<Device>> made =
+      CreateDevice(*device_spec, threads);
+  if (!made.ok()) {
+    AQ_LOG_ERROR("--device={}: {}", absl::GetFlag(FLAGS_device),
+                 std::string(made.status().message()));
+    return 2;
+  }
+  AgentOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.info = DescribeWorker(**made, port);
+  agent = std::make_unique<WorkerAgent>(options, &runtime);
+  agent->Start();
+  AQ_LOG_INFO("worker {} serving on port {}, coordinator {}",
+              options.info.worker_id(), port, options.coordinator_address);
+  StopOnSignal(&runtime, agent.get(), server.get());
   AQ_LOG_INFO("worker stopped");
   return 0;
 }
@@ -165,10 +226,7 @@ int Main() {
 }  // namespace aqueduct
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "The Aqueduct worker daemon. Flags: --coordinator, --listen, "
-      "--advertise_host, --worker_id, --device, --threads, --log_level, "
-      "--log_format, ...");
-  absl::ParseCommandLine(argc, argv);
+  aqueduct::ParseDaemonFlags("worker", aqueduct::kDescription, "worker/main.cc",
+                             argc, argv);
   return aqueduct::Main();
 }

@@ -39,37 +39,6 @@ uint64_t GradientTag(int64_t minibatch, int microbatch) {
   return FrameTag(FrameKind::kGradient, minibatch, microbatch);
 }
 
-absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
-                                              int num_layers, Schedule policy,
-                                              int64_t num_minibatches,
-                                              int microbatches) {
-  PipelineLayout layout;
-  layout.policy = policy;
-  layout.num_minibatches = num_minibatches;
-  layout.microbatches = microbatches;
-  int expected = 0;
-  for (int s = 0; s < plan.stages_size(); ++s) {
-    const PlanStage& st = plan.stages(s);
-    if (st.first_layer() != expected || st.end_layer() <= st.first_layer()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plan stage ", s, " covers layers [", st.first_layer(), ", ",
-          st.end_layer(), "); expected it to start at layer ", expected));
-    }
-    layout.layer_begin.push_back(st.first_layer());
-    layout.ranks.emplace_back(st.worker_ranks().begin(),
-                              st.worker_ranks().end());
-    layout.warmup_depth.push_back(st.warmup_depth());
-    expected = st.end_layer();
-  }
-  if (expected != num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("the plan covers ", expected,
-                                                   " of the model's ",
-                                                   num_layers, " layers"));
-  }
-  layout.layer_begin.push_back(num_layers);
-  return layout;
-}
-
 PipelineStage::PipelineStage(const Model* model, const JobSpec& spec,
                              const PipelineLayout& layout, int stage,
                              int replica, Device* device, Communicator* comm,

@@ -32,34 +32,11 @@
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/runtime/frame.h"
+#include "worker/runtime/layout.h"
 #include "pipeline/schedule.h"
 #include "pipeline/weight_stash.h"
 
 namespace aqueduct {
-
-// The layout of a pipeline, identical on every worker of a job.
-struct PipelineLayout {
-  Schedule policy = v1::SCHEDULE_1F1B_STASHED;
-  // Stage s runs layers [layer_begin[s], layer_begin[s + 1]).
-  std::vector<int> layer_begin;
-  // Ranks of each stage's replicas.
-  std::vector<std::vector<int>> ranks;
-  // Warm-up depth of each stage.
-  std::vector<int> warmup_depth;
-  int64_t num_minibatches = 0;
-  // Microbatches per minibatch (flush and GPipe).
-  int microbatches = 1;
-
-  int num_stages() const { return static_cast<int>(ranks.size()); }
-};
-
-// Builds the layout of a PartitionPlan for a model: stage layer ranges from
-// the plan's layer ranges, ranks, depths. INVALID_ARGUMENT when the plan does
-// not cover the model's layers in order.
-absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
-                                              int num_layers, Schedule policy,
-                                              int64_t num_minibatches,
-                                              int microbatches);
 
 // What a stage tells its observer as it goes.
 struct StageEvent {

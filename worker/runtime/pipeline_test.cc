@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/spec.h"
+#include "worker/runtime/layout.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/train/local_trainer.h"
 

@@ -1,15 +1,12 @@
 // The worker's runtime for its assigned stage: takes an assignment from the
-// coordinator, runs it on a thread of its own when started, stops it on
-// request, and queues progress for the agent to report.
+// coordinator, runs it on a thread of its own when started (see
+// worker/runtime/stage_job.h for what a run does), stops it on request, and
+// accumulates progress for the agent to report (worker/runtime/progress.h).
+// Its phase (worker/runtime/phase.h) is what GetStatus reports.
 //
-// A one-stage, one-worker plan trains through the single-process trainer.
-// Any other plan runs as a pipeline: the workers of the job connect a Gloo
-// communicator through the coordinator's rendezvous store and each runs its
-// stage replica's schedule (worker/runtime/pipeline_stage.h); at the end
-// every stage sends its weights to the output stage, which evaluates the
-// whole model on the test split. Progress reports carry per-step times,
-// losses (output stage), the committed weight version and the minibatches
-// in flight with their versions.
+// Pipelines connect through the DataPlaneFactory and RendezvousStore the
+// runtime is given: the daemon gives it the Gloo (+ NCCL) data plane and
+// the coordinator's store; in-process tests give it in-memory ones.
 //
 // Thread-safe.
 #ifndef AQUEDUCT_WORKER_RUNTIME_STAGE_RUNTIME_H_
@@ -24,10 +21,13 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/comm/communicator.h"
+#include "common/clock.h"
+#include "common/comm/rendezvous_store.h"
 #include "common/device/factory.h"
 #include "proto/service_types.h"
-#include "worker/runtime/pipeline_stage.h"
+#include "worker/runtime/data_plane.h"
+#include "worker/runtime/phase.h"
+#include "worker/runtime/progress.h"
 
 namespace aqueduct {
 
@@ -36,28 +36,41 @@ struct StageRuntimeOptions {
   // and the CPU device's BLAS threads.
   DeviceSpec device;
   int threads = 1;
-  // For pipelines: the coordinator (rendezvous store) and the address
-  // peers reach this worker at.
-  std::string coordinator_address;
-  std::string advertise_host = "127.0.0.1";
   // Deadline of every wait on a peer.
   absl::Duration peer_timeout = absl::Seconds(60);
   // How long an assignment waits for a previous job that is ending (its
   // stop in flight) before it is refused as busy.
   absl::Duration busy_wait = absl::Seconds(5);
+  // Step times and utilisation. Not owned.
+  Clock* clock = RealClock::Get();
+  // Only for the one-argument constructor (the daemon's wiring): the
+  // coordinator whose rendezvous store pipelines use, and the address peers
+  // reach this worker at.
+  std::string coordinator_address;
+  std::string advertise_host = "127.0.0.1";
 };
 
 class StageRuntime {
  public:
+  // Pipelines connect through `data_plane` and `store`; neither is owned
+  // and both must outlive the runtime.
+  StageRuntime(const StageRuntimeOptions& options, DataPlaneFactory* data_plane,
+               RendezvousStore* store);
+  // The daemon's wiring, owned by the runtime: a GlooDataPlaneFactory on
+  // options.advertise_host and options.device, and a CoordinatorStore of
+  // options.coordinator_address.
   explicit StageRuntime(const StageRuntimeOptions& options);
   ~StageRuntime();  // Stops and joins a running job.
 
   // FAILED_PRECONDITION if another job is assigned or running, or the plan
   // is not runnable here; INVALID_ARGUMENT for an inconsistent assignment.
+  // Waits up to options.busy_wait for a previous job that is ending.
   absl::Status Assign(const StageAssignment& assignment);
-  // NOT_FOUND if `job_id` is not the assigned job.
+  // NOT_FOUND if `job_id` is not the assigned job; FAILED_PRECONDITION if it
+  // already ended. Returns at once; the job runs on the runtime's thread.
   absl::Status Start(const std::string& job_id);
-  // Stops the job after its current step (no-op for another or no job).
+  // Stops the job after its current step, aborting waits on peers (no-op
+  // for another or no job). Returns at once.
   absl::Status Stop(const std::string& job_id, const std::string& reason);
   // Stops whatever runs and waits for it.
   void Shutdown();
@@ -66,27 +79,38 @@ class StageRuntime {
   std::vector<StageProgress> TakeProgress();
   // The job assigned or running ("" when idle).
   std::string current_job() const;
+  RuntimePhase phase() const;
   WorkerRuntimeStatus Status() const;
 
  private:
-  void Run(StageAssignment assignment);
-  void RunPipeline(const StageAssignment& assignment);
-  void Fail(const absl::Status& status);
-  void RecordTrace(const StageEvent& event, int stage);
+  StageRuntime(const StageRuntimeOptions& options,
+               std::unique_ptr<DataPlaneFactory> data_plane,
+               std::unique_ptr<RendezvousStore> store);
+
+  void Run(const StageAssignment& assignment);
+  // Records how the run of `assignment` ended.
+  void End(const StageAssignment& assignment, const absl::Status& status);
+  // The running job's data plane (null: none), aborted by Stop and Shutdown.
+  void SetDataPlane(const DataPlane* plane);
+  bool IdleFor(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StageRuntimeOptions options_;
+  const std::unique_ptr<DataPlaneFactory> owned_data_plane_;
+  const std::unique_ptr<RendezvousStore> owned_store_;
+  DataPlaneFactory* const data_plane_;
+  RendezvousStore* const store_;
+  ProgressAccumulator progress_;
   mutable absl::Mutex mu_;
-  std::string phase_ ABSL_GUARDED_BY(mu_) = "idle";
+  RuntimePhase phase_ ABSL_GUARDED_BY(mu_) = RuntimePhase::kIdle;
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
   StageAssignment assignment_ ABSL_GUARDED_BY(mu_);
-  StageProgress pending_ ABSL_GUARDED_BY(mu_);
-  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> stop_{false};
-  // The running pipeline's communicator, aborted by Stop and Shutdown.
-  Communicator* active_comm_ ABSL_GUARDED_BY(mu_) = nullptr;
-  DeviceChannels* active_channels_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::thread thread_;
+  const DataPlane* active_plane_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The running job's thread (Start starts it, Start and Shutdown join it).
+  absl::Mutex thread_mu_;
+  std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
 };
 
 }  // namespace aqueduct

@@ -1,0 +1,46 @@
+// The end of a pipeline job: when the job's data has a test split, replica
+// 0 of every stage sends its trained weights to the evaluator (the output
+// stage's replica 0, JobLayout::evaluator_rank), which assembles the whole
+// model and evaluates it on the test split. Every worker decides alike from
+// the spec whether there is a test split, so no worker waits for weights
+// that never come.
+//
+// Thread-safety: a function; it runs on the stage loop's thread and uses
+// the communicator as the stage did.
+#ifndef AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_
+#define AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_
+
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/comm/communicator.h"
+#include "common/device/device.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/model.h"
+#include "worker/runtime/layout.h"
+#include "worker/train/local_trainer.h"
+
+namespace aqueduct {
+
+struct EvaluationInputs {
+  const Model* model = nullptr;  // Every layer.
+  const JobLayout* layout = nullptr;
+  bool has_test_split = false;                 // HasTestSplit(spec.data()).
+  const ParameterSet* stage_params = nullptr;  // This stage's trained weights.
+  const Dataset* test = nullptr;               // The evaluator's test split.
+  Device* device = nullptr;
+  Communicator* comm = nullptr;
+  absl::Duration timeout = absl::Seconds(60);  // Of every wait on a peer.
+};
+
+// The evaluator's metrics; nullopt on every other worker and when there is
+// no test split. Errors: the communicator's (a peer gone, DEADLINE_EXCEEDED
+// after `timeout`), DATA_LOSS for weights of the wrong size, INTERNAL when
+// the evaluator has no test split loaded.
+absl::StatusOr<std::optional<EvalResult>> EvaluateAtEnd(
+    const EvaluationInputs& in);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_

@@ -1,0 +1,45 @@
+// The daemon's data plane: a Gloo communicator over TCP among the ranks of
+// a job, plus NCCL device channels (GPU to GPU) for the tensors when the
+// job's pipeline.transport is "nccl". Ranks find each other through the
+// rendezvous store (the coordinator's, in the daemon) under
+// "<rendezvous_key>gloo/" and "<rendezvous_key>nccl/".
+//
+// This is the one place that knows whether the binary has CUDA: NCCL
+// channels exist only in CUDA builds; elsewhere a job asking for them fails
+// with FAILED_PRECONDITION.
+//
+// Thread-safety: thread-safe (holds only its options).
+#ifndef AQUEDUCT_WORKER_RUNTIME_GLOO_DATA_PLANE_H_
+#define AQUEDUCT_WORKER_RUNTIME_GLOO_DATA_PLANE_H_
+
+#include <string>
+
+#include "common/device/factory.h"
+#include "worker/runtime/data_plane.h"
+
+namespace aqueduct {
+
+struct GlooDataPlaneOptions {
+  // The address peers reach this worker at.
+  std::string advertise_host = "127.0.0.1";
+  // The worker's device: NCCL channels need a CUDA device, on this ordinal.
+  DeviceSpec device;
+};
+
+class GlooDataPlaneFactory final : public DataPlaneFactory {
+ public:
+  explicit GlooDataPlaneFactory(GlooDataPlaneOptions options)
+      : options_(std::move(options)) {}
+
+  absl::StatusOr<DataPlane> Connect(const JobLayout& layout,
+                                    const std::string& rendezvous_key,
+                                    RendezvousStore* store,
+                                    absl::Duration timeout) override;
+
+ private:
+  const GlooDataPlaneOptions options_;
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_GLOO_DATA_PLANE_H_

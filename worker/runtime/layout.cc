@@ -1,0 +1,111 @@
+#include "worker/runtime/layout.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "pipeline/schedule.h"
+
+namespace aqueduct {
+
+absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
+                                              int num_layers, Schedule policy,
+                                              int64_t num_minibatches,
+                                              int microbatches) {
+  PipelineLayout layout;
+  layout.policy = policy;
+  layout.num_minibatches = num_minibatches;
+  layout.microbatches = microbatches;
+  int expected = 0;
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const PlanStage& st = plan.stages(s);
+    if (st.first_layer() != expected || st.end_layer() <= st.first_layer()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan stage ", s, " covers layers [", st.first_layer(), ", ",
+          st.end_layer(), "); expected it to start at layer ", expected));
+    }
+    if (st.worker_ranks_size() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan stage ", s, " names no worker ranks"));
+    }
+    layout.layer_begin.push_back(st.first_layer());
+    layout.ranks.emplace_back(st.worker_ranks().begin(),
+                              st.worker_ranks().end());
+    layout.warmup_depth.push_back(st.warmup_depth());
+    expected = st.end_layer();
+  }
+  if (expected != num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan covers ", expected,
+                                                   " of the model's ",
+                                                   num_layers, " layers"));
+  }
+  layout.layer_begin.push_back(num_layers);
+  return layout;
+}
+
+int64_t JobLayout::loss_samples_per_minibatch() const {
+  const int replicas = static_cast<int>(pipeline.ranks.back().size());
+  const int micro = pipeline.microbatches;
+  int mine = 0;
+  for (int j = 0; j < micro; ++j) mine += ReplicaFor(j, replicas) == replica;
+  return batch_size / micro * mine;
+}
+
+absl::Status CheckAssignment(const StageAssignment& a) {
+  if (a.job_id().empty() || a.stage() < 0 ||
+      a.stage() >= a.plan().stages_size() || a.replica() < 0 ||
+      a.replica() >= a.plan().stages(a.stage()).replicas()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assignment of stage ", a.stage(), " replica ", a.replica(),
+        " does not fit its plan of ", a.plan().stages_size(), " stage(s)"));
+  }
+  return absl::OkStatus();
+}
+
+bool RunsLocally(const PartitionPlan& plan) {
+  return plan.stages_size() == 1 && plan.stages(0).replicas() == 1;
+}
+
+absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
+                                               int num_layers,
+                                               int64_t train_samples) {
+  RETURN_IF_ERROR(CheckAssignment(a));
+  const JobSpec& spec = a.spec();
+  JobLayout layout;
+  ASSIGN_OR_RETURN(layout.policy, ResolvePipeline(spec));
+  ASSIGN_OR_RETURN(
+      const int micro,
+      MicrobatchesFor(layout.policy, spec.batch_size(), a.world_size()));
+  ASSIGN_OR_RETURN(layout.total_steps, TotalSteps(spec, train_samples));
+  ASSIGN_OR_RETURN(layout.pipeline,
+                   LayoutFromPlan(a.plan(), num_layers, layout.policy.schedule,
+                                  layout.total_steps, micro));
+  const std::vector<int>& ranks = layout.pipeline.ranks[a.stage()];
+  if (a.replica() >= static_cast<int>(ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan stage ", a.stage(), " names ", ranks.size(),
+                     " worker rank(s); this worker is replica ", a.replica()));
+  }
+  layout.stage = a.stage();
+  layout.replica = a.replica();
+  layout.rank = a.rank();
+  layout.world_size = a.world_size();
+  layout.layer_begin = layout.pipeline.layer_begin[a.stage()];
+  layout.layer_end = layout.pipeline.layer_begin[a.stage() + 1];
+  layout.batch_size = spec.batch_size();
+  return layout;
+}
+
+std::string DescribeRanks(const StageAssignment& a) {
+  std::string ranks;
+  for (int s = 0; s < a.plan().stages_size() && s < a.peers_size(); ++s) {
+    for (int r = 0; r < a.plan().stages(s).worker_ranks_size() &&
+                    r < a.peers(s).worker_ids_size();
+         ++r) {
+      absl::StrAppend(&ranks, ranks.empty() ? "" : ", ",
+                      a.plan().stages(s).worker_ranks(r), "=",
+                      a.peers(s).worker_ids(r), " (stage ", s, ")");
+    }
+  }
+  return ranks;
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,94 @@
+// The layout of a pipeline job, computed from a worker's StageAssignment
+// alone: which layers each stage runs, the ranks of each stage's replicas,
+// warm-up depths, microbatches and total steps (PipelineLayout, identical on
+// every worker of the job), and this worker's place in it (JobLayout). Pure:
+// no device, no transport, no clock.
+//
+// Thread-safety: plain values and stateless functions.
+#ifndef AQUEDUCT_WORKER_RUNTIME_LAYOUT_H_
+#define AQUEDUCT_WORKER_RUNTIME_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeline/policy.h"
+#include "proto/service_types.h"
+#include "proto/types.h"
+
+namespace aqueduct {
+
+// The layout of a pipeline, identical on every worker of a job.
+struct PipelineLayout {
+  Schedule policy = v1::SCHEDULE_1F1B_STASHED;
+  // Stage s runs layers [layer_begin[s], layer_begin[s + 1]).
+  std::vector<int> layer_begin;
+  // Ranks of each stage's replicas.
+  std::vector<std::vector<int>> ranks;
+  // Warm-up depth of each stage.
+  std::vector<int> warmup_depth;
+  int64_t num_minibatches = 0;
+  // Microbatches per minibatch (flush and GPipe).
+  int microbatches = 1;
+
+  int num_stages() const { return static_cast<int>(ranks.size()); }
+};
+
+// Builds the layout of a PartitionPlan for a model: stage layer ranges from
+// the plan's layer ranges, ranks, depths. INVALID_ARGUMENT when the plan does
+// not cover the model's layers in order.
+absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
+                                              int num_layers, Schedule policy,
+                                              int64_t num_minibatches,
+                                              int microbatches);
+
+// One worker's place in a pipeline job.
+struct JobLayout {
+  PipelineLayout pipeline;
+  PipelinePolicy policy;
+  int stage = 0;
+  int replica = 0;
+  int rank = 0;
+  int world_size = 1;
+  // This stage's layers: [layer_begin, layer_end).
+  int layer_begin = 0;
+  int layer_end = 0;
+  int64_t batch_size = 0;
+  // Optimizer steps of the job (= pipeline.num_minibatches).
+  int64_t total_steps = 0;
+
+  int num_stages() const { return pipeline.num_stages(); }
+  bool input_stage() const { return stage == 0; }
+  bool output_stage() const { return stage == num_stages() - 1; }
+  // The rank that gathers the whole model at the end and evaluates it: the
+  // output stage's replica 0.
+  int evaluator_rank() const { return pipeline.ranks.back()[0]; }
+  // Output stage: the samples of each minibatch whose loss this replica
+  // computes (its share of the microbatches).
+  int64_t loss_samples_per_minibatch() const;
+};
+
+// Checks that the assignment's stage and replica exist in its plan.
+// INVALID_ARGUMENT otherwise.
+absl::Status CheckAssignment(const StageAssignment& assignment);
+
+// A one-stage, one-replica plan: trained by the single-process trainer, no
+// data plane.
+bool RunsLocally(const PartitionPlan& plan);
+
+// The layout of `assignment` for a model of `num_layers` layers and a
+// training set of `train_samples` samples: policy from the spec's pipeline
+// section, microbatches (pipeline/policy.h MicrobatchesFor, over the job's
+// workers), total steps (TotalSteps) and the plan's stages.
+// INVALID_ARGUMENT for a spec or plan that does not fit.
+absl::StatusOr<JobLayout> LayoutFromAssignment(
+    const StageAssignment& assignment, int num_layers, int64_t train_samples);
+
+// "rank=worker (stage s)" for every rank of the assignment's plan, to name
+// the workers behind the ranks an error mentions.
+std::string DescribeRanks(const StageAssignment& assignment);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_LAYOUT_H_

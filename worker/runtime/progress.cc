@@ -1,0 +1,214 @@
+#include "worker/runtime/progress.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace aqueduct {
+
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      int64_t kb = 0;
+      std::istringstream(line.substr(6)) >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+ProgressAccumulator::ProgressAccumulator(ProgressOptions options)
+    : options_(std::move(options)) {}
+
+void ProgressAccumulator::Reset(const std::string& job_id, int stage,
+                                int replica) {
+  absl::MutexLock lock(&mu_);
+  pending_.Clear();
+  pending_.set_job_id(job_id);
+  pending_.set_stage(stage);
+  pending_.set_replica(replica);
+  dirty_ = false;
+  loss_parts_.clear();
+  loss_samples_ = 0;
+  busy_ = absl::ZeroDuration();
+  run_start_ = last_step_ = options_.clock->Now();
+}
+
+void ProgressAccumulator::Begin(int64_t loss_samples) {
+  absl::MutexLock lock(&mu_);
+  loss_samples_ = loss_samples;
+  busy_ = absl::ZeroDuration();
+  run_start_ = last_step_ = options_.clock->Now();
+}
+
+void ProgressAccumulator::SetTotalSteps(int64_t total_steps) {
+  absl::MutexLock lock(&mu_);
+  pending_.set_total_steps(total_steps);
+  dirty_ = true;
+}
+
+double ProgressAccumulator::UtilizationLocked(absl::Time now) const {
+  const absl::Duration elapsed = now - run_start_;
+  if (elapsed <= absl::ZeroDuration()) return 0;
+  return absl::FDivDuration(busy_, elapsed);
+}
+
+void ProgressAccumulator::OnLocalStep(const StepReport& r) {
+  absl::MutexLock lock(&mu_);
+  busy_ += absl::Milliseconds(r.step_ms);
+  pending_.set_minibatches_done(r.step);
+  pending_.set_total_steps(r.total_steps);
+  pending_.set_committed_version(r.step);
+  pending_.clear_in_flight();
+  if (r.step < r.total_steps) {
+    InFlight* next = pending_.add_in_flight();
+    next->set_minibatch(r.step);
+    next->set_version(r.step);
+  }
+  pending_.add_step_ms(r.step_ms);
+  LossPoint* loss = pending_.add_losses();
+  loss->set_minibatch(r.step - 1);
+  loss->set_loss(r.loss);
+  pending_.set_utilization(UtilizationLocked(options_.clock->Now()));
+  dirty_ = true;
+}
+
+void ProgressAccumulator::OnLoss(int64_t minibatch, double sum,
+                                 int64_t samples) {
+  absl::MutexLock lock(&mu_);
+  auto& part = loss_parts_[minibatch];
+  part.first += sum;
+  part.second += samples;
+  if (part.second < loss_samples_) return;
+  LossPoint* p = pending_.add_losses();
+  p->set_minibatch(minibatch);
+  p->set_loss(part.first / part.second);
+  p->set_samples(part.second);
+  loss_parts_.erase(minibatch);
+  dirty_ = true;
+}
+
+void ProgressAccumulator::OnStageEvent(const StageEvent& e, int stage,
+                                       const StageStats& stats) {
+  absl::MutexLock lock(&mu_);
+  if (e.kind == OpKind::kForward || e.kind == OpKind::kBackward ||
+      e.kind == OpKind::kOptimizerStep) {
+    busy_ += e.compute;
+  }
+  RecordTraceLocked(e, stage);
+  if (e.kind == OpKind::kOptimizerStep) OnStepLocked(e, stats);
+  dirty_ = true;
+}
+
+void ProgressAccumulator::OnStepLocked(const StageEvent& e,
+                                       const StageStats& stats) {
+  const absl::Time now = options_.clock->Now();
+  pending_.add_step_ms(absl::ToDoubleMilliseconds(now - last_step_));
+  last_step_ = now;
+  pending_.set_minibatches_done(e.minibatch + 1);
+  pending_.set_committed_version(e.version);
+  // Busy fraction since the stage started (waits on peers excluded).
+  pending_.set_utilization(UtilizationLocked(now));
+  pending_.set_peak_rss_bytes(
+      options_.peak_rss_bytes ? options_.peak_rss_bytes() : PeakRssBytes());
+  pending_.set_stashed_weight_bytes(stats.stashed_weight_bytes_peak);
+  pending_.set_stashed_activation_bytes(stats.stashed_activation_bytes_peak);
+  pending_.set_peak_stashed_versions(stats.peak_stashed_versions);
+  pending_.set_peak_in_flight(stats.peak_in_flight);
+}
+
+void ProgressAccumulator::AddTraceLocked(std::string name, const char* track,
+                                         absl::Time start,
+                                         absl::Duration duration) {
+  if (pending_.events_size() >= options_.max_pending_events) return;
+  TraceEvent* t = pending_.add_events();
+  t->set_name(std::move(name));
+  t->set_track(track);
+  t->set_start_us(absl::ToUnixMicros(start));
+  t->set_duration_us(absl::ToInt64Microseconds(duration));
+}
+
+void ProgressAccumulator::RecordTraceLocked(const StageEvent& e, int stage) {
+  const std::string mb =
+      absl::StrCat("mb=", e.minibatch,
+                   e.microbatch > 0 ? absl::StrCat(".", e.microbatch) : "");
+  switch (e.kind) {
+    case OpKind::kForward:
+    case OpKind::kBackward: {
+      const bool forward = e.kind == OpKind::kForward;
+      const absl::Duration wait = (e.end - e.start) - e.compute;
+      if (wait > absl::Microseconds(20)) {
+        // The input stage's forward waits on its data loader, not a peer.
+        const char* what = !forward     ? "recv grad "
+                           : stage == 0 ? "load "
+                                        : "recv act ";
+        AddTraceLocked(absl::StrCat(what, mb), "comm", e.start, wait);
+      }
+      AddTraceLocked(absl::StrCat(forward ? "F " : "B ", mb, " v=", e.version),
+                     "compute", e.end - e.compute, e.compute);
+      break;
+    }
+    case OpKind::kOptimizerStep:
+      AddTraceLocked(absl::StrCat("step v=", e.version), "compute", e.start,
+                     e.end - e.start);
+      break;
+    case OpKind::kAllReduce:
+      AddTraceLocked(absl::StrCat("all-reduce ", mb), "comm", e.start,
+                     e.end - e.start);
+      break;
+    default:
+      break;
+  }
+}
+
+void ProgressAccumulator::SetBytes(int64_t sent, int64_t received) {
+  absl::MutexLock lock(&mu_);
+  pending_.set_bytes_sent(sent);
+  pending_.set_bytes_received(received);
+  dirty_ = true;
+}
+
+void ProgressAccumulator::SetTest(double accuracy, double loss) {
+  absl::MutexLock lock(&mu_);
+  pending_.set_test_accuracy(accuracy);
+  pending_.set_test_loss(loss);
+  dirty_ = true;
+}
+
+void ProgressAccumulator::Finish() {
+  absl::MutexLock lock(&mu_);
+  pending_.set_finished(true);
+  pending_.clear_in_flight();
+  dirty_ = true;
+}
+
+void ProgressAccumulator::Fail(const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  pending_.set_error(error);
+  dirty_ = true;
+}
+
+std::optional<StageProgress> ProgressAccumulator::Take() {
+  absl::MutexLock lock(&mu_);
+  if (!dirty_) return std::nullopt;
+  StageProgress out = pending_;
+  // Keep the identity and cumulative fields; clear the per-report ones.
+  pending_.clear_step_ms();
+  pending_.clear_losses();
+  pending_.clear_events();
+  pending_.set_finished(false);
+  pending_.clear_error();
+  dirty_ = false;
+  return out;
+}
+
+int64_t ProgressAccumulator::minibatches_done() const {
+  absl::MutexLock lock(&mu_);
+  return pending_.minibatches_done();
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,65 @@
+// One assigned job, run to its end on the calling thread: what a worker's
+// stage runtime (worker/runtime/stage_runtime.h) does between StartJob and
+// the job's last report.
+//
+// A one-stage, one-replica plan trains through the single-process trainer
+// (RunLocalJob). Any other plan runs as a pipeline (RunPipelineJob): the
+// job's layout from the assignment (layout.h), the data plane from the
+// given factory through the given rendezvous store (data_plane.h), the
+// stage replica's schedule (pipeline_stage.h), and at the end the
+// evaluation of the whole model on the output stage (evaluation.h).
+// Progress goes to a ProgressAccumulator (progress.h) as it happens.
+//
+// Thread-safety: each call runs one job on the calling thread; what the
+// environment points to must be thread-safe where stated (the progress
+// accumulator, the factory, the store) and outlive the call.
+#ifndef AQUEDUCT_WORKER_RUNTIME_STAGE_JOB_H_
+#define AQUEDUCT_WORKER_RUNTIME_STAGE_JOB_H_
+
+#include <atomic>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/comm/rendezvous_store.h"
+#include "common/device/factory.h"
+#include "proto/service_types.h"
+#include "worker/runtime/data_plane.h"
+#include "worker/runtime/progress.h"
+
+namespace aqueduct {
+
+// What a job runs with. Nothing is owned.
+struct JobEnv {
+  // The device the stage runs on, and the CPU device's BLAS threads.
+  DeviceSpec device;
+  int threads = 1;
+  // Pipelines: how this worker connects to its peers.
+  DataPlaneFactory* data_plane = nullptr;
+  RendezvousStore* store = nullptr;
+  // Deadline of every wait on a peer (connecting included).
+  absl::Duration peer_timeout = absl::Seconds(60);
+  // When it becomes true the job ends with CANCELLED after its current step
+  // (a wait on a peer ends when the data plane is aborted).
+  const std::atomic<bool>* stop = nullptr;
+  ProgressAccumulator* progress = nullptr;
+  // Pipelines: called with the data plane once it is connected (so that a
+  // stop can abort it), and with null before it is closed. May be empty.
+  std::function<void(const DataPlane*)> on_data_plane;
+};
+
+// Trains a one-stage, one-replica assignment with TrainLocal. OK when
+// finished (the test metrics recorded), CANCELLED when stopped, otherwise
+// the trainer's or the device's error.
+absl::Status RunLocalJob(const StageAssignment& assignment, const JobEnv& env);
+
+// Runs this worker's stage replica of a pipeline job, then the end-of-job
+// evaluation. OK when finished, CANCELLED when stopped; otherwise the error,
+// its message followed by " [ranks: <rank>=<worker> (stage s), ...]" naming
+// the workers behind the ranks it may mention.
+absl::Status RunPipelineJob(const StageAssignment& assignment,
+                            const JobEnv& env);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_WORKER_RUNTIME_STAGE_JOB_H_
