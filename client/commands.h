@@ -1,6 +1,7 @@
-// The aq subcommands. Each takes the arguments after its name and returns
-// the process exit code: 0 success, 1 the operation failed, 2 bad usage or
-// bad input.
+// The aq subcommands. Each takes the arguments after its name, answers
+// --help and -h with its usage and flags, and returns the process exit code:
+// 0 success, 1 the operation failed or the input was bad, 2 bad usage, 3 the
+// coordinator is unreachable.
 #ifndef AQUEDUCT_CLIENT_COMMANDS_H_
 #define AQUEDUCT_CLIENT_COMMANDS_H_
 
@@ -9,12 +10,20 @@
 
 namespace aqueduct {
 
+// In this process (train_local.cc, profile_command.cc, plan_command.cc).
 int TrainLocalMain(const std::vector<std::string>& args);
-int PlanMain(const std::vector<std::string>& args);
 int ProfileMain(const std::vector<std::string>& args);
-// submit, status, watch, jobs, workers, cancel.
-int RemoteMain(const std::string& command,
-               const std::vector<std::string>& args);
+// Offline from a profile, or a job's plan from the coordinator.
+int PlanMain(const std::vector<std::string>& args);
+
+// Through the coordinator (remote_commands.cc, trace_command.cc).
+int SubmitMain(const std::vector<std::string>& args);
+int StatusMain(const std::vector<std::string>& args);
+int WatchMain(const std::vector<std::string>& args);
+int JobsMain(const std::vector<std::string>& args);
+int WorkersMain(const std::vector<std::string>& args);
+int CancelMain(const std::vector<std::string>& args);
+int TraceMain(const std::vector<std::string>& args);
 
 }  // namespace aqueduct
 

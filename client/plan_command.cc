@@ -1,170 +1,225 @@
-// aq plan: partitions a profiled model over workers.
+// aq plan: partitions a profiled model over workers (offline, in this
+// process), or shows the plan the coordinator made for a job. An argument
+// naming an existing file is a profile; any other argument is a job id.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "client/cli.h"
 #include "client/commands.h"
-#include "client/flags.h"
+#include "client/remote.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
-#include "google/protobuf/util/json_util.h"
+#include "worker/nn/spec.h"
+
+ABSL_FLAG(std::vector<std::string>, workers, {},
+          "workers per topology level, innermost first (e.g. --workers 8 16: "
+          "16 servers of 8)");
+ABSL_FLAG(std::vector<std::string>, bandwidth, {},
+          "bytes/s per level (default: 1e9 each)");
+ABSL_FLAG(std::string, cost_model, "pipedream", "pipedream or aqueduct");
+ABSL_FLAG(bool, straight, false, "no replicated stages");
+ABSL_FLAG(bool, use_fewer_machines, false, "allow leaving workers idle");
+ABSL_FLAG(double, memory_limit, 0,
+          "per-worker memory limit in bytes (default: the cost model's)");
+ABSL_FLAG(double, activation_compression_ratio, 1,
+          "activation compression ratio, pipedream model (default: none)");
+ABSL_FLAG(std::vector<std::string>, worker_speeds, {},
+          "relative speed of each worker, e.g. 1,1,0.5 (aqueduct model)");
+ABSL_FLAG(std::string, schedule, "1f1b_stashed",
+          "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush or gpipe (aqueduct "
+          "model)");
+ABSL_FLAG(double, allreduce_overlap, 0,
+          "fraction of backward that hides the all-reduce, in [0, 1] "
+          "(aqueduct model)");
 
 namespace aqueduct {
 namespace {
 
-constexpr char kPlanUsage[] =
-    "usage: aq plan --profile FILE --workers N [N2 ...] [flags]\n"
-    "  partition a profiled model into pipeline stages\n"
-    "      --profile FILE           PipeDream text profile or Aqueduct JSON\n"
-    "      --format pipedream|json  profile format (default: by content)\n"
-    "      --workers N [N2 ...]     workers per topology level, innermost\n"
-    "                               first (e.g. --workers 8 16: 16 servers\n"
-    "                               of 8)\n"
-    "      --bandwidth B [B2 ...]   bytes/s per level (default 1e9 each)\n"
-    "      --cost-model pipedream|aqueduct   (default pipedream)\n"
-    "      --straight               no replicated stages\n"
-    "      --use-fewer-machines     allow leaving workers idle\n"
-    "      --memory-limit BYTES     per-worker memory limit\n"
-    "      --activation-compression-ratio C  (pipedream model)\n"
-    "      --worker-speeds S1,S2,...         relative speed of each worker\n"
-    "                                        (aqueduct model)\n"
-    "      --schedule NAME          1f1b_stashed (default), "
-    "1f1b_vertical_sync,\n"
-    "                               1f1b_flush, gpipe (aqueduct model)\n"
-    "      --allreduce-overlap F    fraction of backward that hides the\n"
-    "                               all-reduce, in [0, 1] (aqueduct model)\n"
-    "      --output text|json       (default text)\n";
+constexpr char kPlanDescription[] =
+    "Offline: partitions a profiled model (aq profile, or a PipeDream\n"
+    "profile) into pipeline stages over --workers; the profile is PROFILE or\n"
+    "--profile FILE.\n"
+    "From the coordinator: aq plan JOB prints the plan it made for a running\n"
+    "or finished job.\n"
+    "An argument that names an existing file is a profile; any other is a\n"
+    "job id.\n";
 
-bool ParsePositive(const std::string& s, double* v) {
-  return absl::SimpleAtod(s, v) && *v > 0 && std::isfinite(*v);
+// The flags that only offline planning takes.
+const char* const kOfflineFlags[] = {"profile",
+                                     "format",
+                                     "workers",
+                                     "bandwidth",
+                                     "cost_model",
+                                     "straight",
+                                     "use_fewer_machines",
+                                     "memory_limit",
+                                     "activation_compression_ratio",
+                                     "worker_speeds",
+                                     "schedule",
+                                     "allreduce_overlap"};
+
+CommandLineSpec PlanSpec() {
+  return SubcommandSpec(
+      "plan",
+      "PROFILE --workers N [N2 ...] [flags]\n   or: aq plan JOB [flags]",
+      kPlanDescription,
+      {{"profile", "FILE", "the profile (instead of PROFILE)"},
+       {"format", "pipedream|json", "profile format (default: by content)"},
+       {"workers", "N [N2 ...]", ""},
+       {"bandwidth", "B [B2 ...]", ""},
+       {"cost_model", "pipedream|aqueduct", ""},
+       {"straight", "", ""},
+       {"use_fewer_machines", "", ""},
+       {"memory_limit", "BYTES", ""},
+       {"activation_compression_ratio", "C", ""},
+       {"worker_speeds", "S1,S2,...", ""},
+       {"schedule", "NAME", ""},
+       {"allreduce_overlap", "F", ""},
+       {"coordinator", "HOST:PORT", "the coordinator, for aq plan JOB"},
+       OutputFlag()});
 }
 
-}  // namespace
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
+}
 
-int PlanMain(const std::vector<std::string>& args) {
-  std::string profile, format, output = "text";
-  PlanRequest request;
-  std::vector<std::string> workers, bandwidths;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string v;
-    std::vector<std::string> vs;
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kPlanUsage;
-      return 0;
-    } else if (TakeValue(args, &i, "--profile", &v)) {
-      profile = v;
-    } else if (TakeValue(args, &i, "--format", &v)) {
-      format = v;
-    } else if (TakeValues(args, &i, "--workers", &vs)) {
-      workers = vs;
-    } else if (TakeValues(args, &i, "--bandwidth", &vs)) {
-      bandwidths = vs;
-    } else if (TakeValue(args, &i, "--cost-model", &v)) {
-      request.cost_model = v;
-    } else if (a == "--straight") {
-      request.straight_pipeline = true;
-    } else if (a == "--use-fewer-machines") {
-      request.use_fewer_machines = true;
-    } else if (TakeValue(args, &i, "--memory-limit", &v)) {
-      double bytes;
-      if (!ParsePositive(v, &bytes)) {
-        return UsageError(
-            "--memory-limit needs a positive number of bytes, "
-            "got '" +
-                v + "'",
-            kPlanUsage);
-      }
-      request.memory_limit_bytes = bytes;
-    } else if (TakeValue(args, &i, "--activation-compression-ratio", &v)) {
-      double c;
-      if (!ParsePositive(v, &c)) {
-        return UsageError(
-            "--activation-compression-ratio needs a positive "
-            "number, got '" +
-                v + "'",
-            kPlanUsage);
-      }
-      request.activation_compression_ratio = c;
-    } else if (TakeValue(args, &i, "--worker-speeds", &v)) {
-      for (const std::string& part :
-           std::vector<std::string>(absl::StrSplit(v, ','))) {
-        double s;
-        if (!ParsePositive(part, &s)) {
-          return UsageError(
-              "--worker-speeds needs positive numbers, got '" + part + "'",
-              kPlanUsage);
-        }
-        request.worker_speed.push_back(s);
-      }
-    } else if (TakeValue(args, &i, "--schedule", &v)) {
-      request.schedule = v;
-    } else if (TakeValue(args, &i, "--allreduce-overlap", &v)) {
-      if (!absl::SimpleAtod(v, &request.allreduce_overlap)) {
-        return UsageError("--allreduce-overlap needs a number, got '" + v + "'",
-                          kPlanUsage);
-      }
-    } else if (TakeValue(args, &i, "--output", &v)) {
-      if (v != "text" && v != "json") {
-        return UsageError("--output must be text or json, got '" + v + "'",
-                          kPlanUsage);
-      }
-      output = v;
-    } else {
-      return UsageError("unknown or incomplete flag '" + a + "'", kPlanUsage);
-    }
-  }
-  if (profile.empty()) return UsageError("--profile is required", kPlanUsage);
-  if (workers.empty()) return UsageError("--workers is required", kPlanUsage);
+bool Positive(double v) { return v > 0 && std::isfinite(v); }
+
+// Appends the --workers / --bandwidth levels; an error message if bad.
+std::optional<std::string> AddLevels(PlanRequest* request) {
+  const std::vector<std::string> workers = absl::GetFlag(FLAGS_workers);
+  const std::vector<std::string> bandwidths = absl::GetFlag(FLAGS_bandwidth);
+  if (workers.empty()) return "--workers is required";
   if (!bandwidths.empty() && bandwidths.size() != workers.size()) {
-    return UsageError(
-        absl::StrCat("--bandwidth has ", bandwidths.size(), " values for ",
-                     workers.size(), " levels of --workers"),
-        kPlanUsage);
+    return absl::StrCat("--bandwidth has ", bandwidths.size(), " values for ",
+                        workers.size(), " levels of --workers");
   }
   for (size_t l = 0; l < workers.size(); ++l) {
     PlannerLevel level;
     if (!absl::SimpleAtoi(workers[l], &level.workers) || level.workers < 1 ||
         level.workers > 1 << 20) {
-      return UsageError(
-          "--workers needs positive integers, got '" + workers[l] + "'",
-          kPlanUsage);
+      return "--workers needs positive integers, got '" + workers[l] + "'";
     }
     if (!bandwidths.empty() &&
-        !ParsePositive(bandwidths[l], &level.bandwidth_bytes_per_s)) {
-      return UsageError(
-          "--bandwidth needs positive numbers, got '" + bandwidths[l] + "'",
-          kPlanUsage);
+        (!absl::SimpleAtod(bandwidths[l], &level.bandwidth_bytes_per_s) ||
+         !Positive(level.bandwidth_bytes_per_s))) {
+      return "--bandwidth needs positive numbers, got '" + bandwidths[l] + "'";
     }
-    request.levels.push_back(level);
+    request->levels.push_back(level);
   }
+  return std::nullopt;
+}
 
-  auto graph = ReadProfileFile(profile, format);
-  if (!graph.ok()) {
-    std::cerr << "aq: " << graph.status().message() << "\n";
-    return 1;
+// The cost-model options from the flags; an error message if bad.
+std::optional<std::string> AddModelOptions(const ParsedArgs& parsed,
+                                           PlanRequest* request) {
+  request->cost_model = absl::GetFlag(FLAGS_cost_model);
+  request->straight_pipeline = absl::GetFlag(FLAGS_straight);
+  request->use_fewer_machines = absl::GetFlag(FLAGS_use_fewer_machines);
+  request->schedule = absl::GetFlag(FLAGS_schedule);
+  request->allreduce_overlap = absl::GetFlag(FLAGS_allreduce_overlap);
+  if (parsed.given.count("memory_limit") > 0) {
+    request->memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit);
+    if (!Positive(*request->memory_limit_bytes)) {
+      return "--memory_limit needs a positive number of bytes";
+    }
   }
+  if (parsed.given.count("activation_compression_ratio") > 0) {
+    request->activation_compression_ratio =
+        absl::GetFlag(FLAGS_activation_compression_ratio);
+    if (!Positive(*request->activation_compression_ratio)) {
+      return "--activation_compression_ratio needs a positive number";
+    }
+  }
+  for (const std::string& part : absl::GetFlag(FLAGS_worker_speeds)) {
+    double speed;
+    if (!absl::SimpleAtod(part, &speed) || !Positive(speed)) {
+      return "--worker_speeds needs positive numbers, got '" + part + "'";
+    }
+    request->worker_speed.push_back(speed);
+  }
+  return std::nullopt;
+}
+
+void PrintPlan(const PartitionPlan& plan) {
+  if (JsonOutput()) {
+    std::cout << ProtoJson(plan, /*print_defaults=*/true) << std::endl;
+  } else {
+    std::cout << FormatPlan(plan);
+  }
+}
+
+int OfflinePlan(const CommandLineSpec& spec, const ParsedArgs& parsed,
+                const std::string& profile) {
+  if (profile.empty()) {
+    return UsageError(spec, "needs a profile (PROFILE or --profile FILE)");
+  }
+  PlanRequest request;
+  std::optional<std::string> error = AddLevels(&request);
+  if (!error) error = AddModelOptions(parsed, &request);
+  if (error) return UsageError(spec, *error);
+  auto graph = ReadProfileFile(profile, absl::GetFlag(FLAGS_format));
+  if (!graph.ok() && LoadJobSpecFile(profile).ok()) {
+    return Fail(profile +
+                " is a job spec, not a profile: profile it first (aq "
+                "profile " +
+                profile +
+                " -o PROFILE), then aq plan PROFILE "
+                "--workers N");
+  }
+  if (!graph.ok()) return Fail(std::string(graph.status().message()));
   auto plan = MakePlan(*graph, request);
   if (!plan.ok()) {
-    std::cerr << "aq: plan: " << plan.status().message() << "\n";
-    return 1;
+    return Fail(absl::StrCat("plan: ", plan.status().message()));
   }
-  if (output == "json") {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(*plan, &json, options);
-    std::cout << json << std::endl;
-  } else {
-    std::cout << FormatPlan(*plan);
+  PrintPlan(*plan);
+  return kExitOk;
+}
+
+int RemotePlan(const CommandLineSpec& spec, const ParsedArgs& parsed,
+               const std::string& job) {
+  for (const char* flag : kOfflineFlags) {
+    if (parsed.given.count(flag) > 0) {
+      return UsageError(spec,
+                        absl::StrCat("--", flag, " plans a profile, but '", job,
+                                     "' is not a file (a job id "
+                                     "takes only --coordinator and "
+                                     "--output)"));
+    }
   }
-  return 0;
+  Remote remote;
+  v1::GetPlanRequest request;
+  request.set_job_id(job);
+  const auto plan = remote.client().GetPlan(request, kQueryTimeout);
+  if (!plan.ok()) return remote.Failed(plan.status());
+  PrintPlan(*plan);
+  return kExitOk;
+}
+
+}  // namespace
+
+int PlanMain(const std::vector<std::string>& args) {
+  const CommandLineSpec spec = PlanSpec();
+  ParsedArgs parsed;
+  if (auto code = ParseSubcommand(spec, args, 0, 1, &parsed)) return *code;
+  const std::string flag_profile = absl::GetFlag(FLAGS_profile);
+  if (parsed.positional.empty()) return OfflinePlan(spec, parsed, flag_profile);
+  const std::string& arg = parsed.positional[0];
+  if (!IsFile(arg)) return RemotePlan(spec, parsed, arg);
+  if (!flag_profile.empty()) {
+    return UsageError(spec, "give the profile once: '" + arg +
+                                "' or --profile " + flag_profile);
+  }
+  return OfflinePlan(spec, parsed, arg);
 }
 
 }  // namespace aqueduct

@@ -10,185 +10,186 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli.h"
 #include "client/commands.h"
-#include "client/flags.h"
+#include "client/progress.h"
 #include "common/device/cpu_device.h"
 #include "common/logging.h"
 #include "worker/nn/spec.h"
 #include "worker/train/local_trainer.h"
 
+ABSL_FLAG(int64_t, max_steps, 0,
+          "stop after N steps (default: the spec's max_steps)");
+ABSL_FLAG(int64_t, epochs, 0,
+          "passes over the data (default: the spec's epochs)");
+ABSL_FLAG(std::string, init_weights, "",
+          "start from these parameters (safetensors)");
+ABSL_FLAG(std::string, save_weights, "",
+          "write the trained parameters here (safetensors); the directory "
+          "must exist");
+ABSL_FLAG(std::string, log_level, "warn",
+          "trace, debug, info, warn, error, critical or off");
+
 namespace aqueduct {
 namespace {
 
-constexpr char kTrainLocalUsage[] =
-    "usage: aq train-local JOB [flags]\n"
-    "  train a job spec (text proto or JSON) in this process on the CPU\n"
-    "      --max-steps N        stop after N steps (overrides the spec)\n"
-    "      --epochs E           passes over the data (overrides the spec)\n"
-    "      --threads T          CPU threads for GEMM (default: all cores)\n"
-    "      --init-weights FILE  start from these parameters (safetensors)\n"
-    "      --save-weights FILE  write the trained parameters (safetensors)\n"
-    "      --output text|json   result format (default text)\n"
-    "      --log-level LEVEL    trace|debug|info|warn|error (default warn)\n";
+constexpr char kTrainLocalDescription[] =
+    "Trains a job spec (text proto or JSON, proto/job.proto) in this\n"
+    "process on the CPU, shows progress on stderr when it is a terminal,\n"
+    "and prints the result: steps, throughput, final loss and test\n"
+    "accuracy. --output json prints one object with steps, epochs,\n"
+    "samples_per_second, loss (every step's), final_loss, test_accuracy,\n"
+    "test_loss, test_samples, wall_seconds and parameters.\n";
+
+CommandLineSpec TrainLocalSpec() {
+  return SubcommandSpec("train-local", "JOB [flags]", kTrainLocalDescription,
+                        {{"max_steps", "N", ""},
+                         {"epochs", "E", ""},
+                         {"threads", "T", ""},
+                         {"init_weights", "FILE", ""},
+                         {"save_weights", "FILE", ""},
+                         OutputFlag(),
+                         {"log_level", "LEVEL", ""}});
+}
 
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   return absl::StrFormat("%.9g", v);
 }
 
-struct TrainLocalArgs {
-  std::string job;
-  LocalTrainOptions options;
-  int threads = 0;
-  bool json = false;
-  std::string log_level = "warn";
-};
+int ThreadsOrAllCores(int threads) {
+  if (threads > 0) return threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The training options from the flags; an error message if one is bad.
+std::optional<std::string> OptionsFromFlags(const ParsedArgs& parsed,
+                                            LocalTrainOptions* options) {
+  if (parsed.given.count("max_steps") > 0) {
+    options->max_steps = absl::GetFlag(FLAGS_max_steps);
+    if (*options->max_steps <= 0) return "--max_steps needs a positive integer";
+  }
+  if (parsed.given.count("epochs") > 0) {
+    options->epochs = absl::GetFlag(FLAGS_epochs);
+    if (*options->epochs <= 0) return "--epochs needs a positive integer";
+  }
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0 || threads > 1024) {
+    return "--threads needs an integer in [1, 1024]";
+  }
+  options->init_weights = absl::GetFlag(FLAGS_init_weights);
+  options->save_weights = absl::GetFlag(FLAGS_save_weights);
+  return std::nullopt;
+}
+
+absl::StatusOr<JobSpec> LoadValidSpec(const std::string& path) {
+  auto spec = LoadJobSpecFile(path);
+  if (!spec.ok()) return spec.status();
+  if (auto valid = ValidateJobSpec(*spec); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", valid.status().message()));
+  }
+  return spec;
+}
+
+// A progress bar on stderr, redrawn in place every 10 steps.
+void ShowProgress(const StepReport& r) {
+  if (r.step % 10 != 0 && r.step != r.total_steps) return;
+  std::string text =
+      absl::StrFormat("epoch %d step %d/%d loss %.4f", r.epoch + 1, r.step,
+                      r.total_steps, r.loss);
+  if (r.samples_per_second > 0) {
+    absl::StrAppend(&text,
+                    absl::StrFormat(" %.0f samples/s", r.samples_per_second));
+  }
+  const double fraction =
+      r.total_steps > 0 ? static_cast<double>(r.step) / r.total_steps : -1;
+  DrawInPlace(stderr, FitLine(fraction, text, TerminalWidth(STDERR_FILENO)));
+}
+
+std::string ResultJson(const JobSpec& spec, const LocalTrainResult& r,
+                       int threads) {
+  std::string out = absl::StrCat(
+      "{\"job\":", JsonString(spec.name()), ",\"steps\":", r.steps,
+      ",\"epochs\":", r.epochs, ",\"batch_size\":", spec.batch_size(),
+      ",\"threads\":", threads, ",\"parameters\":", r.parameters,
+      ",\"samples_per_second\":", JsonNumber(r.samples_per_second),
+      ",\"wall_seconds\":", JsonNumber(r.wall_seconds),
+      ",\"final_loss\":", JsonNumber(r.losses.empty() ? 0.0 : r.losses.back()));
+  if (r.test.has_value()) {
+    absl::StrAppend(&out, ",\"test_accuracy\":", JsonNumber(r.test->accuracy),
+                    ",\"test_loss\":", JsonNumber(r.test->loss),
+                    ",\"test_samples\":", r.test->samples);
+  }
+  out += ",\"loss\":[";
+  for (size_t i = 0; i < r.losses.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", JsonNumber(r.losses[i]));
+  }
+  return out + "]}";
+}
+
+void PrintResultText(const JobSpec& spec, const LocalTrainResult& r,
+                     int threads) {
+  std::cout << absl::StrFormat(
+      "job %s: %d steps (%d epochs) of batch %d, %d parameters\n"
+      "final training loss %.4f\n"
+      "throughput %.1f samples/s (%d threads)\n",
+      spec.name(), r.steps, r.epochs, spec.batch_size(), r.parameters,
+      r.losses.empty() ? 0.0 : r.losses.back(), r.samples_per_second, threads);
+  if (r.test.has_value()) {
+    std::cout << absl::StrFormat("test accuracy %.4f (loss %.4f, %d samples)\n",
+                                 r.test->accuracy, r.test->loss,
+                                 r.test->samples);
+  }
+  const std::string saved = absl::GetFlag(FLAGS_save_weights);
+  if (!saved.empty()) std::cout << "weights saved to " << saved << "\n";
+  std::cout << absl::StrFormat("wall time %.1f s\n", r.wall_seconds);
+}
 
 }  // namespace
 
 int TrainLocalMain(const std::vector<std::string>& args) {
-  TrainLocalArgs parsed;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string v;
-    const std::string& a = args[i];
-    if (TakeValue(args, &i, "--max-steps", &v)) {
-      int64_t n;
-      if (!absl::SimpleAtoi(v, &n) || n <= 0) {
-        return UsageError(
-            "--max-steps needs a positive integer, got '" + v + "'",
-            kTrainLocalUsage);
-      }
-      parsed.options.max_steps = n;
-    } else if (TakeValue(args, &i, "--epochs", &v)) {
-      int64_t n;
-      if (!absl::SimpleAtoi(v, &n) || n <= 0) {
-        return UsageError("--epochs needs a positive integer, got '" + v + "'",
-                          kTrainLocalUsage);
-      }
-      parsed.options.epochs = n;
-    } else if (TakeValue(args, &i, "--threads", &v)) {
-      if (!absl::SimpleAtoi(v, &parsed.threads) || parsed.threads <= 0 ||
-          parsed.threads > 1024) {
-        return UsageError(
-            "--threads needs an integer in [1, 1024], got '" + v + "'",
-            kTrainLocalUsage);
-      }
-    } else if (TakeValue(args, &i, "--init-weights", &v)) {
-      parsed.options.init_weights = v;
-    } else if (TakeValue(args, &i, "--save-weights", &v)) {
-      parsed.options.save_weights = v;
-    } else if (TakeValue(args, &i, "--output", &v)) {
-      if (v != "text" && v != "json") {
-        return UsageError("--output must be text or json, got '" + v + "'",
-                          kTrainLocalUsage);
-      }
-      parsed.json = v == "json";
-    } else if (TakeValue(args, &i, "--log-level", &v)) {
-      parsed.log_level = v;
-    } else if (!a.empty() && a[0] == '-') {
-      return UsageError("unknown or incomplete flag '" + a + "'",
-                        kTrainLocalUsage);
-    } else if (parsed.job.empty()) {
-      parsed.job = a;
-    } else {
-      return UsageError("unexpected argument '" + a + "'", kTrainLocalUsage);
-    }
+  const CommandLineSpec spec = TrainLocalSpec();
+  ParsedArgs parsed;
+  if (auto code = ParseSubcommand(spec, args, 1, 1, &parsed)) return *code;
+  LocalTrainOptions options;
+  if (auto error = OptionsFromFlags(parsed, &options)) {
+    return UsageError(spec, *error);
   }
-  if (parsed.job.empty())
-    return UsageError("train-local needs a job spec file", kTrainLocalUsage);
-
   logging::LoggingOptions log;
-  log.level = parsed.log_level;
+  log.level = absl::GetFlag(FLAGS_log_level);
   log.component = "aq";
   if (absl::Status s = logging::ConfigureLogging(log); !s.ok()) {
-    return UsageError(std::string(s.message()), kTrainLocalUsage);
+    return UsageError(spec, std::string(s.message()));
   }
-
-  auto spec = LoadJobSpecFile(parsed.job);
-  if (!spec.ok()) {
-    std::cerr << "aq: " << spec.status().message() << "\n";
-    return 1;
+  const std::string& path = parsed.positional[0];
+  const auto job = LoadValidSpec(path);
+  if (!job.ok()) return Fail(std::string(job.status().message()));
+  if (!options.save_weights.empty()) {
+    if (absl::Status s = CheckWritable(options.save_weights); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
   }
-  if (auto valid = ValidateJobSpec(*spec); !valid.ok()) {
-    std::cerr << "aq: " << parsed.job << ": " << valid.status().message()
-              << "\n";
-    return 1;
-  }
-
   CpuDeviceOptions device_options;
-  device_options.threads =
-      parsed.threads > 0
-          ? parsed.threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  device_options.threads = ThreadsOrAllCores(absl::GetFlag(FLAGS_threads));
   CpuDevice device(device_options);
-
-  const bool tty = !parsed.json && isatty(STDERR_FILENO);
-  if (tty) {
-    parsed.options.on_step = [](const StepReport& r) {
-      if (r.step % 10 != 0 && r.step != r.total_steps) return;
-      const int width = 30;
-      const int filled = static_cast<int>(width * r.step / r.total_steps);
-      std::fprintf(
-          stderr,
-          "\r[%s%s] epoch %lld step %lld/%lld loss %.4f %.0f "
-          "samples/s ",
-          std::string(filled, '#').c_str(),
-          std::string(width - filled, '.').c_str(),
-          static_cast<long long>(r.epoch + 1), static_cast<long long>(r.step),
-          static_cast<long long>(r.total_steps), r.loss, r.samples_per_second);
-      std::fflush(stderr);
-    };
-  }
-  auto result = TrainLocal(*spec, &device, parsed.options);
-  if (tty) std::fprintf(stderr, "\n");
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  if (tty) options.on_step = ShowProgress;
+  auto result = TrainLocal(*job, &device, options);
+  if (tty) DrawInPlace(stderr, "");
   if (!result.ok()) {
-    std::cerr << "aq: train-local " << parsed.job << ": "
-              << result.status().message() << "\n";
-    return 1;
+    return Fail(
+        absl::StrCat("train-local ", path, ": ", result.status().message()));
   }
-  const LocalTrainResult& r = *result;
-  if (parsed.json) {
-    std::string out = absl::StrCat(
-        "{\"job\":\"", spec->name(), "\",\"steps\":", r.steps,
-        ",\"epochs\":", r.epochs, ",\"batch_size\":", spec->batch_size(),
-        ",\"threads\":", device_options.threads,
-        ",\"parameters\":", r.parameters,
-        ",\"samples_per_second\":", JsonNumber(r.samples_per_second),
-        ",\"wall_seconds\":", JsonNumber(r.wall_seconds), ",\"final_loss\":",
-        JsonNumber(r.losses.empty() ? 0.0 : r.losses.back()));
-    if (r.test.has_value()) {
-      absl::StrAppend(&out, ",\"test_accuracy\":", JsonNumber(r.test->accuracy),
-                      ",\"test_loss\":", JsonNumber(r.test->loss),
-                      ",\"test_samples\":", r.test->samples);
-    }
-    out += ",\"loss\":[";
-    for (size_t i = 0; i < r.losses.size(); ++i) {
-      absl::StrAppend(&out, i ? "," : "", JsonNumber(r.losses[i]));
-    }
-    out += "]}";
-    std::cout << out << std::endl;
+  if (JsonOutput()) {
+    std::cout << ResultJson(*job, *result, device_options.threads) << std::endl;
   } else {
-    std::cout << absl::StrFormat(
-        "job %s: %d steps (%d epochs) of batch %d, %d parameters\n"
-        "final training loss %.4f\n"
-        "throughput %.1f samples/s (%d threads)\n",
-        spec->name(), r.steps, r.epochs, spec->batch_size(), r.parameters,
-        r.losses.empty() ? 0.0 : r.losses.back(), r.samples_per_second,
-        device_options.threads);
-    if (r.test.has_value()) {
-      std::cout << absl::StrFormat(
-          "test accuracy %.4f (loss %.4f, %d samples)\n", r.test->accuracy,
-          r.test->loss, r.test->samples);
-    }
-    if (!parsed.options.save_weights.empty()) {
-      std::cout << "weights saved to " << parsed.options.save_weights << "\n";
-    }
-    std::cout << absl::StrFormat("wall time %.1f s\n", r.wall_seconds);
+    PrintResultText(*job, *result, device_options.threads);
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace aqueduct

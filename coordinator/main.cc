@@ -4,16 +4,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
 #include "coordinator/grpc_worker_client.h"
@@ -30,7 +30,8 @@ ABSL_FLAG(std::string, port_file, "",
           "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_dir, "",
           "directory for the coordinator's state: port and pid files and the "
-          "job journal (jobs.journal), which a restart reads back");
+          "job journal (jobs.journal), which a restart reads back; created "
+          "(mode 0700, parents 0755) if missing");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int32_t, suspect_after_missed, 3,
           "missed heartbeats after which a worker is SUSPECT");
@@ -51,91 +52,105 @@ ABSL_FLAG(std::string, log_format, "text", "text or json (one object a line)");
 namespace aqueduct {
 namespace {
 
-int Main() {
+constexpr char kDescription[] =
+    "The Aqueduct coordinator daemon: holds the worker registry, the jobs\n"
+    "and their plans, the version ledger and the rendezvous store, and\n"
+    "serves aqueduct.v1.Coordinator (plus grpc.health.v1 and reflection).\n"
+    "SIGTERM or SIGINT stops it. Exit codes: 0 after a signal, 1 when it\n"
+    "cannot start (the log says why), 2 for bad flags.\n";
+
+// Logging from --log_level and --log_format; false (after saying why) if
+// either is bad.
+bool SetUpLogging() {
   logging::LoggingOptions log;
   log.level = absl::GetFlag(FLAGS_log_level);
   log.component = "coordinator";
-  if (absl::Status s =
-          logging::ParseFormat(absl::GetFlag(FLAGS_log_format), &log.format);
-      !s.ok()) {
+  absl::Status s =
+      logging::ParseFormat(absl::GetFlag(FLAGS_log_format), &log.format);
+  if (s.ok()) s = logging::ConfigureLogging(log);
+  if (!s.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
-    return 2;
   }
-  if (absl::Status s = logging::ConfigureLogging(log); !s.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  CoordinatorOptions options;
-  options.registry.heartbeat_interval =
+  return s.ok();
+}
+
+// The core's options from the flags; false (after saying why) if they
+// contradict each other.
+bool OptionsFromFlags(CoordinatorOptions* options) {
+  options->registry.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  options.registry.suspect_after_missed =
+  options->registry.suspect_after_missed =
       absl::GetFlag(FLAGS_suspect_after_missed);
-  options.registry.dead_after =
+  options->registry.dead_after =
       absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
-  options.registry.version = kVersion;
-  options.worker_rpc_timeout =
+  options->registry.version = kVersion;
+  options->worker_rpc_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_rpc_timeout_ms));
-  options.profile_timeout =
+  options->profile_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
-  options.default_wait_for_workers =
+  options->default_wait_for_workers =
       absl::Milliseconds(absl::GetFlag(FLAGS_wait_for_workers_ms));
-  if (options.registry.heartbeat_interval <= absl::ZeroDuration() ||
-      options.registry.dead_after <= options.registry.heartbeat_interval ||
-      options.registry.suspect_after_missed < 1) {
+  if (options->registry.heartbeat_interval <= absl::ZeroDuration() ||
+      options->registry.dead_after <= options->registry.heartbeat_interval ||
+      options->registry.suspect_after_missed < 1) {
     AQ_LOG_ERROR(
         "need heartbeat_interval_ms > 0, dead_after_ms > "
         "heartbeat_interval_ms and suspect_after_missed >= 1");
-    return 2;
+    return false;
   }
+  return true;
+}
 
-  BlockTerminationSignals();
-  GrpcWorkerClients clients;
-  CoordinatorCore core(options, RealClock::Get(), clients.Factory());
-  if (!absl::GetFlag(FLAGS_state_dir).empty()) {
-    if (absl::Status s =
-            core.OpenJournal(absl::GetFlag(FLAGS_state_dir) + "/jobs.journal");
-        !s.ok()) {
-      AQ_LOG_ERROR("{}", s.ToString());
-      return 1;
-    }
+// Creates --state_dir if missing and opens the job journal in it.
+absl::Status OpenStateDir(CoordinatorCore* core) {
+  const std::string dir = absl::GetFlag(FLAGS_state_dir);
+  if (dir.empty()) return absl::OkStatus();
+  if (absl::Status s = MakeDirectories(dir, 0700); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--state_dir: ", s.message()));
   }
-  GrpcCoordinatorService service(&core);
+  return core->OpenJournal(dir + "/jobs.journal");
+}
 
+// Serves `service` on --listen; null (after logging why) if it cannot.
+std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
+                                          int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
+                           grpc::InsecureServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.RegisterService(&service);
+  builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr || *port == 0) {
     AQ_LOG_ERROR("cannot listen on {}", absl::GetFlag(FLAGS_listen));
-    return 1;
+    return nullptr;
   }
-  AQ_LOG_INFO("coordinator {} serving on port {}", kVersion, port);
+  AQ_LOG_INFO("coordinator {} serving on port {}", kVersion, *port);
+  return server;
+}
+
+// --port_file, and the port and pid files in --state_dir.
+absl::Status WriteStateFiles(int port) {
   const std::string port_text = absl::StrCat(port, "\n");
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    if (absl::Status s =
-            WriteFileAtomically(absl::GetFlag(FLAGS_port_file), port_text);
-        !s.ok()) {
-      AQ_LOG_ERROR("{}", s.ToString());
-      return 1;
-    }
+    RETURN_IF_ERROR(
+        WriteFileAtomically(absl::GetFlag(FLAGS_port_file), port_text));
   }
-  if (!absl::GetFlag(FLAGS_state_dir).empty()) {
-    const std::string dir = absl::GetFlag(FLAGS_state_dir);
-    (void)WriteFileAtomically(dir + "/coordinator.port", port_text);
-    (void)WriteFileAtomically(dir + "/coordinator.pid",
-                              absl::StrCat(getpid(), "\n"));
-  }
+  const std::string dir = absl::GetFlag(FLAGS_state_dir);
+  if (dir.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/coordinator.port", port_text));
+  return WriteFileAtomically(dir + "/coordinator.pid",
+                             absl::StrCat(getpid(), "\n"));
+}
 
+// Ticks the core until SIGTERM or SIGINT, then shuts the server down.
+void ServeUntilSignal(CoordinatorCore* core, grpc::Server* server) {
   std::atomic<bool> stopping{false};
   std::thread ticker([&] {
     while (!stopping) {
-      core.Tick();
+      core->Tick();
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
@@ -145,6 +160,28 @@ int Main() {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   ticker.join();
   server->Wait();
+}
+
+int Main() {
+  if (!SetUpLogging()) return 2;
+  CoordinatorOptions options;
+  if (!OptionsFromFlags(&options)) return 2;
+  BlockTerminationSignals();
+  GrpcWorkerClients clients;
+  CoordinatorCore core(options, RealClock::Get(), clients.Factory());
+  if (absl::Status s = OpenStateDir(&core); !s.ok()) {
+    AQ_LOG_ERROR("{}", s.ToString());
+    return 1;
+  }
+  GrpcCoordinatorService service(&core);
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
+  if (server == nullptr) return 1;
+  if (absl::Status s = WriteStateFiles(port); !s.ok()) {
+    AQ_LOG_ERROR("{}", s.ToString());
+    return 1;
+  }
+  ServeUntilSignal(&core, server.get());
   AQ_LOG_INFO("coordinator stopped");
   return 0;
 }
@@ -153,10 +190,7 @@ int Main() {
 }  // namespace aqueduct
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "The Aqueduct coordinator daemon. Flags: --listen, --port_file, "
-      "--state_dir, --heartbeat_interval_ms, --suspect_after_missed, "
-      "--dead_after_ms, --log_level, --log_format, ...");
-  absl::ParseCommandLine(argc, argv);
+  aqueduct::ParseDaemonFlags("coordinator", aqueduct::kDescription,
+                             "coordinator/main.cc", argc, argv);
   return aqueduct::Main();
 }

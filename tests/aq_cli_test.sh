@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Process-level test of `aq train-local` as a user runs it: exit codes, error
-# messages naming the bad field, JSON output, and the safetensors round trip.
+# messages naming the bad field or file, JSON output (exactly one document),
+# both flag spellings, checked writes, and the safetensors round trip.
 set -uo pipefail
 AQ="$1"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -31,7 +32,17 @@ grep -q "usage: aq" "$tmp/err" || fail "no args: no usage text"
 # Unknown flag.
 "$AQ" train-local "$tmp/job.textproto" --bogus 2>"$tmp/err" >/dev/null; rc=$?
 [ "$rc" -eq 2 ] || fail "bad flag: exit $rc"
-grep -q "unknown or incomplete flag '--bogus'" "$tmp/err" || fail "bad flag message"
+grep -q "aq train-local: unknown flag '--bogus'" "$tmp/err" || fail "bad flag message: $(cat "$tmp/err")"
+
+# A flag without its value, and a malformed value, name the flag.
+"$AQ" train-local "$tmp/job.textproto" --epochs 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "missing value: exit $rc"
+grep -q "flag '--epochs' needs a value" "$tmp/err" || fail "missing value message: $(cat "$tmp/err")"
+"$AQ" train-local "$tmp/job.textproto" --max-steps=abc 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "bad value: exit $rc"
+grep -q "bad value 'abc' for --max-steps: want an integer" "$tmp/err" || fail "bad value message: $(cat "$tmp/err")"
+"$AQ" train-local "$tmp/job.textproto" --max_steps 0 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "--max_steps 0: exit $rc"
 
 # Missing file.
 "$AQ" train-local "$tmp/nope.textproto" 2>"$tmp/err" >/dev/null; rc=$?
@@ -54,6 +65,8 @@ for key in steps samples_per_second loss test_accuracy wall_seconds; do
   grep -q "\"$key\":" "$tmp/out.json" || fail "json lacks $key: $(cat "$tmp/out.json")"
 done
 grep -q '"steps":32,' "$tmp/out.json" || fail "json steps: $(cat "$tmp/out.json")"
+python3 -c 'import json,sys; json.load(sys.stdin)' <"$tmp/out.json" ||
+  fail "train-local --output json is not one JSON document: $(cat "$tmp/out.json")"
 [ -s "$tmp/w.safetensors" ] || fail "no weights file"
 acc=$(sed -E 's/.*"test_accuracy":([0-9.e-]+).*/\1/' "$tmp/out.json")
 awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy $acc <= 0.5"
@@ -63,6 +76,20 @@ awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy $acc <= 0.5"
   --init-weights "$tmp/w.safetensors" >"$tmp/out2.json" 2>"$tmp/err"; rc=$?
 [ "$rc" -eq 0 ] || fail "resume: exit $rc: $(cat "$tmp/err")"
 grep -q '"steps":3,' "$tmp/out2.json" || fail "max-steps: $(cat "$tmp/out2.json")"
+# The same with the underscore spellings (the documented ones).
+"$AQ" train-local "$tmp/job.textproto" --output=json --max_steps=2 \
+  --init_weights "$tmp/w.safetensors" >"$tmp/out3.json" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 0 ] || fail "underscore spellings: exit $rc: $(cat "$tmp/err")"
+grep -q '"steps":2,' "$tmp/out3.json" || fail "max_steps: $(cat "$tmp/out3.json")"
+
+# Weights to a directory that does not exist: refused before training,
+# naming the path.
+"$AQ" train-local "$tmp/job.textproto" --max-steps 2 \
+  --save-weights "$tmp/nonexistent/dir/w.safetensors" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -ne 0 ] || fail "save-weights to a missing directory: exit 0"
+grep -q "$tmp/nonexistent/dir/w.safetensors" "$tmp/err" ||
+  fail "save-weights message does not name the path: $(cat "$tmp/err")"
+grep -q "saved" "$tmp/out" && fail "claims to have saved weights: $(cat "$tmp/out")"
 
 # A corrupt weights file is refused with the path.
 printf 'garbage!' >"$tmp/bad.safetensors"

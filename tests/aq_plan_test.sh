@@ -30,6 +30,18 @@ grep -q '"time_per_minibatch_s":' "$tmp/plan.json" || fail "json lacks time_per_
 grep -q '"stages":\[{"start":0,"end":' "$tmp/plan.json" || fail "json stages: $(cat "$tmp/plan.json")"
 grep -q '"replicas":' "$tmp/plan.json" || fail "json lacks replicas"
 
+python3 -c 'import json,sys; json.load(sys.stdin)' <"$tmp/plan.json" 2>/dev/null ||
+  fail "plan --output json is not one JSON document: $(cat "$tmp/plan.json")"
+# The profile as the argument (an existing file) is the same as --profile.
+"$AQ" plan "$tmp/dag.txt" --workers 2 --output json >"$tmp/plan2.json" 2>"$tmp/err" ||
+  fail "plan PROFILE: $(cat "$tmp/err")"
+cmp -s "$tmp/plan.json" "$tmp/plan2.json" || fail "plan PROFILE differs from plan --profile PROFILE"
+"$AQ" plan "$tmp/dag.txt" --profile "$tmp/dag.txt" --workers 2 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "profile given twice: exit $rc"
+"$AQ" plan "$SPEC" --workers 2 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "plan of a job spec: exit $rc"
+grep -q "is a job spec, not a profile" "$tmp/err" || fail "plan of a job spec: $(cat "$tmp/err")"
+
 "$AQ" plan --profile "$tmp/dag.txt" --workers 2 2 --bandwidth 1e10 1e9 >"$tmp/plan.txt" 2>&1 ||
   fail "hierarchical text plan: $(cat "$tmp/plan.txt")"
 grep -q "^time per minibatch" "$tmp/plan.txt" || fail "text plan: $(cat "$tmp/plan.txt")"

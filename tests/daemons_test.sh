@@ -14,14 +14,30 @@ harness="$(dirname "$0")/daemon_harness.sh"
 # shellcheck source=tests/daemon_harness.sh
 source "$harness"
 
-mkdir -p "$tmp/cstate"
-"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \
+# The state directory does not exist yet: the coordinator creates it.
+cstate="$tmp/new/cstate"
+"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$cstate" \
   --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
   >"$tmp/coordinator.log" 2>&1 &
 cpid=$!; pids+=("$cpid")
 wait_until 10 test -s "$tmp/port" || { echo "coordinator did not start"; cat "$tmp/coordinator.log"; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
 aq() { "$AQ" "$@" --coordinator "$addr"; }
+[ -d "$cstate" ] || fail "--state_dir $cstate not created"
+[ "$(stat -c %a "$cstate")" = 700 ] || fail "--state_dir mode $(stat -c %a "$cstate"), want 700"
+[ -s "$cstate/coordinator.pid" ] || fail "no coordinator.pid in the new --state_dir"
+# Is stdin exactly one JSON document?
+one_json() { python3 -c 'import json,sys; json.load(sys.stdin)' 2>/dev/null; }
+
+# An empty coordinator says so.
+aq jobs >"$tmp/out" 2>&1 || fail "aq jobs on an empty coordinator: exit $?"
+[ "$(cat "$tmp/out")" = "no jobs" ] || fail "aq jobs on an empty coordinator: $(cat "$tmp/out")"
+aq workers >"$tmp/out" 2>&1 || fail "aq workers with no workers: exit $?"
+[ "$(cat "$tmp/out")" = "no workers registered" ] || fail "aq workers with no workers: $(cat "$tmp/out")"
+for cmd in jobs workers status; do
+  aq "$cmd" --output json >"$tmp/out" 2>/dev/null || fail "aq $cmd --output json on an empty coordinator"
+  one_json <"$tmp/out" || fail "aq $cmd --output json on an empty coordinator: $(cat "$tmp/out")"
+done
 
 # Unreachable coordinator: exit 3.
 "$AQ" jobs --coordinator 127.0.0.1:1 >/dev/null 2>"$tmp/err"; rc=$?
@@ -91,6 +107,23 @@ aq submit "$tmp/ok.textproto" --wait >"$tmp/ok.out" 2>&1; rc=$?
 [ "$rc" -eq 0 ] || fail "short job: exit $rc: $(cat "$tmp/ok.out")"
 grep -q "SUCCEEDED step 32/32" "$tmp/ok.out" || fail "short job output: $(cat "$tmp/ok.out")"
 
+# --output json: exactly one JSON document on stdout, submit --wait included;
+# the job id and progress go to stderr.
+aq submit "$tmp/ok.textproto" --wait --output json >"$tmp/ok.json" 2>"$tmp/ok.err"; rc=$?
+[ "$rc" -eq 0 ] || fail "submit --wait --output json: exit $rc: $(cat "$tmp/ok.err")"
+one_json <"$tmp/ok.json" || fail "submit --wait --output json is not one JSON document: $(cat "$tmp/ok.json")"
+grep -q '"state":"JOB_SUCCEEDED"' "$tmp/ok.json" || fail "submit --wait --output json: $(cat "$tmp/ok.json")"
+okid=$(sed -E 's/.*"job_id":"([^"]+)".*/\1/' "$tmp/ok.json")
+aq submit "$tmp/ok.textproto" --output json >"$tmp/sub.json" 2>/dev/null || fail "submit --output json"
+one_json <"$tmp/sub.json" || fail "submit --output json: $(cat "$tmp/sub.json")"
+for args in "status $okid" "watch $okid" "jobs" "workers" "status"; do
+  # shellcheck disable=SC2086
+  aq $args --output json >"$tmp/out" 2>/dev/null || fail "aq $args --output json: exit $?"
+  one_json <"$tmp/out" || fail "aq $args --output json is not one JSON document: $(head -c 300 "$tmp/out")"
+done
+aq watch "$okid" >"$tmp/out" 2>&1 || fail "aq watch of a succeeded job: exit $?"
+grep -q "SUCCEEDED step 32/32" "$tmp/out" || fail "aq watch of a succeeded job: $(cat "$tmp/out")"
+
 # A slow job; kill its worker with SIGKILL.
 cat >"$tmp/slow.textproto" <<'SPEC'
 name: "slow"
@@ -146,6 +179,28 @@ grep -q -E "worker w3 \(stage [01], replica 0\) is DEAD|=w3 \(stage [01]\)" "$tm
   fail "pipeline failure reason: $(cat "$tmp/pstatus")"
 aq submit "$tmp/ok.textproto" --wait >"$tmp/after.out" 2>&1 ||
   fail "the survivor did not run the next job: $(cat "$tmp/after.out")"
+
+# The coordinator's plan of the pipeline job: aq plan JOB (the argument is
+# not a file).
+aq plan "$pid" >"$tmp/plan.txt" 2>&1 || fail "aq plan $pid: exit $?: $(cat "$tmp/plan.txt")"
+grep -q "^time per minibatch" "$tmp/plan.txt" || fail "aq plan $pid: $(cat "$tmp/plan.txt")"
+[ "$(grep -c '^[01] ' "$tmp/plan.txt")" -eq 2 ] || fail "aq plan $pid has not 2 stages: $(cat "$tmp/plan.txt")"
+aq plan "$pid" --output json >"$tmp/plan.json" 2>&1 || fail "aq plan $pid --output json: exit $?"
+one_json <"$tmp/plan.json" || fail "aq plan --output json: $(cat "$tmp/plan.json")"
+grep -q '"stages":\[' "$tmp/plan.json" || fail "aq plan --output json: $(cat "$tmp/plan.json")"
+aq plan job-nope >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "aq plan of an unknown job: exit $rc"
+grep -q "job 'job-nope' does not exist" "$tmp/err" || fail "aq plan job-nope: $(cat "$tmp/err")"
+aq plan "$pid" --workers 2 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "aq plan JOB --workers: exit $rc"
+# A trace into a directory that does not exist fails naming the path.
+aq trace "$pid" -o "$tmp/nonexistent/dir/t.json" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -ne 0 ] || fail "trace into a missing directory: exit 0: $(cat "$tmp/out")"
+grep -q "$tmp/nonexistent/dir/t.json" "$tmp/err" || fail "trace into a missing directory: $(cat "$tmp/err")"
+aq trace "$pid" -o "$tmp/t.json" --output json >"$tmp/out" 2>"$tmp/err" ||
+  fail "trace: $(cat "$tmp/err")"
+one_json <"$tmp/out" || fail "trace --output json: $(cat "$tmp/out")"
+one_json <"$tmp/t.json" || fail "the trace is not JSON: $(head -c 300 "$tmp/t.json")"
 
 # A pipeline peer that hangs (SIGSTOP: its connections stay open, nothing
 # moves). Its lease expires, the job FAILS, and the coordinator's StopJob
@@ -207,7 +262,7 @@ kill -TERM "$cpid"; wait "$cpid"; rc=$?
 # A restarted coordinator (same --state_dir) still knows every job, with
 # the status it ended with.
 rm -f "$tmp/port"
-"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \
+"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$cstate" \
   >"$tmp/coordinator2.log" 2>&1 &
 cpid=$!; pids+=("$cpid")
 wait_until 10 test -s "$tmp/port" || fail "coordinator did not restart: $(cat "$tmp/coordinator2.log")"

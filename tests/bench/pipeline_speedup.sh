@@ -25,7 +25,7 @@ jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t 
 steal_since() {
   local s0=$1 t0=$2 s1 t1
   read -r s1 t1 < <(jiffies)
-  awk -v s="$((s1 - s0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.1f", t > 0 ? 100 * s / t : 0 }'
+  awk -v s="$((s1 - s0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.1f", (t > 0 ? 100 * s / t : 0) }'
 }
 rate() {
   local workers=$1

@@ -1,0 +1,106 @@
+// Tests of the job summary and progress line: no figures before the first
+// report, and every line fits the terminal's width.
+#include "client/progress.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+JobStatus Job(JobState state) {
+  JobStatus job;
+  job.set_job_id("job-7");
+  job.set_name("mlp");
+  job.set_state(state);
+  job.set_total_steps(32);
+  return job;
+}
+
+JobStatus Reported() {
+  JobStatus job = Job(v1::JOB_RUNNING);
+  job.set_step(10);
+  job.set_loss(0.6931);
+  job.set_samples_per_second(123);
+  StageStatus* stage = job.add_stages();
+  stage->set_stage(0);
+  stage->set_committed_version(10);
+  stage->set_utilization(0.5);
+  stage->set_step_ms_p50(3.25);
+  return job;
+}
+
+TEST(JobSummaryTest, NoFiguresBeforeTheFirstReport) {
+  const JobStatus running = Job(v1::JOB_RUNNING);
+  EXPECT_FALSE(HasProgressReport(running));
+  EXPECT_EQ(JobSummary(running),
+            "job-7 mlp RUNNING waiting for the first report");
+  EXPECT_EQ(JobSummary(Job(v1::JOB_PENDING)),
+            "job-7 mlp PENDING waiting for workers");
+  EXPECT_EQ(JobSummary(Job(v1::JOB_PLANNING)), "job-7 mlp PLANNING planning");
+  const std::string line = ProgressLine(running, 100);
+  EXPECT_EQ(line.find("loss"), std::string::npos) << line;
+  EXPECT_EQ(line.find("samples/s"), std::string::npos) << line;
+  EXPECT_EQ(line.find('['), std::string::npos) << line;
+}
+
+TEST(JobSummaryTest, FiguresOnceReported) {
+  EXPECT_EQ(JobSummary(Reported()),
+            "job-7 mlp RUNNING step 10/32 loss 0.6931 123 samples/s | stage 0 "
+            "v10 util 50% p50 3.2 ms");
+  EXPECT_EQ(JobSummary(Reported(), /*with_stages=*/false),
+            "job-7 mlp RUNNING step 10/32 loss 0.6931 123 samples/s");
+}
+
+TEST(JobSummaryTest, NoThroughputBeforeItIsMeasured) {
+  JobStatus job = Reported();
+  job.set_samples_per_second(0);
+  EXPECT_EQ(JobSummary(job, /*with_stages=*/false),
+            "job-7 mlp RUNNING step 10/32 loss 0.6931");
+}
+
+TEST(JobSummaryTest, FailureReason) {
+  JobStatus failed = Job(v1::JOB_FAILED);
+  failed.set_reason("worker w1 is DEAD");
+  EXPECT_EQ(JobSummary(failed),
+            "job-7 mlp FAILED no progress reported: worker w1 is DEAD");
+}
+
+TEST(ProgressLineTest, FitsEveryWidth) {
+  for (int width : {1, 10, 20, 40, 60, 80, 100, 200}) {
+    for (const JobStatus& job : {Job(v1::JOB_RUNNING), Reported()}) {
+      const std::string line = ProgressLine(job, width);
+      EXPECT_LE(line.size(), static_cast<size_t>(std::max(width - 1, 10)))
+          << width << ": " << line;
+      EXPECT_EQ(line.find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(ProgressLineTest, BarWhenThereIsRoom) {
+  const std::string wide = ProgressLine(Reported(), 200);
+  EXPECT_EQ(wide.rfind("[#########.....................] job-7", 0), 0u)
+      << wide;
+  // 80 columns: the stage figures go, a shorter bar stays.
+  const std::string narrow = ProgressLine(Reported(), 80);
+  EXPECT_EQ(narrow.find("stage 0"), std::string::npos) << narrow;
+  EXPECT_EQ(narrow.rfind("[", 0), 0u) << narrow;
+  // 60 columns: no room for a bar.
+  EXPECT_EQ(ProgressLine(Reported(), 60),
+            "job-7 mlp RUNNING step 10/32 loss 0.6931 123 samples/s");
+}
+
+TEST(TerminalWidthTest, ColumnsThenEighty) {
+  // Under the test runner neither stdout nor stderr is a terminal.
+  setenv("COLUMNS", "123", 1);
+  EXPECT_EQ(TerminalWidth(-1), 123);
+  setenv("COLUMNS", "junk", 1);
+  EXPECT_EQ(TerminalWidth(-1), 80);
+  unsetenv("COLUMNS");
+  EXPECT_EQ(TerminalWidth(-1), 80);
+}
+
+}  // namespace
+}  // namespace aqueduct

@@ -1,0 +1,47 @@
+#include "client/remote.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "client/cli.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace aqueduct {
+
+std::string CoordinatorAddress() {
+  const std::string flag = absl::GetFlag(FLAGS_coordinator);
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("AQ_COORDINATOR");
+  return env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
+}
+
+Remote::Remote()
+    : address_(CoordinatorAddress()),
+      client_(NewGrpcCoordinatorClient(address_)) {}
+
+Remote::Remote(std::string address, std::unique_ptr<CoordinatorClient> client)
+    : address_(std::move(address)), client_(std::move(client)) {}
+
+int Remote::Failed(const absl::Status& status) const {
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    std::cerr << "aq: cannot reach the coordinator at " << address_ << ": "
+              << status.message() << "\n";
+    return kExitUnreachable;
+  }
+  std::cerr << "aq: " << status.message() << "\n";
+  return kExitFailed;
+}
+
+std::string ProtoJson(const google::protobuf::Message& message,
+                      bool print_defaults) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = print_defaults;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,56 @@
+// aq's side of talking to a coordinator: the address (--coordinator, else
+// $AQ_COORDINATOR, else 127.0.0.1:7070), a CoordinatorClient
+// (common/coordinator_client.h) over it, the deadlines aq uses, and failed
+// calls turned into aq's exit codes. The remote commands (submit, status,
+// watch, jobs, workers, cancel, trace, plan JOB) are built on this. Not
+// thread-safe (used from main).
+#ifndef AQUEDUCT_CLIENT_REMOTE_H_
+#define AQUEDUCT_CLIENT_REMOTE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/coordinator_client.h"
+#include "google/protobuf/message.h"
+
+namespace aqueduct {
+
+// Deadlines of aq's calls.
+inline constexpr absl::Duration kQueryTimeout = absl::Seconds(10);
+inline constexpr absl::Duration kSubmitTimeout = absl::Seconds(30);
+inline constexpr absl::Duration kTraceTimeout = absl::Seconds(60);
+// A watch lasts as long as the job; a day bounds it.
+inline constexpr absl::Duration kWatchTimeout = absl::Hours(24);
+
+// --coordinator, else $AQ_COORDINATOR, else 127.0.0.1:7070.
+std::string CoordinatorAddress();
+
+class Remote {
+ public:
+  // A client for CoordinatorAddress() (connects lazily).
+  Remote();
+  // A given client (tests).
+  Remote(std::string address, std::unique_ptr<CoordinatorClient> client);
+
+  CoordinatorClient& client() { return *client_; }
+  const std::string& address() const { return address_; }
+
+  // Prints why the call failed on stderr; returns 3 when the coordinator
+  // could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED), else 1.
+  int Failed(const absl::Status& status) const;
+
+ private:
+  std::string address_;
+  std::unique_ptr<CoordinatorClient> client_;
+};
+
+// `message` as one line of JSON with the proto field names;
+// `print_defaults` also prints fields left at their defaults.
+std::string ProtoJson(const google::protobuf::Message& message,
+                      bool print_defaults = false);
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_CLIENT_REMOTE_H_
