@@ -34,13 +34,17 @@ std::string Waiting(const JobStatus& job) {
     case v1::JOB_RUNNING:
       return "waiting for the first report";
     default:
-      return "no progress reported";
+      return "";  // Finished before any report: the reason says why.
   }
 }
 
 std::string Figures(const JobStatus& job, bool with_stages) {
-  std::string out = absl::StrFormat(" step %d/%d loss %.4f", job.step(),
-                                    job.total_steps(), job.loss());
+  // The total is unknown until a worker that holds the data reports it.
+  std::string out =
+      job.total_steps() > 0
+          ? absl::StrFormat(" step %d/%d loss %.4f", job.step(),
+                            job.total_steps(), job.loss())
+          : absl::StrFormat(" step %d loss %.4f", job.step(), job.loss());
   // Throughput is measured after a few warm-up steps.
   if (job.samples_per_second() > 0) {
     absl::StrAppend(
@@ -79,8 +83,8 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
       absl::StrCat(job.job_id(), " ", job.name(), " ", StateName(job.state()));
   if (HasProgressReport(job)) {
     absl::StrAppend(&line, Figures(job, with_stages));
-  } else {
-    absl::StrAppend(&line, " ", Waiting(job));
+  } else if (const std::string waiting = Waiting(job); !waiting.empty()) {
+    absl::StrAppend(&line, " ", waiting);
   }
   if (job.state() == v1::JOB_SUCCEEDED && job.test_accuracy() > 0) {
     absl::StrAppend(

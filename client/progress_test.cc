@@ -64,8 +64,7 @@ TEST(JobSummaryTest, NoThroughputBeforeItIsMeasured) {
 TEST(JobSummaryTest, FailureReason) {
   JobStatus failed = Job(v1::JOB_FAILED);
   failed.set_reason("worker w1 is DEAD");
-  EXPECT_EQ(JobSummary(failed),
-            "job-7 mlp FAILED no progress reported: worker w1 is DEAD");
+  EXPECT_EQ(JobSummary(failed), "job-7 mlp FAILED: worker w1 is DEAD");
 }
 
 TEST(ProgressLineTest, FitsEveryWidth) {
