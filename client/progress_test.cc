@@ -61,6 +61,15 @@ TEST(JobSummaryTest, NoThroughputBeforeItIsMeasured) {
             "job-7 mlp RUNNING step 10/32 loss 0.6931");
 }
 
+TEST(JobSummaryTest, NoTotalUntilTheWorkersReportIt) {
+  JobStatus job = Reported();
+  job.set_total_steps(0);
+  job.set_samples_per_second(0);
+  EXPECT_EQ(JobSummary(job, /*with_stages=*/false),
+            "job-7 mlp RUNNING step 10 loss 0.6931");
+  EXPECT_EQ(ProgressLine(job, 100).find('['), std::string::npos);
+}
+
 TEST(JobSummaryTest, FailureReason) {
   JobStatus failed = Job(v1::JOB_FAILED);
   failed.set_reason("worker w1 is DEAD");
