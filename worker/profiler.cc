@@ -35,6 +35,166 @@ absl::StatusOr<Tensor> RandomTensor(Device* device, const Shape& shape,
   return t;
 }
 
+// Milliseconds from `start` to now.
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start)
+      .count();
+}
+
+// Each layer's weight update on its own, with the job's optimizer.
+struct LayerUpdate {
+  ParameterSet params, grads;
+  std::unique_ptr<Optimizer> optimizer;
+};
+
+// One LayerUpdate per layer; left empty for layers without parameters.
+absl::StatusOr<std::vector<LayerUpdate>> CreateLayerUpdates(
+    const JobSpec& spec, const Model& model, const ParameterSet& params,
+    Device* device) {
+  std::vector<LayerUpdate> updates(model.num_layers());
+  for (int l = 0; l < model.num_layers(); ++l) {
+    if (params.ForLayer(l).empty()) continue;
+    ASSIGN_OR_RETURN(updates[l].params,
+                     InitParameters(model, l, l + 1, device));
+    ASSIGN_OR_RETURN(updates[l].grads, ZerosLike(updates[l].params, device));
+    ASSIGN_OR_RETURN(updates[l].optimizer,
+                     CreateOptimizer(spec.optimizer(), updates[l].params,
+                                     device, /*total_steps=*/1 << 20));
+  }
+  return updates;
+}
+
+// Runs a model's layers one at a time, synchronising the device around each
+// pass, and keeps every layer's forward, backward and update times (ms) of
+// the measured iterations.
+class LayerTimer {
+ public:
+  LayerTimer(const Model& model, Device* device, const ParameterSet& params,
+             const ParameterSet& grads, std::vector<LayerUpdate>* updates)
+      : model_(model),
+        device_(device),
+        params_(params),
+        grads_(grads),
+        updates_(updates),
+        needs_dx_(model.num_layers(), false),
+        forward_(model.num_layers()),
+        backward_(model.num_layers()),
+        update_(model.num_layers()) {
+    // As in training (BackwardRange), a layer computes its input gradient
+    // only if a layer with parameters lies below it.
+    for (int l = 1; l < model.num_layers(); ++l) {
+      needs_dx_[l] = needs_dx_[l - 1] || !params.ForLayer(l - 1).empty();
+    }
+  }
+
+  // One training iteration: forward from a copy of `input`, backward from
+  // a copy of `output_grad`, then every layer's update.
+  absl::Status Iterate(const PassContext& ctx, const Tensor& input,
+                       const Tensor& output_grad, bool measure) {
+    std::vector<LayerCache> caches(model_.num_layers());
+    RETURN_IF_ERROR(Forward(ctx, input, measure, &caches));
+    RETURN_IF_ERROR(Backward(ctx, output_grad, measure, caches));
+    return Updates(measure);
+  }
+
+  double ForwardMs(int l) const { return Median(forward_[l]); }
+  double BackwardMs(int l) const { return Median(backward_[l]); }
+  double UpdateMs(int l) const { return Median(update_[l]); }
+
+ private:
+  // Every layer's forward pass, filling `caches`.
+  absl::Status Forward(const PassContext& ctx, const Tensor& input,
+                       bool measure, std::vector<LayerCache>* caches) {
+    // A fresh input: in-place layers write into theirs.
+    ASSIGN_OR_RETURN(Tensor x, device_->Allocate(input.shape(), DType::kF32));
+    device_->Copy(input, x);
+    for (int l = 0; l < model_.num_layers(); ++l) {
+      Tensor y;
+      RETURN_IF_ERROR(device_->Synchronize());
+      const Clock::time_point start = Clock::now();
+      RETURN_IF_ERROR(model_.layer(l).Forward(*device_, params_.ForLayer(l), x,
+                                              ctx, &y, &(*caches)[l]));
+      RETURN_IF_ERROR(device_->Synchronize());
+      if (measure) forward_[l].push_back(MsSince(start));
+      x = std::move(y);
+    }
+    return absl::OkStatus();
+  }
+
+  // The backward passes, from the top layer down to the lowest one that
+  // needs its input gradient.
+  absl::Status Backward(const PassContext& ctx, const Tensor& output_grad,
+                        bool measure, const std::vector<LayerCache>& caches) {
+    ASSIGN_OR_RETURN(Tensor dy,
+                     device_->Allocate(output_grad.shape(), DType::kF32));
+    device_->Copy(output_grad, dy);
+    for (int l = model_.num_layers() - 1; l >= 0; --l) {
+      Tensor dx;
+      const Clock::time_point start = Clock::now();
+      RETURN_IF_ERROR(model_.layer(l).Backward(
+          *device_, params_.ForLayer(l), caches[l], dy, ctx,
+          needs_dx_[l] ? &dx : nullptr, grads_.ForLayer(l), false));
+      RETURN_IF_ERROR(device_->Synchronize());
+      if (measure) backward_[l].push_back(MsSince(start));
+      if (!needs_dx_[l]) break;  // Nothing below needs a gradient.
+      dy = std::move(dx);
+    }
+    return absl::OkStatus();
+  }
+
+  // Each layer's weight update, for layers with parameters.
+  absl::Status Updates(bool measure) {
+    for (int l = 0; l < model_.num_layers(); ++l) {
+      LayerUpdate& u = (*updates_)[l];
+      if (u.optimizer == nullptr) continue;
+      RETURN_IF_ERROR(device_->Synchronize());
+      const Clock::time_point start = Clock::now();
+      RETURN_IF_ERROR(u.optimizer->Step(u.params, u.grads));
+      RETURN_IF_ERROR(device_->Synchronize());
+      if (measure) update_[l].push_back(MsSince(start));
+    }
+    return absl::OkStatus();
+  }
+
+  const Model& model_;
+  Device* device_;
+  const ParameterSet& params_;
+  const ParameterSet& grads_;
+  std::vector<LayerUpdate>* updates_;
+  std::vector<bool> needs_dx_;
+  std::vector<std::vector<double>> forward_, backward_, update_;
+};
+
+// Adds layer l's node (its median times and its sizes) to the profile, and
+// the edge from the layer before it.
+void AddLayerNode(const JobSpec& spec, const Model& model,
+                  const LayerTimer& timer, int l, int64_t batch,
+                  ModelProfile* profile) {
+  const Layer& layer = model.layer(l);
+  LayerProfile* node = profile->add_nodes();
+  node->set_id(absl::StrCat("layer", l));
+  const std::string& name = spec.model().layers(l).name();
+  node->set_description(absl::StrCat(
+      name.empty() ? "" : name + " ", layer.kind(), " ",
+      layer.input_shape().ToString(), "->", layer.output_shape().ToString()));
+  node->set_forward_ms(timer.ForwardMs(l));
+  node->set_backward_ms(timer.BackwardMs(l));
+  node->set_optimizer_ms(timer.UpdateMs(l));
+  node->set_activation_bytes(static_cast<double>(
+      layer.output_shape().numel() * batch * DTypeSize(DType::kF32)));
+  double param_bytes = 0;
+  for (const ParamSpec& p : layer.Params()) {
+    param_bytes += static_cast<double>(p.shape.numel()) * 4;
+  }
+  node->set_parameter_bytes(param_bytes);
+  node->set_layer_index(l);
+  if (l > 0) {
+    ProfileEdge* edge = profile->add_edges();
+    edge->set_from(absl::StrCat("layer", l - 1));
+    edge->set_to(absl::StrCat("layer", l));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<double> MeasureGemmGflops(Device* device, int n,
@@ -77,85 +237,15 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
   ASSIGN_OR_RETURN(
       Tensor output_grad,
       RandomTensor(device, model.output_shape().WithLeading(batch), 4));
-
-  std::vector<std::vector<double>> forward(layers), backward(layers),
-      update(layers);
-  // Each layer's weight update on its own, with the job's optimizer.
-  struct LayerUpdate {
-    ParameterSet params, grads;
-    std::unique_ptr<Optimizer> optimizer;
-  };
-  std::vector<LayerUpdate> updates(layers);
-  for (int l = 0; l < layers; ++l) {
-    if (params.ForLayer(l).empty()) continue;
-    ASSIGN_OR_RETURN(updates[l].params,
-                     InitParameters(model, l, l + 1, device));
-    ASSIGN_OR_RETURN(updates[l].grads, ZerosLike(updates[l].params, device));
-    ASSIGN_OR_RETURN(updates[l].optimizer,
-                     CreateOptimizer(spec.optimizer(), updates[l].params,
-                                     device, /*total_steps=*/1 << 20));
-  }
-  std::vector<bool> needs_dx(layers, false);
-  for (int l = 1; l < layers; ++l) {
-    needs_dx[l] = needs_dx[l - 1] || !params.ForLayer(l - 1).empty();
-  }
+  ASSIGN_OR_RETURN(std::vector<LayerUpdate> updates,
+                   CreateLayerUpdates(spec, model, params, device));
+  LayerTimer timer(model, device, params, grads, &updates);
   const int total = options.warmup_iterations + options.measured_iterations;
   for (int it = 0; it < total; ++it) {
-    const bool measure = it >= options.warmup_iterations;
     PassContext ctx;
     ctx.minibatch = static_cast<uint64_t>(it);
-    // A fresh input: in-place layers write into theirs.
-    ASSIGN_OR_RETURN(Tensor x,
-                     device->Allocate(input_template.shape(), DType::kF32));
-    device->Copy(input_template, x);
-    std::vector<LayerCache> caches(layers);
-    for (int l = 0; l < layers; ++l) {
-      Tensor y;
-      RETURN_IF_ERROR(device->Synchronize());
-      const Clock::time_point start = Clock::now();
-      RETURN_IF_ERROR(model.layer(l).Forward(*device, params.ForLayer(l), x,
-                                             ctx, &y, &caches[l]));
-      RETURN_IF_ERROR(device->Synchronize());
-      if (measure) {
-        forward[l].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - start)
-                .count());
-      }
-      x = std::move(y);
-    }
-    ASSIGN_OR_RETURN(Tensor dy,
-                     device->Allocate(output_grad.shape(), DType::kF32));
-    device->Copy(output_grad, dy);
-    for (int l = layers - 1; l >= 0; --l) {
-      Tensor dx;
-      const Clock::time_point start = Clock::now();
-      // As in training (BackwardRange), a layer computes its input gradient
-      // only if a layer with parameters lies below it.
-      RETURN_IF_ERROR(model.layer(l).Backward(
-          *device, params.ForLayer(l), caches[l], dy, ctx,
-          needs_dx[l] ? &dx : nullptr, grads.ForLayer(l), false));
-      RETURN_IF_ERROR(device->Synchronize());
-      if (measure) {
-        backward[l].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - start)
-                .count());
-      }
-      if (!needs_dx[l]) break;  // Nothing below needs a gradient.
-      dy = std::move(dx);
-    }
-    for (int l = 0; l < layers; ++l) {
-      if (updates[l].optimizer == nullptr) continue;
-      RETURN_IF_ERROR(device->Synchronize());
-      const Clock::time_point start = Clock::now();
-      RETURN_IF_ERROR(
-          updates[l].optimizer->Step(updates[l].params, updates[l].grads));
-      RETURN_IF_ERROR(device->Synchronize());
-      if (measure) {
-        update[l].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - start)
-                .count());
-      }
-    }
+    RETURN_IF_ERROR(timer.Iterate(ctx, input_template, output_grad,
+                                  /*measure=*/it >= options.warmup_iterations));
   }
 
   ModelProfile profile;
@@ -166,29 +256,7 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
     profile.set_gemm_gflops(gflops);
   }
   for (int l = 0; l < layers; ++l) {
-    const Layer& layer = model.layer(l);
-    LayerProfile* node = profile.add_nodes();
-    node->set_id(absl::StrCat("layer", l));
-    const std::string& name = spec.model().layers(l).name();
-    node->set_description(absl::StrCat(
-        name.empty() ? "" : name + " ", layer.kind(), " ",
-        layer.input_shape().ToString(), "->", layer.output_shape().ToString()));
-    node->set_forward_ms(Median(forward[l]));
-    node->set_backward_ms(Median(backward[l]));
-    node->set_optimizer_ms(Median(update[l]));
-    node->set_activation_bytes(static_cast<double>(
-        layer.output_shape().numel() * batch * DTypeSize(DType::kF32)));
-    double param_bytes = 0;
-    for (const ParamSpec& p : layer.Params()) {
-      param_bytes += static_cast<double>(p.shape.numel()) * 4;
-    }
-    node->set_parameter_bytes(param_bytes);
-    node->set_layer_index(l);
-    if (l > 0) {
-      ProfileEdge* edge = profile.add_edges();
-      edge->set_from(absl::StrCat("layer", l - 1));
-      edge->set_to(absl::StrCat("layer", l));
-    }
+    AddLayerNode(spec, model, timer, l, batch, &profile);
   }
   return profile;
 }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace aqueduct {
 
@@ -414,10 +415,9 @@ std::vector<int> MonotoneStarts(const Level& l) {
   return start;
 }
 
-}  // namespace
-
-absl::StatusOr<PipeDreamSolution> SolvePipeDream(
-    const StateSequence& seq, const PipeDreamOptions& options) {
+// INVALID_ARGUMENT for no levels, a level with < 1 worker or a non-positive
+// bandwidth, or a non-positive compression ratio.
+absl::Status ValidateOptions(const PipeDreamOptions& options) {
   if (options.levels.empty()) {
     return absl::InvalidArgumentError("no topology levels given");
   }
@@ -440,25 +440,148 @@ absl::StatusOr<PipeDreamSolution> SolvePipeDream(
         "activation compression ratio ", *options.activation_compression_ratio,
         " must be positive"));
   }
-  const int n = static_cast<int>(seq.states.size());
-  if (n == 0) return absl::InvalidArgumentError("no states to partition");
+  return absl::OkStatus();
+}
 
-  std::vector<double> compute(n), activation(n), parameters(n), out(n);
-  for (int s = 0; s < n; ++s) {
-    compute[s] = seq.states[s].compute_s;
-    activation[s] = seq.states[s].activation_bytes;
-    parameters[s] = seq.states[s].parameter_bytes;
-    out[s] = seq.states[s].output_activation_bytes;
-  }
+// The per-state inputs that every level reads.
+struct StateTables {
+  // Cumulative per state.
+  std::vector<double> compute, activation, parameters, out;
+  // Non-chain DAGs: bitset of the predecessors of each state (else empty).
   std::vector<std::vector<uint64_t>> pred_bits;
+};
+
+// Copies the states' cumulative sums into flat tables and, for DAGs, sets
+// each state's predecessor bits.
+StateTables MakeStateTables(const StateSequence& seq) {
+  const int n = static_cast<int>(seq.states.size());
+  StateTables tables;
+  tables.compute.resize(n);
+  tables.activation.resize(n);
+  tables.parameters.resize(n);
+  tables.out.resize(n);
+  for (int s = 0; s < n; ++s) {
+    tables.compute[s] = seq.states[s].compute_s;
+    tables.activation[s] = seq.states[s].activation_bytes;
+    tables.parameters[s] = seq.states[s].parameter_bytes;
+    tables.out[s] = seq.states[s].output_activation_bytes;
+  }
   if (!seq.is_chain) {
-    pred_bits.assign(n, std::vector<uint64_t>((n + 63) / 64, 0));
+    tables.pred_bits.assign(n, std::vector<uint64_t>((n + 63) / 64, 0));
     for (int s = 0; s < n; ++s) {
       for (int p : seq.states[s].predecessors) {
-        pred_bits[s][p >> 6] |= uint64_t{1} << (p & 63);
+        tables.pred_bits[s][p >> 6] |= uint64_t{1} << (p & 63);
       }
     }
   }
+  return tables;
+}
+
+// Sets up level `l` over `tables`; levels after the first read their T from
+// `t_matrix`.
+void InitLevel(const StateSequence& seq, const PipeDreamOptions& options,
+               const StateTables& tables, int l,
+               const std::vector<double>* t_matrix, Level* level) {
+  const int num_levels = static_cast<int>(options.levels.size());
+  level->seq = &seq;
+  level->n = static_cast<int>(seq.states.size());
+  level->machines = options.levels[l].workers;
+  level->bandwidth = options.levels[l].bandwidth_bytes_per_s;
+  level->within = l == 0 ? 1 : options.levels[l - 1].workers;
+  level->final_level = l == num_levels - 1;
+  level->options = &options;
+  level->compute = &tables.compute;
+  level->activation = &tables.activation;
+  level->parameters = &tables.parameters;
+  level->out = &tables.out;
+  level->t_matrix = l == 0 ? nullptr : t_matrix;
+  level->pred_bits = &tables.pred_bits;
+  level->mono_start = MonotoneStarts(*level);
+  level->fully_monotone = FullyMonotone(*level);
+}
+
+// Solves every row i of a non-final level on `threads` threads; the next
+// level's T(i..j), written to `t_next`, is this level's A[i][j][M-1].
+void SolveAllRows(const Level& level, int threads,
+                  std::vector<double>* t_next) {
+  const int n = level.n;
+  std::vector<double>& next = *t_next;
+  next.assign(static_cast<size_t>(n) * n, kInf);
+  auto work = [&](int first, int stride) {
+    RowScratch scratch;
+    RowSolver solver(level);
+    const int M = level.machines;
+    for (int i = first; i < n; i += stride) {
+      solver.Solve(i, &scratch);
+      for (int j = i; j < n; ++j) {
+        next[static_cast<size_t>(i) * n + j] = scratch.at(j, M - 1, M).time;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t, threads);
+  work(0, threads);
+  for (std::thread& t : pool) t.join();
+}
+
+// PipeDream's data-parallel estimate over all levels.
+double DataParallelTime(const PipeDreamOptions& options,
+                        const StateTables& tables) {
+  const int n = static_cast<int>(tables.compute.size());
+  double dp_time = tables.compute[n - 1];
+  double within = 1;
+  for (const PlannerLevel& level : options.levels) {
+    const double comm =
+        ((4.0 * (level.workers - 1) * tables.parameters[n - 1]) /
+         (level.bandwidth_bytes_per_s * level.workers)) /
+        within;
+    dp_time = (dp_time + comm) / level.workers;
+    within = level.workers;
+  }
+  return dp_time;
+}
+
+// Backtracks from the top level down, filling the solution's stages and
+// level_stages; lower levels re-solve the rows they need (rows are cheap,
+// and keeping every A would not fit in memory). `top_row` is row 0 of the
+// top level.
+absl::Status BacktrackLevels(const std::vector<Level>& levels,
+                             const PipeDreamOptions& options,
+                             RowScratch* top_row, PipeDreamSolution* solution) {
+  const int num_levels = static_cast<int>(levels.size());
+  std::vector<PipeDreamStage> current = {{0, levels[0].n, 1}};
+  solution->level_stages.resize(num_levels);
+  for (int l = num_levels - 1; l >= 0; --l) {
+    std::vector<PipeDreamStage> next;
+    for (const PipeDreamStage& outer : current) {
+      RowScratch scratch;
+      RowScratch* row = top_row;
+      if (l != num_levels - 1 || outer.start != 0) {
+        RowSolver(levels[l]).Solve(outer.start, &scratch);
+        row = &scratch;
+      }
+      auto inner =
+          Backtrack(*row, outer.start, outer.end, options.levels[l].workers);
+      if (!inner.ok()) return inner.status();
+      for (const PipeDreamStage& s : *inner) {
+        solution->level_stages[l].push_back(s);
+        next.push_back({s.start, s.end, s.replicas * outer.replicas});
+      }
+    }
+    current = std::move(next);
+  }
+  solution->stages = std::move(current);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PipeDreamSolution> SolvePipeDream(
+    const StateSequence& seq, const PipeDreamOptions& options) {
+  RETURN_IF_ERROR(ValidateOptions(options));
+  const int n = static_cast<int>(seq.states.size());
+  if (n == 0) return absl::InvalidArgumentError("no states to partition");
+  const StateTables tables = MakeStateTables(seq);
 
   const int num_levels = static_cast<int>(options.levels.size());
   std::vector<std::vector<double>> t_matrices(num_levels);
@@ -469,46 +592,14 @@ absl::StatusOr<PipeDreamSolution> SolvePipeDream(
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   RowScratch top_row;
   for (int l = 0; l < num_levels; ++l) {
-    Level& level = levels[l];
-    level.seq = &seq;
-    level.n = n;
-    level.machines = options.levels[l].workers;
-    level.bandwidth = options.levels[l].bandwidth_bytes_per_s;
-    level.within = l == 0 ? 1 : options.levels[l - 1].workers;
-    level.final_level = l == num_levels - 1;
-    level.options = &options;
-    level.compute = &compute;
-    level.activation = &activation;
-    level.parameters = &parameters;
-    level.out = &out;
-    level.t_matrix = l == 0 ? nullptr : &t_matrices[l];
-    level.pred_bits = &pred_bits;
-    level.mono_start = MonotoneStarts(level);
-    level.fully_monotone = FullyMonotone(level);
-    if (level.final_level) {
-      RowSolver solver(level);
+    InitLevel(seq, options, tables, l, &t_matrices[l], &levels[l]);
+    if (levels[l].final_level) {
+      RowSolver solver(levels[l]);
       solver.set_mp_threads(threads);
       solver.Solve(0, &top_row);
       break;
     }
-    // Every row i; the next level's T(i..j) is this level's A[i][j][M-1].
-    std::vector<double>& next = t_matrices[l + 1];
-    next.assign(static_cast<size_t>(n) * n, kInf);
-    auto work = [&, l](int first, int stride) {
-      RowScratch scratch;
-      RowSolver solver(levels[l]);
-      const int M = levels[l].machines;
-      for (int i = first; i < n; i += stride) {
-        solver.Solve(i, &scratch);
-        for (int j = i; j < n; ++j) {
-          next[static_cast<size_t>(i) * n + j] = scratch.at(j, M - 1, M).time;
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work, t, threads);
-    work(0, threads);
-    for (std::thread& t : pool) t.join();
+    SolveAllRows(levels[l], threads, &t_matrices[l + 1]);
   }
 
   PipeDreamSolution solution;
@@ -521,42 +612,9 @@ absl::StatusOr<PipeDreamSolution> SolvePipeDream(
                      " bytes per worker"));
   }
   solution.time_per_stage_s = answer.time;
-  solution.single_worker_time_s = compute[n - 1];
-  double dp_time = compute[n - 1];
-  double within = 1;
-  for (const PlannerLevel& level : options.levels) {
-    const double comm = ((4.0 * (level.workers - 1) * parameters[n - 1]) /
-                         (level.bandwidth_bytes_per_s * level.workers)) /
-                        within;
-    dp_time = (dp_time + comm) / level.workers;
-    within = level.workers;
-  }
-  solution.data_parallel_time_s = dp_time;
-
-  // Backtrack from the top level down; lower levels re-solve the rows they
-  // need (rows are cheap, and keeping every A would not fit in memory).
-  std::vector<PipeDreamStage> current = {{0, n, 1}};
-  solution.level_stages.resize(num_levels);
-  for (int l = num_levels - 1; l >= 0; --l) {
-    std::vector<PipeDreamStage> next;
-    for (const PipeDreamStage& outer : current) {
-      RowScratch scratch;
-      RowScratch* row = &top_row;
-      if (l != num_levels - 1 || outer.start != 0) {
-        RowSolver(levels[l]).Solve(outer.start, &scratch);
-        row = &scratch;
-      }
-      auto inner =
-          Backtrack(*row, outer.start, outer.end, options.levels[l].workers);
-      if (!inner.ok()) return inner.status();
-      for (const PipeDreamStage& s : *inner) {
-        solution.level_stages[l].push_back(s);
-        next.push_back({s.start, s.end, s.replicas * outer.replicas});
-      }
-    }
-    current = std::move(next);
-  }
-  solution.stages = std::move(current);
+  solution.single_worker_time_s = tables.compute[n - 1];
+  solution.data_parallel_time_s = DataParallelTime(options, tables);
+  RETURN_IF_ERROR(BacktrackLevels(levels, options, &top_row, &solution));
   return solution;
 }
 

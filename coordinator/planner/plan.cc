@@ -31,18 +31,17 @@ double Range(const StateSequence& seq, int a, int b_exclusive,
   return a == 0 ? hi : hi - seq.states[a - 1].*field;
 }
 
-}  // namespace
+// A stage as placed by either cost model, before it becomes a PlanStage.
+struct Placed {
+  int start, end, replicas, first_rank;
+  double time, compute, allreduce, transfer, memory;
+  int depth;
+};
 
-absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
-                                       const PlanRequest& request) {
-  RETURN_IF_ERROR(raw.Validate());
-  const ProfileGraph graph = raw.WithoutInputsAndGetitemSinks();
-  if (graph.size() == 0) {
-    return absl::InvalidArgumentError(
-        "the profile has nothing to plan once its Input and __getitem__ "
-        "nodes are removed");
-  }
-  ASSIGN_OR_RETURN(StateSequence seq, BuildAntichainStates(graph));
+// The request's checks that need the states: workers given, and enough
+// states for a straight pipeline. Returns the total number of workers.
+absl::StatusOr<int> TotalWorkers(const PlanRequest& request,
+                                 const StateSequence& seq) {
   if (request.levels.empty()) {
     return absl::InvalidArgumentError("no workers given");
   }
@@ -55,103 +54,115 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
         " stages, but the profile has only ", seq.states.size(),
         " states to cut"));
   }
+  return total;
+}
 
-  PartitionPlan plan;
-  plan.set_cost_model(request.cost_model);
+// PipeDream's options from the request.
+PipeDreamOptions PipeDreamOptionsOf(const PlanRequest& request) {
+  PipeDreamOptions o;
+  o.levels = request.levels;
+  o.straight_pipeline = request.straight_pipeline;
+  o.use_fewer_machines = request.use_fewer_machines;
+  o.use_memory_constraint = request.memory_limit_bytes.has_value();
+  if (o.use_memory_constraint) o.memory_bytes = *request.memory_limit_bytes;
+  o.activation_compression_ratio = request.activation_compression_ratio;
+  o.threads = request.threads;
+  return o;
+}
+
+// The bandwidth of the innermost level that `replicas` workers fit in (the
+// outermost level's if none).
+double ReplicaBandwidth(const PlanRequest& request, int replicas) {
+  double bandwidth = request.levels.back().bandwidth_bytes_per_s;
+  int group = 1;
   for (const PlannerLevel& l : request.levels) {
-    TopologyLevel* level = plan.add_levels();
-    level->set_workers(l.workers);
-    level->set_bandwidth_bytes_per_s(l.bandwidth_bytes_per_s);
+    group *= l.workers;
+    if (replicas <= group) {
+      bandwidth = l.bandwidth_bytes_per_s;
+      break;
+    }
   }
-  plan.set_workers_total(total);
+  return bandwidth;
+}
 
-  struct Placed {
-    int start, end, replicas, first_rank;
-    double time, compute, allreduce, transfer, memory;
-    int depth;
-  };
+// Solves under PipeDream's cost model; sets the plan's times and workers
+// used, and returns the stages with each one's time under PipeDream's
+// formula, at the bandwidth of the innermost level its replicas fit in.
+absl::StatusOr<std::vector<Placed>> PlacePipeDream(const StateSequence& seq,
+                                                   const PlanRequest& request,
+                                                   PartitionPlan* plan) {
+  ASSIGN_OR_RETURN(PipeDreamSolution s,
+                   SolvePipeDream(seq, PipeDreamOptionsOf(request)));
+  plan->set_time_per_minibatch_s(s.time_per_stage_s);
+  plan->set_single_worker_time_s(s.single_worker_time_s);
+  plan->set_data_parallel_time_s(s.data_parallel_time_s);
   std::vector<Placed> placed;
-  if (request.cost_model == "pipedream") {
-    PipeDreamOptions o;
-    o.levels = request.levels;
-    o.straight_pipeline = request.straight_pipeline;
-    o.use_fewer_machines = request.use_fewer_machines;
-    o.use_memory_constraint = request.memory_limit_bytes.has_value();
-    if (o.use_memory_constraint) o.memory_bytes = *request.memory_limit_bytes;
-    o.activation_compression_ratio = request.activation_compression_ratio;
-    o.threads = request.threads;
-    ASSIGN_OR_RETURN(PipeDreamSolution s, SolvePipeDream(seq, o));
-    plan.set_time_per_minibatch_s(s.time_per_stage_s);
-    plan.set_single_worker_time_s(s.single_worker_time_s);
-    plan.set_data_parallel_time_s(s.data_parallel_time_s);
-    // Each stage's time under PipeDream's formula, at the bandwidth of the
-    // innermost level its replicas fit in.
-    int rank = 0, used = 0;
-    for (const PipeDreamStage& st : s.stages) used += st.replicas;
-    for (const PipeDreamStage& st : s.stages) {
-      const double t = Range(seq, st.start, st.end, &AntichainState::compute_s);
-      const double w =
-          Range(seq, st.start, st.end, &AntichainState::parameter_bytes);
-      const double act =
-          Range(seq, st.start, st.end, &AntichainState::activation_bytes);
-      double bandwidth = request.levels.back().bandwidth_bytes_per_s;
-      int group = 1;
-      for (const PlannerLevel& l : request.levels) {
-        group *= l.workers;
-        if (st.replicas <= group) {
-          bandwidth = l.bandwidth_bytes_per_s;
-          break;
-        }
-      }
-      const int r = st.replicas;
-      const double allreduce = (4.0 * (r - 1) * w) / (bandwidth * r) / r;
-      const int depth =
-          static_cast<int>(std::ceil(static_cast<double>(used - rank - r) / r));
-      placed.push_back(
-          {st.start, st.end, r, rank, t / r + allreduce, t, allreduce, 0,
-           w * (depth + 2 + request.optimizer_state_factor) + act * (depth + 1),
-           depth});
-      rank += r;
-    }
-    plan.set_workers_used(used);
-  } else if (request.cost_model == "aqueduct") {
-    AqueductModelOptions o;
-    o.levels = request.levels;
-    o.worker_speed = request.worker_speed;
-    o.straight_pipeline = request.straight_pipeline;
-    o.use_fewer_machines = request.use_fewer_machines;
-    o.memory_limit_bytes = request.memory_limit_bytes;
-    o.schedule = request.schedule;
-    o.allreduce_overlap = request.allreduce_overlap;
-    o.optimizer_state_factor = request.optimizer_state_factor;
-    if (request.activation_compression_ratio.has_value()) {
-      return absl::InvalidArgumentError(
-          "activation compression is a PipeDream cost-model option");
-    }
-    ASSIGN_OR_RETURN(AqueductSolution s, SolveAqueductModel(seq, o));
-    plan.set_time_per_minibatch_s(s.time_per_minibatch_s);
-    for (const AqueductStage& st : s.stages) {
-      placed.push_back({st.start, st.end, st.replicas, st.first_rank,
-                        st.cost.time_s, st.cost.compute_s, st.cost.allreduce_s,
-                        st.cost.transfer_s, st.cost.memory_bytes,
-                        st.cost.warmup_depth});
-    }
-    plan.set_workers_used(s.workers_used);
-    // The same baselines under this model: one worker; all workers as
-    // replicas of one stage.
-    const int n = static_cast<int>(seq.states.size());
-    plan.set_single_worker_time_s(
-        AqueductStageCost(seq, o, 0, n - 1, 0, 0).time_s);
-    plan.set_data_parallel_time_s(
-        AqueductStageCost(seq, o, 0, n - 1, 0, total - 1).time_s);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cost model '", request.cost_model,
-                     "' is not one of: pipedream, aqueduct"));
+  int rank = 0, used = 0;
+  for (const PipeDreamStage& st : s.stages) used += st.replicas;
+  for (const PipeDreamStage& st : s.stages) {
+    const double t = Range(seq, st.start, st.end, &AntichainState::compute_s);
+    const double w =
+        Range(seq, st.start, st.end, &AntichainState::parameter_bytes);
+    const double act =
+        Range(seq, st.start, st.end, &AntichainState::activation_bytes);
+    const double bandwidth = ReplicaBandwidth(request, st.replicas);
+    const int r = st.replicas;
+    const double allreduce = (4.0 * (r - 1) * w) / (bandwidth * r) / r;
+    const int depth =
+        static_cast<int>(std::ceil(static_cast<double>(used - rank - r) / r));
+    placed.push_back(
+        {st.start, st.end, r, rank, t / r + allreduce, t, allreduce, 0,
+         w * (depth + 2 + request.optimizer_state_factor) + act * (depth + 1),
+         depth});
+    rank += r;
   }
+  plan->set_workers_used(used);
+  return placed;
+}
 
+// Solves under the Aqueduct cost model; sets the plan's times (with the
+// same baselines under this model: one worker; all `total` workers as
+// replicas of one stage) and workers used, and returns the stages.
+absl::StatusOr<std::vector<Placed>> PlaceAqueduct(const StateSequence& seq,
+                                                  const PlanRequest& request,
+                                                  int total,
+                                                  PartitionPlan* plan) {
+  AqueductModelOptions o;
+  o.levels = request.levels;
+  o.worker_speed = request.worker_speed;
+  o.straight_pipeline = request.straight_pipeline;
+  o.use_fewer_machines = request.use_fewer_machines;
+  o.memory_limit_bytes = request.memory_limit_bytes;
+  o.schedule = request.schedule;
+  o.allreduce_overlap = request.allreduce_overlap;
+  o.optimizer_state_factor = request.optimizer_state_factor;
+  if (request.activation_compression_ratio.has_value()) {
+    return absl::InvalidArgumentError(
+        "activation compression is a PipeDream cost-model option");
+  }
+  ASSIGN_OR_RETURN(AqueductSolution s, SolveAqueductModel(seq, o));
+  plan->set_time_per_minibatch_s(s.time_per_minibatch_s);
+  std::vector<Placed> placed;
+  for (const AqueductStage& st : s.stages) {
+    placed.push_back({st.start, st.end, st.replicas, st.first_rank,
+                      st.cost.time_s, st.cost.compute_s, st.cost.allreduce_s,
+                      st.cost.transfer_s, st.cost.memory_bytes,
+                      st.cost.warmup_depth});
+  }
+  plan->set_workers_used(s.workers_used);
+  const int n = static_cast<int>(seq.states.size());
+  plan->set_single_worker_time_s(
+      AqueductStageCost(seq, o, 0, n - 1, 0, 0).time_s);
+  plan->set_data_parallel_time_s(
+      AqueductStageCost(seq, o, 0, n - 1, 0, total - 1).time_s);
+  return placed;
+}
+
+// Appends one PlanStage per placed stage, with its workers and layers.
+void AddStages(const ProfileGraph& graph, const StateSequence& seq,
+               const std::vector<Placed>& placed, PartitionPlan* plan) {
   for (const Placed& p : placed) {
-    PlanStage* stage = plan.add_stages();
+    PlanStage* stage = plan->add_stages();
     stage->set_start(p.start);
     stage->set_end(p.end);
     stage->set_replicas(p.replicas);
@@ -166,15 +177,56 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
     stage->set_predicted_memory_bytes(p.memory);
     FillLayers(graph, seq, stage);
   }
-  const int input_replicas = plan.stages(0).replicas();
-  plan.set_noam(static_cast<int>(
-      std::ceil(static_cast<double>(plan.workers_used()) / input_replicas)));
-  if (plan.time_per_minibatch_s() > 0) {
-    plan.set_speedup_vs_single(plan.single_worker_time_s() /
-                               plan.time_per_minibatch_s());
-    plan.set_speedup_vs_data_parallel(plan.data_parallel_time_s() /
-                                      plan.time_per_minibatch_s());
+}
+
+// Sets the plan's NOAM and its speed-ups over the baselines.
+void SetSummary(PartitionPlan* plan) {
+  const int input_replicas = plan->stages(0).replicas();
+  plan->set_noam(static_cast<int>(
+      std::ceil(static_cast<double>(plan->workers_used()) / input_replicas)));
+  if (plan->time_per_minibatch_s() > 0) {
+    plan->set_speedup_vs_single(plan->single_worker_time_s() /
+                                plan->time_per_minibatch_s());
+    plan->set_speedup_vs_data_parallel(plan->data_parallel_time_s() /
+                                       plan->time_per_minibatch_s());
   }
+}
+
+}  // namespace
+
+absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
+                                       const PlanRequest& request) {
+  RETURN_IF_ERROR(raw.Validate());
+  const ProfileGraph graph = raw.WithoutInputsAndGetitemSinks();
+  if (graph.size() == 0) {
+    return absl::InvalidArgumentError(
+        "the profile has nothing to plan once its Input and __getitem__ "
+        "nodes are removed");
+  }
+  ASSIGN_OR_RETURN(StateSequence seq, BuildAntichainStates(graph));
+  ASSIGN_OR_RETURN(const int total, TotalWorkers(request, seq));
+
+  PartitionPlan plan;
+  plan.set_cost_model(request.cost_model);
+  for (const PlannerLevel& l : request.levels) {
+    TopologyLevel* level = plan.add_levels();
+    level->set_workers(l.workers);
+    level->set_bandwidth_bytes_per_s(l.bandwidth_bytes_per_s);
+  }
+  plan.set_workers_total(total);
+
+  std::vector<Placed> placed;
+  if (request.cost_model == "pipedream") {
+    ASSIGN_OR_RETURN(placed, PlacePipeDream(seq, request, &plan));
+  } else if (request.cost_model == "aqueduct") {
+    ASSIGN_OR_RETURN(placed, PlaceAqueduct(seq, request, total, &plan));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost model '", request.cost_model,
+                     "' is not one of: pipedream, aqueduct"));
+  }
+  AddStages(graph, seq, placed, &plan);
+  SetSummary(&plan);
   return plan;
 }
 

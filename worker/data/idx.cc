@@ -57,10 +57,8 @@ absl::StatusOr<size_t> ReadSome(gzFile f, const std::string& path,
   return total;
 }
 
-}  // namespace
-
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
-                                     bool header_only) {
+// Opens `path` (gzip'd or raw) for reading with a 1 MiB buffer.
+absl::StatusOr<GzHandle> OpenIdx(const std::string& path) {
   GzHandle file(gzopen(path.c_str(), "rb"));
   if (file == nullptr) {
     const int err = errno;
@@ -71,8 +69,13 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
         absl::StrCat(path, ": cannot open: ", std::strerror(err)));
   }
   gzbuffer(file.get(), 1 << 20);
+  return file;
+}
+
+// Reads and checks the 4-byte magic number; returns the dimension count.
+absl::StatusOr<int> ReadMagic(gzFile f, const std::string& path) {
   uint8_t magic[4];
-  auto got = ReadSome(file.get(), path, 0, magic, 4);
+  auto got = ReadSome(f, path, 0, magic, 4);
   if (!got.ok()) return got.status();
   if (*got < 4) {
     return absl::DataLossError(
@@ -97,12 +100,18 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
                                             rank,
                                             " at offset 3 is outside [1, 4]"));
   }
-  IdxArray array;
+  return rank;
+}
+
+// Reads the `rank` big-endian dimensions into `dims`; returns the number of
+// elements they describe.
+absl::StatusOr<int64_t> ReadDims(gzFile f, const std::string& path, int rank,
+                                 std::vector<int64_t>* dims) {
   int64_t elements = 1;
   for (int i = 0; i < rank; ++i) {
     uint8_t be[4];
     const int64_t offset = 4 + 4 * i;
-    auto n = ReadSome(file.get(), path, offset, be, 4);
+    auto n = ReadSome(f, path, offset, be, 4);
     if (!n.ok()) return n.status();
     if (*n < 4) {
       return absl::DataLossError(absl::StrCat(
@@ -121,13 +130,17 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
           absl::StrCat(path, ": dimensions at offset 4 describe more than ",
                        kMaxElements, " elements (corrupt header?)"));
     }
-    array.dims.push_back(dim);
+    dims->push_back(dim);
   }
-  if (header_only) return array;
-  const int64_t header = 4 + 4 * rank;
-  array.data.resize(static_cast<size_t>(elements));
-  auto n =
-      ReadSome(file.get(), path, header, array.data.data(), array.data.size());
+  return elements;
+}
+
+// Reads exactly `elements` data bytes, from offset `header`, into `data`;
+// DATA_LOSS if there are fewer, or more after them.
+absl::Status ReadData(gzFile f, const std::string& path, int64_t header,
+                      int64_t elements, std::vector<uint8_t>* data) {
+  data->resize(static_cast<size_t>(elements));
+  auto n = ReadSome(f, path, header, data->data(), data->size());
   if (!n.ok()) return n.status();
   if (static_cast<int64_t>(*n) < elements) {
     return absl::DataLossError(absl::StrCat(
@@ -136,13 +149,32 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
         ", found ", *n));
   }
   uint8_t extra;
-  auto more = ReadSome(file.get(), path, header + elements, &extra, 1);
+  auto more = ReadSome(f, path, header + elements, &extra, 1);
   if (!more.ok()) return more.status();
   if (*more != 0) {
     return absl::DataLossError(absl::StrCat(
         path, ": unexpected data at offset ", header + elements, " after the ",
         elements, " elements the header describes"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
+                                     bool header_only) {
+  auto file = OpenIdx(path);
+  if (!file.ok()) return file.status();
+  auto rank = ReadMagic(file->get(), path);
+  if (!rank.ok()) return rank.status();
+  IdxArray array;
+  auto elements = ReadDims(file->get(), path, *rank, &array.dims);
+  if (!elements.ok()) return elements.status();
+  if (header_only) return array;
+  const int64_t header = 4 + 4 * *rank;
+  absl::Status read =
+      ReadData(file->get(), path, header, *elements, &array.data);
+  if (!read.ok()) return read;
   return array;
 }
 

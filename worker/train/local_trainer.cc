@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -19,6 +20,160 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// INVALID_ARGUMENT if the training data has more classes than the model has
+// logits.
+absl::Status CheckClasses(const Dataset& train, const Model& model) {
+  if (train.num_classes > model.output_shape()[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training data has ", train.num_classes,
+        " classes but the model outputs ", model.output_shape()[0], " logits"));
+  }
+  return absl::OkStatus();
+}
+
+// The job's sampler over `train`. INVALID_ARGUMENT if the training set is
+// smaller than one batch.
+absl::StatusOr<EpochSampler> MakeSampler(const JobSpec& spec,
+                                         const Dataset& train) {
+  const int64_t batch = spec.batch_size();
+  const bool shuffle = !spec.data().has_shuffle() || spec.data().shuffle();
+  EpochSampler sampler(train.size, batch, shuffle, spec.seed());
+  if (sampler.batches_per_epoch() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size=", batch, " is larger than the training set (",
+                     train.size, " samples)"));
+  }
+  return sampler;
+}
+
+// The number of steps to run: `epochs` of the sampler's batches or
+// max_steps, whichever ends first (the options override the spec).
+// INVALID_ARGUMENT if neither is positive.
+absl::StatusOr<int64_t> TotalSteps(const JobSpec& spec,
+                                   const LocalTrainOptions& options,
+                                   int64_t batches_per_epoch) {
+  const int64_t epochs = options.epochs.value_or(spec.epochs());
+  const int64_t max_steps = options.max_steps.value_or(spec.max_steps());
+  int64_t total = epochs > 0 ? epochs * batches_per_epoch
+                             : std::numeric_limits<int64_t>::max();
+  if (max_steps > 0) total = std::min(total, max_steps);
+  if (total <= 0 || total == std::numeric_limits<int64_t>::max()) {
+    return absl::InvalidArgumentError(
+        "neither epochs nor max_steps is positive: training would never "
+        "stop");
+  }
+  return total;
+}
+
+// The model's parameters, their gradients and the optimizer that steps them.
+struct TrainState {
+  ParameterSet params;
+  ParameterSet grads;
+  std::unique_ptr<Optimizer> optimizer;
+};
+
+// Fills `state` for a job of `total` steps: initialised parameters (loaded
+// from the init_weights file, if any), zero gradients and the optimizer.
+absl::Status InitTrainState(const JobSpec& spec,
+                            const LocalTrainOptions& options,
+                            const Model& model, Device* device, int64_t total,
+                            TrainState* state) {
+  ASSIGN_OR_RETURN(state->params,
+                   InitParameters(model, 0, model.num_layers(), device));
+  const std::string& init =
+      options.init_weights.empty() ? spec.init_weights() : options.init_weights;
+  if (!init.empty()) {
+    RETURN_IF_ERROR(Annotate(LoadParametersFile(init, *device, state->params),
+                             "init_weights"));
+  }
+  ASSIGN_OR_RETURN(state->grads, ZerosLike(state->params, device));
+  ASSIGN_OR_RETURN(
+      state->optimizer,
+      CreateOptimizer(spec.optimizer(), state->params, device, total));
+  return absl::OkStatus();
+}
+
+// What every step reuses: the batch's shape, the host staging buffers, the
+// labels tensor and the host copy of the per-sample losses.
+struct StepBuffers {
+  int64_t batch = 0;
+  Shape batch_shape;
+  BatchStaging staging;
+  Tensor labels;
+  std::vector<float> host_losses;
+};
+
+// Sizes `buffers` for batches of `batch` samples of `train` and allocates
+// the labels tensor.
+absl::Status InitStepBuffers(const Dataset& train, int64_t batch,
+                             Device* device, StepBuffers* buffers) {
+  buffers->batch = batch;
+  buffers->batch_shape = train.sample_shape.WithLeading(batch);
+  buffers->host_losses.resize(batch);
+  ASSIGN_OR_RETURN(buffers->labels,
+                   device->Allocate(Shape({batch}), DType::kI32));
+  return absl::OkStatus();
+}
+
+// Runs training step `step` (0-based) on its batch of `train`: forward,
+// loss, backward and update. Returns the batch's mean loss;
+// FAILED_PRECONDITION if it is not finite.
+absl::StatusOr<double> TrainStep(const Model& model, Device* device,
+                                 const Dataset& train, EpochSampler* sampler,
+                                 int64_t step, TrainState* state,
+                                 StepBuffers* buffers) {
+  // A fresh input tensor per step: in-place layers may write into it.
+  ASSIGN_OR_RETURN(Tensor x,
+                   device->Allocate(buffers->batch_shape, DType::kF32));
+  RETURN_IF_ERROR(LoadBatch(train, sampler->Batch(step), *device, x,
+                            buffers->labels, buffers->staging));
+  PassContext ctx;
+  ctx.training = true;
+  ctx.minibatch = static_cast<uint64_t>(step);
+  RangeCache cache;
+  Tensor logits;
+  RETURN_IF_ERROR(
+      ForwardRange(model, *device, state->params, x, ctx, &logits, &cache));
+  ASSIGN_OR_RETURN(
+      LossOutput loss,
+      SoftmaxCrossEntropy(*device, logits, buffers->labels,
+                          1.0f / static_cast<float>(buffers->batch)));
+  RETURN_IF_ERROR(BackwardRange(model, *device, state->params, cache,
+                                loss.dlogits, ctx, nullptr, state->grads,
+                                false));
+  RETURN_IF_ERROR(state->optimizer->Step(state->params, state->grads));
+  RETURN_IF_ERROR(device->CopyToHost(loss.losses, buffers->host_losses.data()));
+  RETURN_IF_ERROR(device->Synchronize());
+  double sum = 0;
+  for (float l : buffers->host_losses) sum += l;
+  const double mean = sum / buffers->batch;
+  if (!std::isfinite(mean)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the training loss became ", mean, " at step ", step + 1,
+                     " (learning rate too high?)"));
+  }
+  return mean;
+}
+
+// The report of step `step` (0-based) of `total`, whose mean loss is
+// `loss`, with `window_samples` samples trained in the `elapsed` seconds of
+// the throughput window; the step began at `step_start`.
+StepReport MakeStepReport(int64_t step, int64_t total,
+                          int64_t batches_per_epoch, double loss,
+                          int64_t window_samples, double elapsed,
+                          Clock::time_point step_start) {
+  StepReport report;
+  report.step = step + 1;
+  report.total_steps = total;
+  report.epoch = step / batches_per_epoch;
+  report.loss = loss;
+  report.samples_per_second = elapsed > 0 ? window_samples / elapsed : 0;
+  report.step_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - step_start)
+          .count();
+  return report;
 }
 
 }  // namespace
@@ -77,50 +232,19 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec));
   const Model& model = *job.model;
   ASSIGN_OR_RETURN(DataSplits data, LoadData(spec.data()));
-  if (data.train.num_classes > model.output_shape()[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training data has ", data.train.num_classes,
-        " classes but the model outputs ", model.output_shape()[0], " logits"));
-  }
+  RETURN_IF_ERROR(CheckClasses(data.train, model));
   const int64_t batch = spec.batch_size();
-  const bool shuffle = !spec.data().has_shuffle() || spec.data().shuffle();
-  EpochSampler sampler(data.train.size, batch, shuffle, spec.seed());
-  if (sampler.batches_per_epoch() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size=", batch, " is larger than the training set (",
-                     data.train.size, " samples)"));
-  }
-  const int64_t epochs = options.epochs.value_or(spec.epochs());
-  const int64_t max_steps = options.max_steps.value_or(spec.max_steps());
-  int64_t total = epochs > 0 ? epochs * sampler.batches_per_epoch()
-                             : std::numeric_limits<int64_t>::max();
-  if (max_steps > 0) total = std::min(total, max_steps);
-  if (total <= 0 || total == std::numeric_limits<int64_t>::max()) {
-    return absl::InvalidArgumentError(
-        "neither epochs nor max_steps is positive: training would never "
-        "stop");
-  }
-
-  ASSIGN_OR_RETURN(ParameterSet params,
-                   InitParameters(model, 0, model.num_layers(), device));
-  const std::string& init =
-      options.init_weights.empty() ? spec.init_weights() : options.init_weights;
-  if (!init.empty()) {
-    RETURN_IF_ERROR(
-        Annotate(LoadParametersFile(init, *device, params), "init_weights"));
-  }
-  ASSIGN_OR_RETURN(ParameterSet grads, ZerosLike(params, device));
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                   CreateOptimizer(spec.optimizer(), params, device, total));
+  ASSIGN_OR_RETURN(EpochSampler sampler, MakeSampler(spec, data.train));
+  ASSIGN_OR_RETURN(const int64_t total,
+                   TotalSteps(spec, options, sampler.batches_per_epoch()));
+  TrainState state;
+  RETURN_IF_ERROR(InitTrainState(spec, options, model, device, total, &state));
 
   LocalTrainResult result;
-  result.parameters = params.numel();
+  result.parameters = state.params.numel();
   result.losses.reserve(total);
-  const Shape batch_shape = data.train.sample_shape.WithLeading(batch);
-  BatchStaging staging;
-  std::vector<float> host_losses(batch);
-  ASSIGN_OR_RETURN(Tensor labels,
-                   device->Allocate(Shape({batch}), DType::kI32));
+  StepBuffers buffers;
+  RETURN_IF_ERROR(InitStepBuffers(data.train, batch, device, &buffers));
   Clock::time_point window_start = Clock::now();
   int64_t window_steps = 0;
   for (int64_t step = 0; step < total; ++step) {
@@ -133,48 +257,16 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
       window_start = Clock::now();
       window_steps = 0;
     }
-    // A fresh input tensor per step: in-place layers may write into it.
-    ASSIGN_OR_RETURN(Tensor x, device->Allocate(batch_shape, DType::kF32));
-    RETURN_IF_ERROR(LoadBatch(data.train, sampler.Batch(step), *device, x,
-                              labels, staging));
-    PassContext ctx;
-    ctx.training = true;
-    ctx.minibatch = static_cast<uint64_t>(step);
-    RangeCache cache;
-    Tensor logits;
-    RETURN_IF_ERROR(
-        ForwardRange(model, *device, params, x, ctx, &logits, &cache));
-    ASSIGN_OR_RETURN(LossOutput loss,
-                     SoftmaxCrossEntropy(*device, logits, labels,
-                                         1.0f / static_cast<float>(batch)));
-    RETURN_IF_ERROR(BackwardRange(model, *device, params, cache, loss.dlogits,
-                                  ctx, nullptr, grads, false));
-    RETURN_IF_ERROR(optimizer->Step(params, grads));
-    RETURN_IF_ERROR(device->CopyToHost(loss.losses, host_losses.data()));
-    RETURN_IF_ERROR(device->Synchronize());
-    double sum = 0;
-    for (float l : host_losses) sum += l;
-    const double mean = sum / batch;
-    if (!std::isfinite(mean)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the training loss became ", mean, " at step ", step + 1,
-                       " (learning rate too high?)"));
-    }
+    ASSIGN_OR_RETURN(
+        const double mean,
+        TrainStep(model, device, data.train, &sampler, step, &state, &buffers));
     result.losses.push_back(mean);
     ++window_steps;
     const double elapsed = Seconds(Clock::now() - window_start);
     if (options.on_step) {
-      StepReport report;
-      report.step = step + 1;
-      report.total_steps = total;
-      report.epoch = step / sampler.batches_per_epoch();
-      report.loss = mean;
-      report.samples_per_second =
-          elapsed > 0 ? window_steps * batch / elapsed : 0;
-      report.step_ms =
-          std::chrono::duration<double, std::milli>(Clock::now() - step_start)
-              .count();
-      options.on_step(report);
+      options.on_step(MakeStepReport(step, total, sampler.batches_per_epoch(),
+                                     mean, window_steps * batch, elapsed,
+                                     step_start));
     }
   }
   const double window = Seconds(Clock::now() - window_start);
@@ -184,10 +276,11 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   result.samples_per_second = window > 0 ? window_steps * batch / window : 0;
   if (options.evaluate && data.test.has_value()) {
     ASSIGN_OR_RETURN(result.test,
-                     Evaluate(model, device, params, *data.test, batch));
+                     Evaluate(model, device, state.params, *data.test, batch));
   }
   if (!options.save_weights.empty()) {
-    RETURN_IF_ERROR(SaveParametersFile(options.save_weights, *device, params));
+    RETURN_IF_ERROR(
+        SaveParametersFile(options.save_weights, *device, state.params));
   }
   result.wall_seconds = Seconds(Clock::now() - start);
   return result;
