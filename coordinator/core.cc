@@ -248,6 +248,70 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
   return it->second.plan;
 }
 
+namespace {
+
+// A journal's records by job: each submission, each final status, and the
+// order of submission.
+struct JournalIndex {
+  std::map<std::string, v1::JobSubmitted> submitted;
+  std::map<std::string, JobStatus> finished;
+  std::vector<std::string> order;
+};
+
+JournalIndex IndexJournal(std::vector<v1::JournalRecord>& records) {
+  JournalIndex index;
+  for (v1::JournalRecord& r : records) {
+    if (r.has_submitted()) {
+      const std::string id = r.submitted().job_id();
+      if (index.submitted.count(id) == 0) index.order.push_back(id);
+      index.submitted[id] = std::move(*r.mutable_submitted());
+    } else if (r.has_finished()) {
+      index.finished[r.finished().job_id()] = std::move(*r.mutable_finished());
+    }
+  }
+  return index;
+}
+
+// The status of a job that was pending or running when the previous
+// coordinator stopped.
+JobStatus InterruptedStatus(const v1::JobSubmitted& sub, absl::Time now) {
+  JobStatus s;
+  s.set_job_id(sub.job_id());
+  s.set_name(sub.spec().name());
+  s.set_state(v1::JOB_FAILED);
+  s.set_reason(
+      "the coordinator restarted before the job finished; submit it again");
+  s.set_submitted_ms(sub.submitted_ms());
+  s.set_finished_ms(ToUnixMillisOr0(now));
+  s.set_total_steps(sub.total_steps());
+  s.set_workers(std::max(1, sub.spec().pipeline().workers()));
+  return s;
+}
+
+}  // namespace
+
+void CoordinatorCore::RestoreJobLocked(const v1::JobSubmitted& sub,
+                                       const JobStatus& snapshot) {
+  Job job;
+  job.id = sub.job_id();
+  job.spec = sub.spec();
+  job.restored = true;
+  job.snapshot = snapshot;
+  job.state = snapshot.state();
+  job.reason = snapshot.reason();
+  job.has_plan = snapshot.has_plan();
+  if (job.has_plan) job.plan = snapshot.plan();
+  // Ids of this start must not repeat a restored one.
+  const std::string prefix = absl::StrCat("job-", start_tag_, "-");
+  int64_t n = 0;
+  if (job.id.rfind(prefix, 0) == 0 &&
+      absl::SimpleAtoi(job.id.substr(prefix.size()), &n)) {
+    next_job_ = std::max(next_job_, n + 1);
+  }
+  job_order_.push_back(job.id);
+  jobs_.emplace(job.id, std::move(job));
+}
+
 absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
   if (contents.ignored_bytes > 0) {
@@ -256,77 +320,49 @@ absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
         "{} bytes from there",
         path, contents.ignored_at, contents.ignored_bytes);
   }
-  absl::MutexLock lock(&mu_);
-  std::map<std::string, v1::JobSubmitted> submitted;
-  std::map<std::string, JobStatus> finished;
-  std::vector<std::string> order;
-  for (v1::JournalRecord& r : contents.records) {
-    if (r.has_submitted()) {
-      const std::string id = r.submitted().job_id();
-      if (submitted.count(id) == 0) order.push_back(id);
-      submitted[id] = std::move(*r.mutable_submitted());
-    } else if (r.has_finished()) {
-      finished[r.finished().job_id()] = std::move(*r.mutable_finished());
-    }
-  }
-  const std::string prefix = absl::StrCat("job-", start_tag_, "-");
-  int restarted = 0;
-  for (const std::string& id : order) {
-    if (jobs_.count(id) > 0) continue;
-    const v1::JobSubmitted& sub = submitted[id];
-    Job job;
-    job.id = id;
-    job.spec = sub.spec();
-    job.restored = true;
-    auto done = finished.find(id);
-    if (done != finished.end()) {
-      job.snapshot = done->second;
-    } else {
-      // It was pending or running when the previous coordinator stopped.
-      job.snapshot.set_job_id(id);
-      job.snapshot.set_name(sub.spec().name());
-      job.snapshot.set_state(v1::JOB_FAILED);
-      job.snapshot.set_reason(
-          "the coordinator restarted before the job finished; submit it "
-          "again");
-      job.snapshot.set_submitted_ms(sub.submitted_ms());
-      job.snapshot.set_finished_ms(ToUnixMillisOr0(clock_->Now()));
-      job.snapshot.set_total_steps(sub.total_steps());
-      job.snapshot.set_workers(std::max(1, sub.spec().pipeline().workers()));
-      ++restarted;
-    }
-    job.state = job.snapshot.state();
-    job.reason = job.snapshot.reason();
-    job.has_plan = job.snapshot.has_plan();
-    if (job.has_plan) job.plan = job.snapshot.plan();
-    // Ids of this start must not repeat a restored one.
-    if (id.rfind(prefix, 0) == 0) {
-      int64_t n = 0;
-      if (absl::SimpleAtoi(id.substr(prefix.size()), &n)) {
-        next_job_ = std::max(next_job_, n + 1);
-      }
-    }
-    jobs_.emplace(id, std::move(job));
-    job_order_.push_back(id);
-  }
-  TrimFinishedLocked();
-  // Compact: the submissions and final statuses of the jobs kept.
+  JournalIndex index = IndexJournal(contents.records);
   std::vector<v1::JournalRecord> kept;
-  for (const std::string& id : job_order_) {
-    const Job& job = jobs_.at(id);
-    if (!job.restored) continue;
-    v1::JournalRecord sub;
-    *sub.mutable_submitted() = submitted[id];
-    kept.push_back(std::move(sub));
-    v1::JournalRecord fin;
-    *fin.mutable_finished() = job.snapshot;
-    kept.push_back(std::move(fin));
+  int restarted = 0;
+  size_t restored = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : index.order) {
+      if (jobs_.count(id) > 0) continue;
+      auto done = index.finished.find(id);
+      restarted += done == index.finished.end();
+      RestoreJobLocked(
+          index.submitted[id],
+          done != index.finished.end()
+              ? done->second
+              : InterruptedStatus(index.submitted[id], clock_->Now()));
+    }
+    TrimFinishedLocked();
+    kept = CompactionLocked(index.submitted);
+    restored = jobs_.size();
   }
   ASSIGN_OR_RETURN(journal_, JobJournal::Create(path, kept));
   AQ_LOG_INFO(
       "journal {}: restored {} job(s); {} had not finished and are FAILED",
-      path, jobs_.size(), restarted);
+      path, restored, restarted);
   return absl::OkStatus();
+}
+
+std::vector<v1::JournalRecord> CoordinatorCore::CompactionLocked(
+    const std::map<std::string, v1::JobSubmitted>& submitted) const {
+  // The submissions and final statuses of the jobs kept.
+  std::vector<v1::JournalRecord> kept;
+  for (const std::string& id : job_order_) {
+    const Job& job = jobs_.at(id);
+    auto sub = submitted.find(id);
+    if (!job.restored || sub == submitted.end()) continue;
+    v1::JournalRecord r;
+    *r.mutable_submitted() = sub->second;
+    kept.push_back(std::move(r));
+    v1::JournalRecord fin;
+    *fin.mutable_finished() = job.snapshot;
+    kept.push_back(std::move(fin));
+  }
+  return kept;
 }
 
 absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(

@@ -155,6 +155,13 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a job from the journal with the status it ended with.
+  void RestoreJobLocked(const v1::JobSubmitted& sub, const JobStatus& snapshot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The journal's records for the restored jobs kept.
+  std::vector<v1::JournalRecord> CompactionLocked(
+      const std::map<std::string, v1::JobSubmitted>& submitted) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWorkersAsync(
       std::vector<std::pair<std::string, std::string>> id_and_address,
       std::string job_id, std::string reason);
