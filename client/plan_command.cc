@@ -17,6 +17,7 @@
 #include "client/remote.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
+#include "pipeline/policy.h"
 #include "worker/nn/spec.h"
 
 ABSL_FLAG(std::vector<std::string>, workers, {},
@@ -122,10 +123,18 @@ std::optional<std::string> AddLevels(PlanRequest* request) {
 // The cost-model options from the flags; an error message if bad.
 std::optional<std::string> AddModelOptions(const ParsedArgs& parsed,
                                            PlanRequest* request) {
-  request->cost_model = absl::GetFlag(FLAGS_cost_model);
+  auto cost_model = ParseCostModel(absl::GetFlag(FLAGS_cost_model));
+  if (!cost_model.ok()) {
+    return absl::StrCat("--cost_model: ", cost_model.status().message());
+  }
+  auto schedule = ParseSchedule(absl::GetFlag(FLAGS_schedule));
+  if (!schedule.ok()) {
+    return absl::StrCat("--schedule: ", schedule.status().message());
+  }
+  request->cost_model = *cost_model;
+  request->schedule = *schedule;
   request->straight_pipeline = absl::GetFlag(FLAGS_straight);
   request->use_fewer_machines = absl::GetFlag(FLAGS_use_fewer_machines);
-  request->schedule = absl::GetFlag(FLAGS_schedule);
   request->allreduce_overlap = absl::GetFlag(FLAGS_allreduce_overlap);
   if (parsed.given.count("memory_limit") > 0) {
     request->memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit);

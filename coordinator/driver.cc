@@ -46,8 +46,8 @@ namespace {
 absl::StatusOr<PlanRequest> RequestFor(const JobSpec& spec, int workers) {
   ASSIGN_OR_RETURN(PipelinePolicy policy, ResolvePipeline(spec));
   PlanRequest request;
-  request.cost_model = CostModelName(policy.cost_model);
-  request.schedule = ScheduleName(policy.schedule);
+  request.cost_model = policy.cost_model;
+  request.schedule = policy.schedule;
   request.levels = {{workers, policy.bandwidth_bytes_per_s}};
   request.threads = 1;
   // Optimizer state per parameter byte, for the predicted memory.

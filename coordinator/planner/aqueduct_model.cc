@@ -71,11 +71,12 @@ StageCost Cost(const Cumulative& c, const AqueductModelOptions& o, int total,
   cost.time_s = std::max((compute + exposed) / r, cost.transfer_s);
   cost.warmup_depth =
       static_cast<int>(std::ceil(static_cast<double>(total - (hi + 1)) / r));
-  const bool stashed =
-      o.schedule == "1f1b_stashed" || o.schedule == "1f1b_vertical_sync";
+  const bool stashed = StashesWeights(o.schedule);
   const int versions = stashed ? cost.warmup_depth + 1 : 1;
   int in_flight = cost.warmup_depth + 1;
-  if (o.schedule == "gpipe" && o.microbatches > 0) in_flight = o.microbatches;
+  if (o.schedule == v1::SCHEDULE_GPIPE && o.microbatches > 0) {
+    in_flight = o.microbatches;
+  }
   cost.memory_bytes =
       w * (versions + 1 + o.optimizer_state_factor) + act * in_flight;
   cost.feasible = !o.memory_limit_bytes.has_value() ||
@@ -108,12 +109,9 @@ absl::Status Validate(const StateSequence& seq, const AqueductModelOptions& o) {
       }
     }
   }
-  if (o.schedule != "1f1b_stashed" && o.schedule != "1f1b_vertical_sync" &&
-      o.schedule != "1f1b_flush" && o.schedule != "gpipe") {
+  if (!v1::Schedule_IsValid(o.schedule)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "schedule '", o.schedule,
-        "' is not one of: 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, "
-        "gpipe"));
+        "schedule ", static_cast<int>(o.schedule), " is not a known schedule"));
   }
   if (!(o.allreduce_overlap >= 0 && o.allreduce_overlap <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(

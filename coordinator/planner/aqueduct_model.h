@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/planner/antichain.h"
 #include "coordinator/planner/pipedream.h"
+#include "pipeline/policy.h"
 
 namespace aqueduct {
 
@@ -46,7 +47,7 @@ struct AqueductModelOptions {
   bool use_fewer_machines = false;
   std::optional<double> memory_limit_bytes;
   // 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush or gpipe.
-  std::string schedule = "1f1b_stashed";
+  Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
   // Optimizer state per parameter byte (SGD with momentum 1, Adam 2).
   double optimizer_state_factor = 1;
   // Fraction of the stage's backward time that can hide its all-reduce.

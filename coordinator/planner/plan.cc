@@ -207,7 +207,7 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
   ASSIGN_OR_RETURN(const int total, TotalWorkers(request, seq));
 
   PartitionPlan plan;
-  plan.set_cost_model(request.cost_model);
+  plan.set_cost_model(CostModelName(request.cost_model));
   for (const PlannerLevel& l : request.levels) {
     TopologyLevel* level = plan.add_levels();
     level->set_workers(l.workers);
@@ -216,14 +216,17 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
   plan.set_workers_total(total);
 
   std::vector<Placed> placed;
-  if (request.cost_model == "pipedream") {
-    ASSIGN_OR_RETURN(placed, PlacePipeDream(seq, request, &plan));
-  } else if (request.cost_model == "aqueduct") {
+  const bool aqueduct = request.cost_model == v1::COST_MODEL_AQUEDUCT;
+  if (!aqueduct && request.cost_model != v1::COST_MODEL_PIPEDREAM &&
+      request.cost_model != v1::COST_MODEL_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost model ", static_cast<int>(request.cost_model),
+                     " is not one of: pipedream, aqueduct"));
+  }
+  if (aqueduct) {
     ASSIGN_OR_RETURN(placed, PlaceAqueduct(seq, request, total, &plan));
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cost model '", request.cost_model,
-                     "' is not one of: pipedream, aqueduct"));
+    ASSIGN_OR_RETURN(placed, PlacePipeDream(seq, request, &plan));
   }
   AddStages(graph, seq, placed, &plan);
   SetSummary(&plan);

@@ -14,12 +14,13 @@
 #include "coordinator/planner/aqueduct_model.h"
 #include "coordinator/planner/pipedream.h"
 #include "coordinator/planner/profile_graph.h"
+#include "pipeline/policy.h"
 #include "proto/types.h"
 
 namespace aqueduct {
 
 struct PlanRequest {
-  std::string cost_model = "pipedream";
+  CostModel cost_model = v1::COST_MODEL_PIPEDREAM;
   // Innermost level first.
   std::vector<PlannerLevel> levels;
   bool straight_pipeline = false;
@@ -29,7 +30,7 @@ struct PlanRequest {
   std::optional<double> activation_compression_ratio;
   // Aqueduct model only.
   std::vector<double> worker_speed;
-  std::string schedule = "1f1b_stashed";
+  Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
   double allreduce_overlap = 0;
   double optimizer_state_factor = 1;
   // Threads for the solver (0: all cores).

@@ -67,12 +67,12 @@ TEST(AqueductModelTest, StageCostByHand) {
   EXPECT_DOUBLE_EQ(c.time_s, 0.020);
   EXPECT_EQ(c.warmup_depth, 3);
   EXPECT_DOUBLE_EQ(c.memory_bytes, 2e6 * (4 + 1 + 1) + 1e6 * 4);
-  o.schedule = "1f1b_flush";
+  o.schedule = v1::SCHEDULE_1F1B_FLUSH;
   EXPECT_DOUBLE_EQ(AqueductStageCost(*seq, o, 0, 0, 0, 0).memory_bytes,
                    2e6 * 3 + 1e6 * 4);
 
   // Replicas across servers all-reduce at the outer bandwidth.
-  o.schedule = "1f1b_stashed";
+  o.schedule = v1::SCHEDULE_1F1B_STASHED;
   o.worker_speed.clear();
   o.levels = {{2, 1e10}, {2, 1e9}};
   EXPECT_DOUBLE_EQ(AqueductStageCost(*seq, o, 1, 1, 2, 3).allreduce_s, 1e-4);
@@ -157,11 +157,11 @@ TEST(AqueductModelTest, RejectsBadOptions) {
   auto seq = BuildAntichainStates(Chain({{"a", "A", 1, 1, 1, 1}}));
   AqueductModelOptions o;
   o.levels = {{2, 1e9}};
-  o.schedule = "zigzag";
-  EXPECT_NE(
-      SolveAqueductModel(*seq, o).status().message().find("schedule 'zigzag'"),
-      std::string::npos);
-  o.schedule = "gpipe";
+  o.schedule = static_cast<Schedule>(99);
+  EXPECT_NE(SolveAqueductModel(*seq, o).status().message().find(
+                "schedule 99 is not a known schedule"),
+            std::string::npos);
+  o.schedule = v1::SCHEDULE_GPIPE;
   o.worker_speed = {1};
   EXPECT_NE(SolveAqueductModel(*seq, o).status().message().find(
                 "1 worker speeds given for 2 workers"),
@@ -206,9 +206,9 @@ TEST(PlanTest, PipeDreamPlanFields) {
   EXPECT_NE(too_many.status().message().find("needs at least 7 stages"),
             std::string::npos);
   request.levels = {{2, 1e9}};
-  request.cost_model = "magic";
+  request.cost_model = static_cast<CostModel>(7);
   EXPECT_FALSE(MakePlan(Chain(nodes), request).ok());
-  request.cost_model = "aqueduct";
+  request.cost_model = v1::COST_MODEL_AQUEDUCT;
   auto aq = MakePlan(Chain(nodes), request);
   ASSERT_TRUE(aq.ok()) << aq.status();
   EXPECT_EQ(aq->cost_model(), "aqueduct");
