@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/shapes.h"
 
 namespace aqueduct {
 
@@ -31,28 +32,6 @@ void UniformInit(uint64_t seed, int layer, int param, float bound,
   for (size_t i = 0; i < out->size(); ++i) {
     (*out)[i] = (2.0f * DropoutUniform(key, i) - 1.0f) * bound;
   }
-}
-
-std::string Field(int index, absl::string_view kind) {
-  return absl::StrCat("model.layers[", index, "].", kind);
-}
-
-absl::Status CheckRank(const Shape& in, int rank, int index,
-                       absl::string_view kind, absl::string_view what) {
-  if (in.rank() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Field(index, kind), " expects ", what,
-        " per sample; the previous layer's output is ", in.ToString()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckPositive(int64_t value, int index, absl::string_view field) {
-  if (value <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[", index, "].", field, "=", value, " must be positive"));
-  }
-  return absl::OkStatus();
 }
 
 // Rows of a tensor whose last dimension is `cols`.
@@ -493,146 +472,76 @@ class DelayLayer final : public Layer {
 };
 
 // ---------------------------------------------------------------- Factories
+// The spec and its shapes were checked by InferLayerShape
+// (pipeline/shapes.h), the one place the layers' shape rules live; these
+// only build.
 
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
-// INVALID_ARGUMENT if the input shape `in` has an empty dimension.
-absl::Status CheckNonEmpty(const Shape& in, int index) {
-  for (int64_t d : in.dims()) {
-    if (d <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Field(index, "kind"), ": the previous layer's output ",
-                       in.ToString(), " is empty"));
-    }
-  }
-  return absl::OkStatus();
+Window2d WindowOf(const Shape& in, int64_t kernel, int64_t stride,
+                  int64_t padding) {
+  return Window2d{in[0], in[1], in[2], kernel, stride, padding};
 }
 
-// INVALID_ARGUMENT (naming `field`, the kernel size) if the kernel of `w`
-// is larger than its padded input `in`.
-absl::Status CheckWindowFits(const Window2d& w, int index,
-                             absl::string_view field, int64_t kernel_size,
-                             const Shape& in) {
-  if (w.height + 2 * w.padding < w.kernel ||
-      w.width + 2 * w.padding < w.kernel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(index, field), "=", kernel_size,
-                     " is larger than the padded input ", in.ToString()));
-  }
-  return absl::OkStatus();
-}
-
-// A linear layer over the last dimension of `in`.
-LayerOr MakeLinear(const LinearSpec& s, int index, const Shape& in) {
-  RETURN_IF_ERROR(CheckPositive(s.in_features(), index, "linear.in_features"));
-  RETURN_IF_ERROR(
-      CheckPositive(s.out_features(), index, "linear.out_features"));
-  if (in.rank() < 1 || in.dims().back() != s.in_features()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Field(index, "linear.in_features"), "=", s.in_features(),
-        " does not match the previous layer's output ",
-        in.rank() == 1 ? absl::StrCat(in[0])
-                       : absl::StrCat(in.ToString(),
-                                      " (linear applies to the last "
-                                      "dimension; add a flatten layer)")));
-  }
-  std::vector<int64_t> out = in.dims();
-  out.back() = s.out_features();
+LayerOr MakeLinear(const LinearSpec& s, int index, const Shape& in,
+                   const Shape& out) {
   return std::unique_ptr<Layer>(std::make_unique<LinearLayer>(
-      index, in, Shape(std::move(out)), s.in_features(), s.out_features(),
+      index, in, out, s.in_features(), s.out_features(),
       !s.has_bias() || s.bias()));
 }
 
-// A dropout layer with probability p in [0, 1).
-LayerOr MakeDropout(const DropoutSpec& s, int index, const Shape& in,
-                    uint64_t seed) {
-  const float p = s.p();
-  if (!(p >= 0 && p < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(index, "dropout.p"), "=", p, " must be in [0, 1)"));
-  }
-  return std::unique_ptr<Layer>(
-      std::make_unique<DropoutLayer>(index, in, p, seed));
-}
-
-// A 2-D convolution over a [channels, height, width] input.
-LayerOr MakeConv2d(const Conv2dSpec& s, int index, const Shape& in) {
-  RETURN_IF_ERROR(
-      CheckRank(in, 3, index, "conv2d", "[channels, height, width]"));
-  RETURN_IF_ERROR(CheckPositive(s.in_channels(), index, "conv2d.in_channels"));
-  RETURN_IF_ERROR(
-      CheckPositive(s.out_channels(), index, "conv2d.out_channels"));
-  RETURN_IF_ERROR(CheckPositive(s.kernel_size(), index, "conv2d.kernel_size"));
-  const int64_t stride = s.has_stride() ? s.stride() : 1;
-  RETURN_IF_ERROR(CheckPositive(stride, index, "conv2d.stride"));
-  if (s.padding() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(index, "conv2d.padding"), "=", s.padding(),
-                     " must not be negative"));
-  }
-  if (in[0] != s.in_channels()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(index, "conv2d.in_channels"), "=", s.in_channels(),
-                     " does not match the previous layer's output channels ",
-                     in[0], " (shape ", in.ToString(), ")"));
-  }
-  Window2d w{in[0], in[1], in[2], s.kernel_size(), stride, s.padding()};
-  RETURN_IF_ERROR(
-      CheckWindowFits(w, index, "conv2d.kernel_size", s.kernel_size(), in));
-  Shape out({s.out_channels(), w.out_height(), w.out_width()});
+LayerOr MakeConv2d(const Conv2dSpec& s, int index, const Shape& in,
+                   const Shape& out) {
+  const Window2d w = WindowOf(in, s.kernel_size(),
+                              s.has_stride() ? s.stride() : 1, s.padding());
   return std::unique_ptr<Layer>(std::make_unique<Conv2dLayer>(
       index, in, out, w, s.out_channels(), !s.has_bias() || s.bias()));
 }
 
-// A 2-D max pooling over a [channels, height, width] input.
-LayerOr MakeMaxPool2d(const MaxPool2dSpec& s, int index, const Shape& in) {
-  RETURN_IF_ERROR(
-      CheckRank(in, 3, index, "max_pool2d", "[channels, height, width]"));
-  RETURN_IF_ERROR(
-      CheckPositive(s.kernel_size(), index, "max_pool2d.kernel_size"));
-  const int64_t stride = s.has_stride() ? s.stride() : s.kernel_size();
-  RETURN_IF_ERROR(CheckPositive(stride, index, "max_pool2d.stride"));
-  if (s.padding() < 0 || s.padding() > s.kernel_size() / 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(index, "max_pool2d.padding"), "=", s.padding(),
-                     " must be in [0, kernel_size/2]"));
-  }
-  Window2d w{in[0], in[1], in[2], s.kernel_size(), stride, s.padding()};
-  RETURN_IF_ERROR(
-      CheckWindowFits(w, index, "max_pool2d.kernel_size", s.kernel_size(), in));
-  Shape out({in[0], w.out_height(), w.out_width()});
+LayerOr MakeMaxPool2d(const MaxPool2dSpec& s, int index, const Shape& in,
+                      const Shape& out) {
+  const Window2d w =
+      WindowOf(in, s.kernel_size(),
+               s.has_stride() ? s.stride() : s.kernel_size(), s.padding());
   return std::unique_ptr<Layer>(
       std::make_unique<MaxPool2dLayer>(index, in, out, w));
 }
 
-// A layer norm over the last dimension of `in`.
 LayerOr MakeLayerNorm(const LayerNormSpec& s, int index, const Shape& in) {
-  if (in.dims().back() != s.normalized_shape()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Field(index, "layer_norm.normalized_shape"), "=", s.normalized_shape(),
-        " does not match the last dimension of the previous layer's "
-        "output ",
-        in.ToString()));
-  }
   const float eps = s.has_eps() ? s.eps() : 1e-5f;
-  if (!(eps > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Field(index, "layer_norm.eps"), "=", eps, " must be positive"));
-  }
   return std::unique_ptr<Layer>(
       std::make_unique<LayerNormLayer>(index, in, s.normalized_shape(), eps));
 }
 
-// A layer that only takes time: forward_ms and backward_ms in [0, 60000].
-LayerOr MakeDelay(const DelaySpec& s, int index, const Shape& in) {
-  if (!(s.forward_ms() >= 0 && s.forward_ms() <= 60000) ||
-      !(s.backward_ms() >= 0 && s.backward_ms() <= 60000)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Field(index, "delay"), ": forward_ms=", s.forward_ms(),
-        " and backward_ms=", s.backward_ms(), " must be in [0, 60000]"));
+// Builds the layer `spec` describes once its shapes are known good.
+LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
+             const Shape& out, uint64_t seed) {
+  switch (spec.kind_case()) {
+    case LayerSpec::kLinear:
+      return MakeLinear(spec.linear(), index, in, out);
+    case LayerSpec::kRelu:
+      return std::unique_ptr<Layer>(std::make_unique<ReluLayer>(index, in));
+    case LayerSpec::kGelu:
+      return std::unique_ptr<Layer>(std::make_unique<GeluLayer>(index, in));
+    case LayerSpec::kDropout:
+      return std::unique_ptr<Layer>(
+          std::make_unique<DropoutLayer>(index, in, spec.dropout().p(), seed));
+    case LayerSpec::kFlatten:
+      return std::unique_ptr<Layer>(std::make_unique<FlattenLayer>(index, in));
+    case LayerSpec::kConv2D:
+      return MakeConv2d(spec.conv2d(), index, in, out);
+    case LayerSpec::kMaxPool2D:
+      return MakeMaxPool2d(spec.max_pool2d(), index, in, out);
+    case LayerSpec::kLayerNorm:
+      return MakeLayerNorm(spec.layer_norm(), index, in);
+    case LayerSpec::kDelay:
+      return std::unique_ptr<Layer>(std::make_unique<DelayLayer>(
+          index, in, spec.delay().forward_ms(), spec.delay().backward_ms()));
+    case LayerSpec::KIND_NOT_SET:
+      break;
   }
-  return std::unique_ptr<Layer>(
-      std::make_unique<DelayLayer>(index, in, s.forward_ms(), s.backward_ms()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.layers[", index, "] has no layer kind"));
 }
 
 }  // namespace
@@ -642,33 +551,10 @@ void Layer::InitParams(uint64_t, std::vector<std::vector<float>>*) const {}
 absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
                                                    int index, const Shape& in,
                                                    uint64_t seed) {
-  RETURN_IF_ERROR(CheckNonEmpty(in, index));
-  switch (spec.kind_case()) {
-    case LayerSpec::kLinear:
-      return MakeLinear(spec.linear(), index, in);
-    case LayerSpec::kRelu:
-      return std::unique_ptr<Layer>(std::make_unique<ReluLayer>(index, in));
-    case LayerSpec::kGelu:
-      return std::unique_ptr<Layer>(std::make_unique<GeluLayer>(index, in));
-    case LayerSpec::kDropout:
-      return MakeDropout(spec.dropout(), index, in, seed);
-    case LayerSpec::kFlatten:
-      return std::unique_ptr<Layer>(std::make_unique<FlattenLayer>(index, in));
-    case LayerSpec::kConv2D:
-      return MakeConv2d(spec.conv2d(), index, in);
-    case LayerSpec::kMaxPool2D:
-      return MakeMaxPool2d(spec.max_pool2d(), index, in);
-    case LayerSpec::kLayerNorm:
-      return MakeLayerNorm(spec.layer_norm(), index, in);
-    case LayerSpec::kDelay:
-      return MakeDelay(spec.delay(), index, in);
-    case LayerSpec::KIND_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model.layers[", index,
-                   "] has no layer kind (set one of linear, relu, gelu, "
-                   "dropout, flatten, conv2d, max_pool2d, layer_norm, delay)"));
+  ASSIGN_OR_RETURN(
+      SymbolicShape out,
+      InferLayerShape(spec, index, SymbolicShape::Known(in.dims())));
+  return Make(spec, index, in, Shape(out.dims), seed);
 }
 
 }  // namespace aqueduct
