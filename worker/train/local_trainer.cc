@@ -48,23 +48,21 @@ absl::StatusOr<EpochSampler> MakeSampler(const JobSpec& spec,
   return sampler;
 }
 
-// The number of steps to run: `epochs` of the sampler's batches or
-// max_steps, whichever ends first (the options override the spec).
-// INVALID_ARGUMENT if neither is positive.
-absl::StatusOr<int64_t> TotalSteps(const JobSpec& spec,
+// The number of steps to run (pipeline/policy.h's TotalSteps, the same
+// count every pipeline stage runs) with the options' epochs and max_steps
+// overriding the spec's. INVALID_ARGUMENT if neither is positive.
+absl::StatusOr<int64_t> StepsToRun(const JobSpec& spec,
                                    const LocalTrainOptions& options,
-                                   int64_t batches_per_epoch) {
-  const int64_t epochs = options.epochs.value_or(spec.epochs());
-  const int64_t max_steps = options.max_steps.value_or(spec.max_steps());
-  int64_t total = epochs > 0 ? epochs * batches_per_epoch
-                             : std::numeric_limits<int64_t>::max();
-  if (max_steps > 0) total = std::min(total, max_steps);
-  if (total <= 0 || total == std::numeric_limits<int64_t>::max()) {
+                                   int64_t train_samples) {
+  JobSpec run = spec;
+  run.set_epochs(options.epochs.value_or(spec.epochs()));
+  run.set_max_steps(options.max_steps.value_or(spec.max_steps()));
+  if (run.epochs() <= 0 && run.max_steps() <= 0) {
     return absl::InvalidArgumentError(
         "neither epochs nor max_steps is positive: training would never "
         "stop");
   }
-  return total;
+  return TotalSteps(run, train_samples);
 }
 
 // The model's parameters, their gradients and the optimizer that steps them.
@@ -236,7 +234,7 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   const int64_t batch = spec.batch_size();
   ASSIGN_OR_RETURN(EpochSampler sampler, MakeSampler(spec, data.train));
   ASSIGN_OR_RETURN(const int64_t total,
-                   TotalSteps(spec, options, sampler.batches_per_epoch()));
+                   StepsToRun(spec, options, data.train.size));
   TrainState state;
   RETURN_IF_ERROR(InitTrainState(spec, options, model, device, total, &state));
 
