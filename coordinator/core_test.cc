@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -36,8 +37,25 @@ constexpr char kSpec[] = R"pb(
 struct Calls {
   absl::Mutex mu;
   std::vector<std::string> log ABSL_GUARDED_BY(mu);
-  absl::Notification* block_profile = nullptr;
-  absl::Status assign_status;
+  // Set by the test while the driver's threads call the fake workers.
+  absl::Notification* block_profile ABSL_GUARDED_BY(mu) = nullptr;
+  absl::Status assign_status ABSL_GUARDED_BY(mu);
+  void SetBlockProfile(absl::Notification* n) {
+    absl::MutexLock lock(&mu);
+    block_profile = n;
+  }
+  absl::Notification* BlockProfile() {
+    absl::MutexLock lock(&mu);
+    return block_profile;
+  }
+  void SetAssignStatus(absl::Status s) {
+    absl::MutexLock lock(&mu);
+    assign_status = std::move(s);
+  }
+  absl::Status AssignStatus() {
+    absl::MutexLock lock(&mu);
+    return assign_status;
+  }
   void Add(const std::string& s) {
     absl::MutexLock lock(&mu);
     log.push_back(s);
@@ -54,7 +72,7 @@ class FakeWorkerClient : public WorkerClient {
       : address_(std::move(address)), calls_(calls) {}
   absl::Status AssignStage(const StageAssignment& a, absl::Duration) override {
     calls_->Add(absl::StrCat("assign ", address_, " stage ", a.stage()));
-    return calls_->assign_status;
+    return calls_->AssignStatus();
   }
   absl::Status StartJob(const std::string& job, absl::Duration) override {
     calls_->Add(absl::StrCat("start ", address_, " ", job));
@@ -68,8 +86,8 @@ class FakeWorkerClient : public WorkerClient {
   absl::StatusOr<ModelProfile> Profile(const JobSpec& spec,
                                        absl::Duration) override {
     calls_->Add(absl::StrCat("profile ", address_));
-    if (calls_->block_profile != nullptr) {
-      calls_->block_profile->WaitForNotificationWithTimeout(absl::Seconds(10));
+    if (absl::Notification* block = calls_->BlockProfile()) {
+      block->WaitForNotificationWithTimeout(absl::Seconds(10));
     }
     ModelProfile p;
     for (int i = 0; i < spec.model().layers_size(); ++i) {
@@ -266,13 +284,13 @@ TEST_F(CoreTest, CancelInEachState) {
   EXPECT_EQ(*core_->CancelJob(*pending), v1::JOB_CANCELLED);
   // PLANNING: the profile call blocks until released.
   absl::Notification release;
-  calls_.block_profile = &release;
+  calls_.SetBlockProfile(&release);
   auto planning = core_->SubmitJob(spec_, nullptr);
   AddWorker("w1");
   WaitFor(*planning, v1::JOB_PLANNING);
   EXPECT_EQ(*core_->CancelJob(*planning), v1::JOB_CANCELLED);
   release.Notify();
-  calls_.block_profile = nullptr;
+  calls_.SetBlockProfile(nullptr);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(core_->GetJob(*planning)->state(), v1::JOB_CANCELLED)
       << "the driver must not revive a cancelled job";
@@ -381,7 +399,7 @@ TEST_F(CoreTest, DataOnlyOnTheWorkersIsNotOpenedHere) {
 }
 
 TEST_F(CoreTest, AssignFailureFailsTheJob) {
-  calls_.assign_status = absl::UnavailableError("connection refused");
+  calls_.SetAssignStatus(absl::UnavailableError("connection refused"));
   AddWorker("w1");
   auto id = core_->SubmitJob(spec_, nullptr);
   JobStatus s = WaitFor(*id, v1::JOB_FAILED);

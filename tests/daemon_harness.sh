@@ -3,7 +3,22 @@
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
+# On exit: kills the daemons, then fails the test if any file in $tmp (the
+# daemons' logs, the clients' output) holds a sanitizer report. Under
+# --config=asan/tsan a daemon stops at its first report, but one killed by
+# the test, or whose death no check happened to notice, would go unseen.
+sanitizer_pattern='ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|runtime error: '
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  [ -n "${tmp:-}" ] || return
+  local f
+  for f in "$tmp"/*; do
+    [ -f "$f" ] && grep -qE "$sanitizer_pattern" "$f" || continue
+    echo "FAIL: sanitizer report in $f:" >&2
+    grep -m1 -A40 -E "$sanitizer_pattern" "$f" >&2
+    exit 1
+  done
+}
 trap cleanup EXIT
 
 # Polls `cmd` (a function) every 0.1 s for up to $1 seconds.

@@ -30,7 +30,7 @@ class InMemoryChannelHub {
   };
   absl::Mutex mu;
   std::map<ChannelKey, State> states ABSL_GUARDED_BY(mu);
-  int sends = 0 ABSL_GUARDED_BY(mu);  // For tests: transfers made.
+  int sends ABSL_GUARDED_BY(mu) = 0;  // For tests: transfers made.
 };
 
 class InMemoryDeviceChannels final : public DeviceChannels {

@@ -150,7 +150,6 @@ int Main(int argc, char** argv) {
   // Heartbeats at 1 Hz per worker, spread over each second; a poller.
   std::mutex mu;
   std::vector<double> heartbeat_ms, list_ms, get_ms;
-  std::atomic<bool> done{false};
   const double cpu_start = pid > 0 ? CpuSeconds(pid) : 0;
   const Clock::time_point start = Clock::now();
   const Clock::time_point end = start + std::chrono::seconds(seconds);

@@ -136,11 +136,20 @@ void StageRuntime::Shutdown() {
 
 void StageRuntime::SetDataPlane(const DataPlane* plane) {
   absl::MutexLock lock(&mu_);
+  // The plane is forgotten just before it closes: a stop requested by then
+  // came before any peer could see this stage's connections close.
+  if (plane == nullptr && active_plane_ != nullptr) {
+    stopped_before_close_ = stop_.load();
+  }
   active_plane_ = plane;
   if (plane != nullptr && stop_.load()) plane->Abort();  // Stopped meanwhile.
 }
 
 void StageRuntime::Run(const StageAssignment& a) {
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_before_close_ = false;
+  }
   JobEnv env;
   env.device = options_.device;
   env.threads = options_.threads;
@@ -159,8 +168,7 @@ void StageRuntime::End(const StageAssignment& a, const absl::Status& status) {
   RuntimePhase phase = RuntimePhase::kFinished;
   if (status.ok()) {
     progress_.Finish();
-  } else if (status.code() == absl::StatusCode::kCancelled || stop_.load()) {
-    // After a stop, a peer's closed connection is the stop's doing too.
+  } else if (StopExplains(status)) {
     phase = RuntimePhase::kStopped;
     AQ_LOG_INFO("job {}: stopped ({})", a.job_id(),
                 std::string(status.message()));
@@ -171,6 +179,20 @@ void StageRuntime::End(const StageAssignment& a, const absl::Status& status) {
   }
   absl::MutexLock lock(&mu_);
   phase_ = phase;
+}
+
+bool StageRuntime::StopExplains(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kCancelled) return true;
+  absl::MutexLock lock(&mu_);
+  if (stopped_before_close_) return true;
+  // A stop that came later (the plane already closed, or there was none)
+  // still explains a peer's closed connection or an interrupted wait: the
+  // stop closes the peers too. It does not explain this stage's own failure
+  // (a missing file, a bad spec): the stop is often the coordinator's answer
+  // to that very failure, seen first at a peer once this stage's connections
+  // closed, and arriving before End() ran.
+  return stop_.load() && (status.code() == absl::StatusCode::kUnavailable ||
+                          status.code() == absl::StatusCode::kDeadlineExceeded);
 }
 
 std::vector<StageProgress> StageRuntime::TakeProgress() {

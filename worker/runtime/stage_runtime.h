@@ -92,6 +92,8 @@ class StageRuntime {
   void End(const StageAssignment& assignment, const absl::Status& status);
   // The running job's data plane (null: none), aborted by Stop and Shutdown.
   void SetDataPlane(const DataPlane* plane);
+  // Whether the job ended with `status` because of a stop (else it failed).
+  bool StopExplains(const absl::Status& status);
   bool IdleFor(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -108,6 +110,9 @@ class StageRuntime {
   StageAssignment assignment_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   const DataPlane* active_plane_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Whether a stop had been requested when the running job's data plane was
+  // forgotten, just before it closed (false until then).
+  bool stopped_before_close_ ABSL_GUARDED_BY(mu_) = false;
   // The running job's thread (Start starts it, Start and Shutdown join it).
   absl::Mutex thread_mu_;
   std::thread thread_ ABSL_GUARDED_BY(thread_mu_);

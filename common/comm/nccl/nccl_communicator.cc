@@ -26,12 +26,8 @@ std::string NcclEnvironment() {
   return out;
 }
 
-NcclCommunicator::NcclCommunicator(int rank, int size, int device_ordinal,
-                                   std::string prefix)
-    : rank_(rank),
-      size_(size),
-      device_(device_ordinal),
-      prefix_(std::move(prefix)) {}
+NcclCommunicator::NcclCommunicator(int rank, int size, std::string prefix)
+    : rank_(rank), size_(size), prefix_(std::move(prefix)) {}
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     RendezvousStore* store, const std::string& prefix, int rank, int size,
@@ -63,7 +59,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     std::memcpy(&id, value->data(), sizeof(id));
   }
   std::unique_ptr<NcclCommunicator> comm(
-      new NcclCommunicator(rank, size, device_ordinal, prefix));
+      new NcclCommunicator(rank, size, prefix));
   comm->op_timeout_ = timeout;
   AQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal));
   AQ_CUDA_RETURN_IF_ERROR(

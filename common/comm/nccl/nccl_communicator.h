@@ -78,7 +78,7 @@ class NcclCommunicator {
   void RequestAbort() { abort_requested_ = true; }
 
  private:
-  NcclCommunicator(int rank, int size, int device_ordinal, std::string prefix);
+  NcclCommunicator(int rank, int size, std::string prefix);
   // One look at NCCL's asynchronous state: an error aborts the
   // communicator; *busy is true while an operation is still in progress.
   absl::Status PollAsync(const char* what, bool* busy);
@@ -96,7 +96,6 @@ class NcclCommunicator {
 
   const int rank_;
   const int size_;
-  const int device_;
   const std::string prefix_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
