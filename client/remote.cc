@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "client/cli.h"
+#include "common/grpc_coordinator_client.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace aqueduct {

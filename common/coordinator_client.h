@@ -1,7 +1,8 @@
 // How workers, the `aq` client and tools talk to the coordinator's
 // aqueduct.v1.Coordinator service: one method per RPC, taking the request
 // message and a timeout and returning absl::Status or the response. The gRPC
-// implementation is built by NewGrpcCoordinatorClient; tests pass fakes.
+// implementation is built by NewGrpcCoordinatorClient
+// (grpc_coordinator_client.h); tests pass fakes.
 //
 // Every call carries a deadline of `timeout` from when it is made (clamped
 // to between 1 ms and a year, so an infinite timeout still has one). Errors are
@@ -10,7 +11,7 @@
 // answer in time, FAILED_PRECONDITION for a fenced or expired worker
 // incarnation, NOT_FOUND for an unknown worker or job.
 //
-// This header needs no gRPC headers (grpc::Channel is only declared).
+// Code that takes a CoordinatorClient* links no gRPC.
 //
 // Implementations must be thread-safe: one client may be shared by several
 // threads (the agent, the stage runtime's rendezvous store).
@@ -24,11 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/service.pb.h"
-
-namespace grpc {
-class Channel;
-}  // namespace grpc
+#include "proto/control.pb.h"
 
 namespace aqueduct {
 
@@ -79,17 +76,6 @@ class CoordinatorClient {
   virtual absl::StatusOr<v1::StoreAddResponse> StoreAdd(
       const v1::StoreAddRequest& request, absl::Duration timeout) = 0;
 };
-
-// A client over `channel` (shared: several clients may use one channel).
-std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
-    std::shared_ptr<grpc::Channel> channel);
-
-// A client over a new insecure channel to `address` (host:port), with
-// Aqueduct's message size limits (64 MiB each way). The
-// channel connects lazily: an unreachable coordinator shows as UNAVAILABLE
-// on the first calls, not here.
-std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
-    const std::string& address);
 
 }  // namespace aqueduct
 

@@ -3,7 +3,7 @@
 #ifndef AQUEDUCT_PROTO_SERVICE_TYPES_H_
 #define AQUEDUCT_PROTO_SERVICE_TYPES_H_
 
-#include "proto/service.pb.h"
+#include "proto/control.pb.h"
 #include "proto/types.h"
 
 namespace aqueduct {

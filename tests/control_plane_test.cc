@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/grpc_coordinator_client.h"
 #include "common/version.h"
 #include "coordinator/core.h"
 #include "coordinator/grpc_worker_client.h"
@@ -19,6 +20,8 @@
 #include "gtest/gtest.h"
 #include "worker/agent.h"
 #include "worker/nn/spec.h"
+#include "worker/runtime/coordinator_store.h"
+#include "worker/runtime/gloo_data_plane.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/service.h"
 
@@ -48,6 +51,10 @@ constexpr char kSpec[] = R"pb(
 )pb";
 
 struct Worker {
+  // Declared first: what the runtime and the agent use outlives them.
+  std::unique_ptr<CoordinatorClient> coordinator;
+  std::unique_ptr<CoordinatorStore> store;
+  std::unique_ptr<GlooDataPlaneFactory> data_plane;
   std::unique_ptr<StageRuntime> runtime;
   std::unique_ptr<GrpcWorkerService> service;
   std::unique_ptr<grpc::Server> server;
@@ -97,9 +104,14 @@ class ControlPlaneTest : public ::testing::Test {
   void AddWorker(const std::string& id) {
     auto w = std::make_unique<Worker>();
     StageRuntimeOptions runtime_options;
-    runtime_options.coordinator_address = absl::StrCat("127.0.0.1:", port_);
     runtime_options.peer_timeout = absl::Seconds(20);
-    w->runtime = std::make_unique<StageRuntime>(runtime_options);
+    w->coordinator =
+        NewGrpcCoordinatorClient(absl::StrCat("127.0.0.1:", port_));
+    w->store = std::make_unique<CoordinatorStore>(w->coordinator.get());
+    w->data_plane =
+        std::make_unique<GlooDataPlaneFactory>(GlooDataPlaneOptions());
+    w->runtime = std::make_unique<StageRuntime>(
+        runtime_options, w->data_plane.get(), w->store.get());
     Worker* raw = w.get();
     w->service = std::make_unique<GrpcWorkerService>(
         w->runtime.get(), DeviceSpec{}, 1,
@@ -115,7 +127,8 @@ class ControlPlaneTest : public ::testing::Test {
     o.info.set_version(kVersion);
     o.info.set_address(absl::StrCat("127.0.0.1:", w->port));
     o.progress_interval = absl::Milliseconds(50);
-    w->agent = std::make_unique<WorkerAgent>(o, w->runtime.get());
+    w->agent = std::make_unique<WorkerAgent>(o, w->runtime.get(),
+                                             w->coordinator.get());
     w->agent->Start();
     ASSERT_TRUE(w->agent->WaitRegistered(absl::Seconds(10)));
     workers_.push_back(std::move(w));

@@ -56,17 +56,16 @@ WorkerAgent::WorkerAgent(const AgentOptions& options, AgentRuntime* runtime,
 
 WorkerAgent::WorkerAgent(const AgentOptions& options,
                          std::unique_ptr<AgentRuntime> owned_runtime,
-                         std::unique_ptr<CoordinatorClient> owned_client)
-    : WorkerAgent(options, owned_runtime.get(), owned_client.get(),
-                  RealClock::Get()) {
-  // The delegated constructor only stored the pointers; take ownership.
+                         CoordinatorClient* client)
+    : WorkerAgent(options, owned_runtime.get(), client, RealClock::Get()) {
+  // The delegated constructor only stored the pointer; take ownership.
   owned_runtime_ = std::move(owned_runtime);
-  owned_client_ = std::move(owned_client);
 }
 
-WorkerAgent::WorkerAgent(const AgentOptions& options, StageRuntime* runtime)
+WorkerAgent::WorkerAgent(const AgentOptions& options, StageRuntime* runtime,
+                         CoordinatorClient* client)
     : WorkerAgent(options, std::make_unique<StageRuntimeAdapter>(runtime),
-                  NewGrpcCoordinatorClient(options.coordinator_address)) {}
+                  client) {}
 
 WorkerAgent::~WorkerAgent() { Stop(); }
 

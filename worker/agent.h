@@ -86,9 +86,10 @@ class WorkerAgent {
   // agent.
   WorkerAgent(const AgentOptions& options, AgentRuntime* runtime,
               CoordinatorClient* client, const Clock* clock);
-  // The daemon's agent: a gRPC client to `options.coordinator_address`
-  // and the real clock. `runtime` must outlive the agent.
-  WorkerAgent(const AgentOptions& options, StageRuntime* runtime);
+  // The daemon's agent: the stage runtime, `client` (e.g. a gRPC client to
+  // the coordinator) and the real clock. Both must outlive the agent.
+  WorkerAgent(const AgentOptions& options, StageRuntime* runtime,
+              CoordinatorClient* client);
   ~WorkerAgent();  // Stop().
 
   WorkerAgent(const WorkerAgent&) = delete;
@@ -116,7 +117,7 @@ class WorkerAgent {
 
   WorkerAgent(const AgentOptions& options,
               std::unique_ptr<AgentRuntime> owned_runtime,
-              std::unique_ptr<CoordinatorClient> owned_client);
+              CoordinatorClient* client);
 
   void Loop();
   // Sleeps until `deadline` on the clock or Stop(); false once stopping.

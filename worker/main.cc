@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/device/factory.h"
+#include "common/grpc_coordinator_client.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -189,7 +190,9 @@ int Main() {
 
   // Pipelines meet through the coordinator's store and connect over Gloo
   // (NCCL channels for transport "nccl").
-  CoordinatorStore store(absl::GetFlag(FLAGS_coordinator));
+  std::unique_ptr<CoordinatorClient> coordinator =
+      NewGrpcCoordinatorClient(absl::GetFlag(FLAGS_coordinator));
+  CoordinatorStore store(coordinator.get());
   GlooDataPlaneFactory data_plane(DataPlaneOptions(*device_spec));
   StageRuntime runtime(RuntimeOptions(*device_spec, threads), &data_plane,
                        &store);
@@ -213,7 +216,7 @@ int Main() {
   AgentOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.info = DescribeWorker(**made, port);
-  agent = std::make_unique<WorkerAgent>(options, &runtime);
+  agent = std::make_unique<WorkerAgent>(options, &runtime, coordinator.get());
   agent->Start();
   AQ_LOG_INFO("worker {} serving on port {}, coordinator {}",
               options.info.worker_id(), port, options.coordinator_address);

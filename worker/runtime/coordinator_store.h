@@ -25,9 +25,6 @@ class CoordinatorStore final : public RendezvousStore {
 
   // Over `client`, which must outlive the store.
   explicit CoordinatorStore(CoordinatorClient* client) : client_(client) {}
-  // Over a gRPC client of its own to the coordinator at `address`.
-  explicit CoordinatorStore(const std::string& address)
-      : owned_(NewGrpcCoordinatorClient(address)), client_(owned_.get()) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override {
     v1::StoreSetRequest request;
@@ -61,7 +58,6 @@ class CoordinatorStore final : public RendezvousStore {
   }
 
  private:
-  std::unique_ptr<CoordinatorClient> owned_;  // Null when not owned.
   CoordinatorClient* const client_;
 };
 

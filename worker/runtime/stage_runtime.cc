@@ -4,8 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "worker/runtime/coordinator_store.h"
-#include "worker/runtime/gloo_data_plane.h"
 #include "worker/runtime/layout.h"
 #include "worker/runtime/stage_job.h"
 
@@ -19,14 +17,6 @@ ProgressOptions ProgressOptionsFor(const StageRuntimeOptions& options) {
   return progress;
 }
 
-std::unique_ptr<DataPlaneFactory> DaemonDataPlane(
-    const StageRuntimeOptions& options) {
-  GlooDataPlaneOptions gloo;
-  gloo.advertise_host = options.advertise_host;
-  gloo.device = options.device;
-  return std::make_unique<GlooDataPlaneFactory>(gloo);
-}
-
 }  // namespace
 
 StageRuntime::StageRuntime(const StageRuntimeOptions& options,
@@ -35,21 +25,6 @@ StageRuntime::StageRuntime(const StageRuntimeOptions& options,
       data_plane_(data_plane),
       store_(store),
       progress_(ProgressOptionsFor(options)) {}
-
-StageRuntime::StageRuntime(const StageRuntimeOptions& options,
-                           std::unique_ptr<DataPlaneFactory> data_plane,
-                           std::unique_ptr<RendezvousStore> store)
-    : options_(options),
-      owned_data_plane_(std::move(data_plane)),
-      owned_store_(std::move(store)),
-      data_plane_(owned_data_plane_.get()),
-      store_(owned_store_.get()),
-      progress_(ProgressOptionsFor(options)) {}
-
-StageRuntime::StageRuntime(const StageRuntimeOptions& options)
-    : StageRuntime(
-          options, DaemonDataPlane(options),
-          std::make_unique<CoordinatorStore>(options.coordinator_address)) {}
 
 StageRuntime::~StageRuntime() { Shutdown(); }
 

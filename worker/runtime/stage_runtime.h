@@ -43,11 +43,6 @@ struct StageRuntimeOptions {
   absl::Duration busy_wait = absl::Seconds(5);
   // Step times and utilisation. Not owned.
   Clock* clock = RealClock::Get();
-  // Only for the one-argument constructor (the daemon's wiring): the
-  // coordinator whose rendezvous store pipelines use, and the address peers
-  // reach this worker at.
-  std::string coordinator_address;
-  std::string advertise_host = "127.0.0.1";
 };
 
 class StageRuntime {
@@ -56,10 +51,6 @@ class StageRuntime {
   // and both must outlive the runtime.
   StageRuntime(const StageRuntimeOptions& options, DataPlaneFactory* data_plane,
                RendezvousStore* store);
-  // The daemon's wiring, owned by the runtime: a GlooDataPlaneFactory on
-  // options.advertise_host and options.device, and a CoordinatorStore of
-  // options.coordinator_address.
-  explicit StageRuntime(const StageRuntimeOptions& options);
   ~StageRuntime();  // Stops and joins a running job.
 
   // FAILED_PRECONDITION if another job is assigned or running, or the plan
@@ -83,10 +74,6 @@ class StageRuntime {
   WorkerRuntimeStatus Status() const;
 
  private:
-  StageRuntime(const StageRuntimeOptions& options,
-               std::unique_ptr<DataPlaneFactory> data_plane,
-               std::unique_ptr<RendezvousStore> store);
-
   void Run(const StageAssignment& assignment);
   // Records how the run of `assignment` ended.
   void End(const StageAssignment& assignment, const absl::Status& status);
@@ -99,8 +86,6 @@ class StageRuntime {
   void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StageRuntimeOptions options_;
-  const std::unique_ptr<DataPlaneFactory> owned_data_plane_;
-  const std::unique_ptr<RendezvousStore> owned_store_;
   DataPlaneFactory* const data_plane_;
   RendezvousStore* const store_;
   ProgressAccumulator progress_;

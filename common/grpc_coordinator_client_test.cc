@@ -1,7 +1,7 @@
 // The gRPC CoordinatorClient against a small Coordinator service on a
 // loopback port: responses and statuses come through, every call carries
 // the deadline it was given, and WatchJob streams and stops early.
-#include "common/coordinator_client.h"
+#include "common/grpc_coordinator_client.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "common/coordinator_client.h"
+#include "common/grpc_coordinator_client.h"
 
 #include <algorithm>
 #include <chrono>
