@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/service.pb.h"
+#include "proto/control.pb.h"
 
 namespace aqueduct {
 

@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/file_system.h"
-#include "proto/service.pb.h"
+#include "proto/control.pb.h"
 
 namespace aqueduct {
 

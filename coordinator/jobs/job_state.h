@@ -13,7 +13,7 @@
 #define AQUEDUCT_COORDINATOR_JOBS_JOB_STATE_H_
 
 #include "absl/status/statusor.h"
-#include "proto/service.pb.h"
+#include "proto/control.pb.h"
 
 namespace aqueduct {
 

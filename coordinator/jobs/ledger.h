@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "proto/service.pb.h"
+#include "proto/control.pb.h"
 
 namespace aqueduct {
 
