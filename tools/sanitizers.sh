@@ -37,19 +37,14 @@ done
 # lld, which the sanitizer configurations link with.
 AQ_SETUP_EXTRA="${AQ_SETUP_EXTRA:-} clang libclang-rt-14-dev lld" deploy/setup.sh || exit 1
 
-# tests/summarize.sh over this configuration's test.xml files. Results of
-# earlier --runs_per_test runs (run_N_of_M/) stay in the test logs; they count
-# only when this run asked for repeated runs too.
+# tests/summarize.sh over this configuration's test.xml files, counting only
+# the test targets that exist now ($labels); results of earlier
+# --runs_per_test runs (run_N_of_M/) count only when this run asked for
+# repeated runs too.
 summarize() {
-  local dir tmp f i=0
-  dir="$1"
-  case " ${extra[*]-} " in *--runs_per_test*) tests/summarize.sh "$dir"; return ;; esac
-  tmp=$(mktemp -d)
-  while IFS= read -r -d '' f; do
-    i=$((i + 1)); mkdir -p "$tmp/$i"; ln -s "$f" "$tmp/$i/test.xml"
-  done < <(find -L "$dir" -name test.xml -not -path '*/run_*_of_*/*' -print0 2>/dev/null)
-  tests/summarize.sh "$tmp"
-  rm -rf "$tmp"
+  local runs="--no_runs"
+  case " ${extra[*]-} " in *--runs_per_test*) runs="" ;; esac
+  tests/summarize.sh --labels "$labels" $runs "$1"
 }
 
 # `//...` spelled out per top-level directory: with an output base other
@@ -64,6 +59,10 @@ for d in *; do
 done
 
 bazel=(bazel "--output_base=$output_base")
+labels=$(mktemp)
+trap 'rm -f "$labels"' EXIT
+query=$(printf ' + %s' "${targets[@]}")
+"${bazel[@]}" query "tests(${query# + })" 2>/dev/null >"$labels"
 rows=()
 status=0
 for config in "${configs[@]}"; do
