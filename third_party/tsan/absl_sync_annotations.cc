@@ -102,9 +102,9 @@ struct IgnoreReads {
 
 // The library's definition: REAL(type, "mangled tail")(this, args...);
 // REAL_CONST for const members.
-#define REAL_LOOKUP(type, is_const, rest)    \
-  ([]() {                                    \
-    static std::atomic<void*> slot{nullptr}; \
+#define REAL_LOOKUP(type, is_const, rest)      \
+  ([]() {                                      \
+    static std::atomic<void*> slot{nullptr};   \
     return Lookup<type>(slot, is_const, rest); \
   }())
 #define REAL(type, rest) REAL_LOOKUP(type, false, rest)
@@ -167,8 +167,8 @@ void Mutex::ReaderUnlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
 void Mutex::LockWhen(Cond cond) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   {
     IgnoreReads ignore;
-    REAL(void (*)(Mutex*, Cond), "5Mutex8LockWhenERKNS0_9ConditionE")(this,
-                                                                      cond);
+    REAL(void (*)(Mutex*, Cond), "5Mutex8LockWhenERKNS0_9ConditionE")
+    (this, cond);
   }
   __tsan_acquire(this);
 }
@@ -176,8 +176,8 @@ void Mutex::LockWhen(Cond cond) ABSL_NO_THREAD_SAFETY_ANALYSIS {
 void Mutex::ReaderLockWhen(Cond cond) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   {
     IgnoreReads ignore;
-    REAL(void (*)(Mutex*, Cond),
-         "5Mutex14ReaderLockWhenERKNS0_9ConditionE")(this, cond);
+    REAL(void (*)(Mutex*, Cond), "5Mutex14ReaderLockWhenERKNS0_9ConditionE")
+    (this, cond);
   }
   __tsan_acquire(this);
 }
@@ -289,8 +289,8 @@ bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout)
   {
     IgnoreReads ignore;
     r = REAL(bool (*)(CondVar*, Mutex*, absl::Duration),
-             "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE")(
-        this, mu, timeout);
+             "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE")(this, mu,
+                                                                     timeout);
   }
   __tsan_acquire(mu);
   return r;
@@ -317,23 +317,26 @@ void Notification::Notify() {
 
 void Notification::WaitForNotification() const {
   REAL_CONST(void (*)(const Notification*),
-       "12Notification19WaitForNotificationEv")(this);
+             "12Notification19WaitForNotificationEv")
+  (this);
   __tsan_acquire(const_cast<Notification*>(this));
 }
 
 bool Notification::WaitForNotificationWithTimeout(
     absl::Duration timeout) const {
-  const bool r = REAL_CONST(bool (*)(const Notification*, absl::Duration),
-                      "12Notification30WaitForNotificationWithTimeoutENS0_"
-                      "8DurationE")(this, timeout);
+  const bool r =
+      REAL_CONST(bool (*)(const Notification*, absl::Duration),
+                 "12Notification30WaitForNotificationWithTimeoutENS0_"
+                 "8DurationE")(this, timeout);
   if (r) __tsan_acquire(const_cast<Notification*>(this));
   return r;
 }
 
 bool Notification::WaitForNotificationWithDeadline(absl::Time deadline) const {
-  const bool r = REAL_CONST(bool (*)(const Notification*, absl::Time),
-                      "12Notification31WaitForNotificationWithDeadlineENS0_"
-                      "4TimeE")(this, deadline);
+  const bool r =
+      REAL_CONST(bool (*)(const Notification*, absl::Time),
+                 "12Notification31WaitForNotificationWithDeadlineENS0_"
+                 "4TimeE")(this, deadline);
   if (r) __tsan_acquire(const_cast<Notification*>(this));
   return r;
 }

@@ -233,7 +233,8 @@ absl::StatusOr<const ParameterSet*> PipelineStage::WeightsFor(int64_t version) {
 void PipelineStage::DropUnneededVersions() {
   const std::vector<int64_t> in_flight = InFlightVersions();
   for (auto it = stash_.begin(); it != stash_.end();) {
-    const bool keep = stash_rules_.MustKeep(it->first, next_forward_, in_flight);
+    const bool keep =
+        stash_rules_.MustKeep(it->first, next_forward_, in_flight);
     it = keep ? std::next(it) : stash_.erase(it);
   }
 }

@@ -27,14 +27,14 @@
 #include "absl/time/time.h"
 #include "common/comm/communicator.h"
 #include "common/device/device.h"
+#include "pipeline/schedule.h"
+#include "pipeline/weight_stash.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/runtime/frame.h"
 #include "worker/runtime/layout.h"
-#include "pipeline/schedule.h"
-#include "pipeline/weight_stash.h"
 
 namespace aqueduct {
 

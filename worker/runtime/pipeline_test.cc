@@ -373,8 +373,9 @@ TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
   for (const Case& c : cases) {
     const PipelineLayout layout = Layout(
         c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
-        c.policy == v1::SCHEDULE_1F1B_FLUSH || c.policy == v1::SCHEDULE_GPIPE ? 4
-                                                                         : 1,
+        c.policy == v1::SCHEDULE_1F1B_FLUSH || c.policy == v1::SCHEDULE_GPIPE
+            ? 4
+            : 1,
         10);
     const std::string what = absl::StrCat(ScheduleName(c.policy), " ",
                                           c.split.begin.size(), " stages");
@@ -418,8 +419,9 @@ TEST(PipelineTest, StashingPoliciesMatchTheirReference) {
         const PipelineLayout layout =
             Layout(policy, begin, std::vector<int>(stages, 1), spec.max_steps(),
                    1, layers);
-        const std::string what = absl::StrCat(
-            mlp ? "mlp " : "cnn ", ScheduleName(policy), " ", stages, " stages");
+        const std::string what =
+            absl::StrCat(mlp ? "mlp " : "cnn ", ScheduleName(policy), " ",
+                         stages, " stages");
         const Result got = RunPipeline(spec, layout);
         ExpectClose(got, Reference(spec, layout), 1e-5, what);
         for (int s = 0; s < stages; ++s) {
@@ -460,8 +462,8 @@ struct LoneStage {
         device(CpuDeviceOptions{1}),
         comm(hub, 0),
         stage(job->model.get(), spec,
-              Layout(v1::SCHEDULE_1F1B_STASHED, {0, 5}, {1, 1}, 12, 1, 10), 0, 0,
-              &device, &comm, &data->train,
+              Layout(v1::SCHEDULE_1F1B_STASHED, {0, 5}, {1, 1}, 12, 1, 10), 0,
+              0, &device, &comm, &data->train,
               *InitParameters(*job->model, 0, 5, &device), std::move(options)) {
   }
   JobSpec spec;
