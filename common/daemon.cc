@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
+#include "common/file_system.h"
 #include "common/version.h"
 
 namespace aqueduct {
@@ -98,29 +98,11 @@ absl::Status MakeDirectories(const std::string& dir, mode_t mode) {
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-    }
-    out << content;
-    out.flush();
-    if (!out) {
-      const int err = errno;
-      std::remove(tmp.c_str());
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(
-        "cannot write ", path, ": rename failed: ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  absl::Status s = WriteFileAtomically(DefaultFileSystem(), path, content);
+  if (s.ok()) return s;
+  std::remove((path + ".tmp").c_str());
+  return absl::UnavailableError(
+      absl::StrCat("cannot write ", path, ": ", s.message()));
 }
 
 }  // namespace aqueduct

@@ -69,9 +69,6 @@ class FaultFileSystem final : public FileSystem {
     return absl::OkStatus();
   }
   absl::Status SyncDir(const std::string&) override { return SyncStatus(); }
-  absl::Status CreateDirs(const std::string&) override {
-    return absl::OkStatus();
-  }
 
  private:
   class File final : public WritableFile {

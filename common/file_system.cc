@@ -1,7 +1,6 @@
 #include "common/file_system.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,23 +96,6 @@ class PosixFileSystem final : public FileSystem {
     absl::Status s = rc == 0 ? absl::OkStatus() : Errno("sync directory", dir);
     close(fd);
     return s;
-  }
-
-  absl::Status CreateDirs(const std::string& path) override {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, ": exists and is not a directory"));
-    }
-    const std::string parent = DirName(path);
-    if (parent != path && parent != "." && parent != "/") {
-      if (absl::Status s = CreateDirs(parent); !s.ok()) return s;
-    }
-    if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Errno("create directory", path);
-    }
-    return absl::OkStatus();
   }
 
  private:

@@ -1,6 +1,6 @@
 // A small file-system seam (after LevelDB's Env): what durable state needs
 // from the disk (read a file, write or append and sync, rename, sync a
-// directory, create one), behind an interface so that tests can cut a
+// directory), behind an interface so that tests can cut a
 // write at any byte or fail a sync (common/fault_file_system.h).
 //
 // Thread-safety: implementations are thread-safe; a WritableFile is used by
@@ -42,9 +42,6 @@ class FileSystem {
                               const std::string& to) = 0;
   // Makes the directory's entries (a rename into it) durable.
   virtual absl::Status SyncDir(const std::string& dir) = 0;
-  // Creates `path` and its missing parents (mode 0755); OK if it exists as
-  // a directory.
-  virtual absl::Status CreateDirs(const std::string& path) = 0;
 };
 
 // The POSIX file system. A process-wide stateless instance.
