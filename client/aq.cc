@@ -39,6 +39,10 @@ const Subcommand kSubcommands[] = {
     {"cancel", "JOB", "cancel a job", CancelMain},
     {"trace", "JOB -o FILE", "a job's executed schedule as Chrome trace JSON",
      TraceMain},
+    {"weights", "JOB -o FILE", "fetch a job's trained model (safetensors)",
+     WeightsMain},
+    {"checkpoints", "JOB", "list a job's committed checkpoints",
+     CheckpointsMain},
 };
 
 constexpr char kUsageTail[] =

@@ -24,6 +24,9 @@ int JobsMain(const std::vector<std::string>& args);
 int WorkersMain(const std::vector<std::string>& args);
 int CancelMain(const std::vector<std::string>& args);
 int TraceMain(const std::vector<std::string>& args);
+// A job's trained model and checkpoints (model_commands.cc).
+int WeightsMain(const std::vector<std::string>& args);
+int CheckpointsMain(const std::vector<std::string>& args);
 
 }  // namespace aqueduct
 

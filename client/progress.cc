@@ -94,6 +94,30 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
   return line;
 }
 
+std::string JobDetails(const JobStatus& job) {
+  std::string out;
+  if (!job.model_path().empty()) {
+    absl::StrAppend(&out, "model: ", job.model_path(), " (", job.model_bytes(),
+                    " bytes) \u2014 fetch with: aq weights ", job.job_id(),
+                    " -o model.safetensors\n");
+  }
+  if (job.checkpoint_version() > 0 || !job.checkpoint_path().empty()) {
+    absl::StrAppend(&out, "checkpoint: v", job.checkpoint_version(), " ",
+                    job.checkpoint_path(), "\n");
+  }
+  if (!job.resumed_from().empty()) {
+    absl::StrAppend(&out, "resumed from: ", job.resumed_from(), "\n");
+  }
+  for (const v1::RestartRecord& r : job.restarts()) {
+    absl::StrAppend(
+        &out, "restart ", r.attempt(), " at step ", r.step_at_failure(), ": ",
+        r.reason(), "; rolled back to v", r.rolled_back_to(),
+        r.rolled_back_to() == 0 ? " (the start)" : "", ", ", r.workers(),
+        r.workers() == 1 ? " worker" : " workers", "\n");
+  }
+  return out;
+}
+
 std::string FitLine(double fraction, const std::string& text, int width) {
   const size_t room = static_cast<size_t>(std::max(width - 1, 10));
   std::string line = text;

@@ -1,4 +1,5 @@
-// How aq shows a job: the one-line summary (`aq status`, `aq jobs`) and the
+// How aq shows a job: the one-line summary (`aq status`, `aq jobs`), the
+// details under it (`aq status JOB`), and the
 // live progress display of `aq submit --wait` and `aq watch`, which fits the
 // terminal's width and redraws one line in place on a terminal, or prints
 // plain lines when the output is not a terminal. No figures are shown
@@ -25,6 +26,12 @@ bool HasProgressReport(const JobStatus& job);
 // before the first report, what the job is waiting for instead of figures.
 // `with_stages`: include the per-stage figures.
 std::string JobSummary(const JobStatus& job, bool with_stages = true);
+
+// What `aq status JOB` prints under the summary, one line each ("\n"
+// after each), for what is set: the trained model and how to fetch it,
+// the latest checkpoint, the checkpoint the job resumed from, and every
+// restart. Empty when none is.
+std::string JobDetails(const JobStatus& job);
 
 // "[####......] text" fitting in width - 1 columns: the bar (10 to 30
 // cells) only when there is room, the text cut when it is too long.

@@ -100,6 +100,36 @@ TEST(ProgressLineTest, BarWhenThereIsRoom) {
             "job-7 mlp RUNNING step 10/32 loss 0.6931 123 samples/s");
 }
 
+TEST(JobDetailsTest, ModelCheckpointResumeAndRestarts) {
+  EXPECT_EQ(JobDetails(Reported()), "");
+  JobStatus job = Job(v1::JOB_SUCCEEDED);
+  job.set_model_path("/var/lib/aq/models/job-7.safetensors");
+  job.set_model_bytes(1234);
+  job.set_checkpoint_version(40);
+  job.set_checkpoint_path("/ckpt/job-7/v40");
+  job.set_resumed_from("/ckpt/job-3/v20");
+  v1::RestartRecord* r = job.add_restarts();
+  r->set_attempt(1);
+  r->set_step_at_failure(27);
+  r->set_reason("worker w2 (stage 1, replica 0) is DEAD");
+  r->set_rolled_back_to(20);
+  r->set_workers(2);
+  r = job.add_restarts();
+  r->set_attempt(2);
+  r->set_step_at_failure(3);
+  r->set_reason("non-finite loss");
+  r->set_workers(1);
+  EXPECT_EQ(JobDetails(job),
+            "model: /var/lib/aq/models/job-7.safetensors (1234 bytes) \u2014 "
+            "fetch with: aq weights job-7 -o model.safetensors\n"
+            "checkpoint: v40 /ckpt/job-7/v40\n"
+            "resumed from: /ckpt/job-3/v20\n"
+            "restart 1 at step 27: worker w2 (stage 1, replica 0) is DEAD; "
+            "rolled back to v20, 2 workers\n"
+            "restart 2 at step 3: non-finite loss; rolled back to v0 (the "
+            "start), 1 worker\n");
+}
+
 TEST(TerminalWidthTest, ColumnsThenEighty) {
   // Under the test runner neither stdout nor stderr is a terminal.
   setenv("COLUMNS", "123", 1);

@@ -2,8 +2,8 @@
 // $AQ_COORDINATOR, else 127.0.0.1:7070), a CoordinatorClient
 // (common/coordinator_client.h) over it, the deadlines aq uses, and failed
 // calls turned into aq's exit codes. The remote commands (submit, status,
-// watch, jobs, workers, cancel, trace, plan JOB) are built on this. Not
-// thread-safe (used from main).
+// watch, jobs, workers, cancel, trace, plan JOB, weights, checkpoints) are
+// built on this. Not thread-safe (used from main).
 #ifndef AQUEDUCT_CLIENT_REMOTE_H_
 #define AQUEDUCT_CLIENT_REMOTE_H_
 
@@ -21,6 +21,8 @@ namespace aqueduct {
 inline constexpr absl::Duration kQueryTimeout = absl::Seconds(10);
 inline constexpr absl::Duration kSubmitTimeout = absl::Seconds(30);
 inline constexpr absl::Duration kTraceTimeout = absl::Seconds(60);
+// Fetching a trained model (up to the coordinator's size limit).
+inline constexpr absl::Duration kModelTimeout = absl::Hours(1);
 // A watch lasts as long as the job; a day bounds it.
 inline constexpr absl::Duration kWatchTimeout = absl::Hours(24);
 

@@ -22,6 +22,10 @@
 ABSL_FLAG(bool, wait, false,
           "follow the job until it ends, as aq watch does; the exit code is "
           "then the job's");
+ABSL_FLAG(std::string, resume, "",
+          "start from a committed checkpoint: a job id (its latest), a "
+          "checkpoint's version directory or its manifest.json (aq "
+          "checkpoints JOB lists them)");
 
 namespace aqueduct {
 namespace {
@@ -29,9 +33,13 @@ namespace {
 constexpr char kSubmitDescription[] =
     "Submits a job spec (text proto or JSON, proto/job.proto) to the\n"
     "coordinator and prints its id. With --wait, follows it as aq watch\n"
-    "does and exits 0 only if it succeeds.\n";
+    "does and exits 0 only if it succeeds. With --resume, the job starts\n"
+    "from a committed checkpoint of the same model (the number of workers\n"
+    "may differ).\n";
 constexpr char kStatusDescription[] =
-    "Prints a job's status (every job's without JOB).\n";
+    "Prints a job's status (every job's without JOB): the summary, then\n"
+    "its trained model, latest checkpoint, the checkpoint it resumed from\n"
+    "and its restarts, when it has them.\n";
 constexpr char kWatchDescription[] =
     "Follows a job until it ends: one line redrawn in place on a terminal,\n"
     "plain lines otherwise; with --output json, the final status as one\n"
@@ -82,6 +90,7 @@ absl::StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& path) {
     ASSIGN_OR_RETURN(ProfileGraph graph, ReadProfileFile(profile, ""));
     *request.mutable_profile() = graph.ToProto();
   }
+  request.set_resume(absl::GetFlag(FLAGS_resume));
   return request;
 }
 
@@ -130,6 +139,7 @@ int SubmitMain(const std::vector<std::string>& args) {
        {"profile", "FILE",
         "plan with this profile (aq profile) instead of profiling the model "
         "on a worker"},
+       {"resume", "JOB|CHECKPOINT", ""},
        CoordinatorFlag(),
        OutputFlag()});
   ParsedArgs parsed;
@@ -163,8 +173,12 @@ int StatusMain(const std::vector<std::string>& args) {
   request.set_job_id(parsed.positional[0]);
   const auto status = remote.client().GetJob(request, kQueryTimeout);
   if (!status.ok()) return remote.Failed(status.status());
-  std::cout << (JsonOutput() ? ProtoJson(*status) : JobSummary(*status))
-            << std::endl;
+  if (JsonOutput()) {
+    std::cout << ProtoJson(*status) << std::endl;
+  } else {
+    std::cout << JobSummary(*status) << "\n"
+              << JobDetails(*status) << std::flush;
+  }
   return kExitOk;
 }
 

@@ -18,6 +18,7 @@
 #ifndef AQUEDUCT_COMMON_COORDINATOR_CLIENT_H_
 #define AQUEDUCT_COMMON_COORDINATOR_CLIENT_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,7 +76,35 @@ class CoordinatorClient {
       const v1::StoreGetRequest& request, absl::Duration timeout) = 0;
   virtual absl::StatusOr<v1::StoreAddResponse> StoreAdd(
       const v1::StoreAddRequest& request, absl::Duration timeout) = 0;
+
+  // ---- Checkpoints and trained models.
+  virtual absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request, absl::Duration timeout) = 0;
+  // Streams a job's trained model: calls `on_chunk` (on the calling thread)
+  // for every chunk, in order, until the coordinator ends the stream (the
+  // whole file was sent: OK), `on_chunk` returns false (the call is
+  // cancelled; OK), or `timeout` passes since the call began
+  // (DEADLINE_EXCEEDED). FAILED_PRECONDITION when the job has no model yet.
+  // Blocks until then. The caller checks offsets, size and CRC-32.
+  virtual absl::Status GetModel(
+      const v1::GetModelRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::ModelChunk&)>& on_chunk) = 0;
+  // Uploads `bytes` (a safetensors file) as the trained model of
+  // header.job_id() / header.attempt(), from header.worker_id() as
+  // header.incarnation(): client-streamed in chunks of kModelChunkBytes,
+  // each carrying the header's identity, its offset, the total size and the
+  // zlib CRC-32 of the whole of `bytes` (header's offset, data, total_bytes
+  // and crc32 are ignored). Blocks until the coordinator has made it durable
+  // or refused it (FAILED_PRECONDITION: this worker may not upload it;
+  // ABORTED: another upload of the job is in progress; DATA_LOSS: the bytes
+  // arrived damaged).
+  virtual absl::StatusOr<v1::UploadModelResponse> UploadModel(
+      const v1::UploadModelChunk& header, const std::string& bytes,
+      absl::Duration timeout) = 0;
 };
+
+// The size of the chunks trained models travel in (UploadModel, GetModel).
+inline constexpr int64_t kModelChunkBytes = int64_t{1} << 20;
 
 }  // namespace aqueduct
 

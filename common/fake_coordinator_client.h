@@ -10,6 +10,11 @@
 //   current status once and ends.
 // - the rendezvous store: a map; StoreGet waits (real time) up to the
 //   smaller of wait_ms and the timeout, then DEADLINE_EXCEEDED.
+// - checkpoints and models: ListCheckpoints answers what SetCheckpoints
+//   set; UploadModel accepts a model from a live worker incarnation (as
+//   Heartbeat checks it) and keeps it, with its header, for uploads() and
+//   GetModel; GetModel streams a kept model (or one SetModel set) in
+//   chunks of kModelChunkBytes, FAILED_PRECONDITION for a job without one.
 // Faults: set_unavailable(true) makes every call UNAVAILABLE (the
 // coordinator is down); FailNext(rpc, status, n) fails the next n calls of
 // one RPC. Every call is counted, failed or not.
@@ -28,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/coordinator_client.h"
 #include "common/status.h"
+#include "zlib.h"
 
 namespace aqueduct {
 
@@ -49,6 +55,15 @@ class FakeCoordinatorClient final : public CoordinatorClient {
     kStoreSet,
     kStoreGet,
     kStoreAdd,
+    kListCheckpoints,
+    kGetModel,
+    kUploadModel,
+  };
+
+  // An accepted UploadModel call.
+  struct Upload {
+    v1::UploadModelChunk header;
+    std::string bytes;
   };
 
   // ---- Faults and scripting.
@@ -85,6 +100,15 @@ class FakeCoordinatorClient final : public CoordinatorClient {
     absl::MutexLock lock(&mu_);
     jobs_[job.job_id()] = job;
   }
+  void SetCheckpoints(const std::string& job_id,
+                      std::vector<v1::CheckpointManifest> checkpoints) {
+    absl::MutexLock lock(&mu_);
+    checkpoints_[job_id] = std::move(checkpoints);
+  }
+  void SetModel(const std::string& job_id, std::string bytes) {
+    absl::MutexLock lock(&mu_);
+    models_[job_id] = std::move(bytes);
+  }
 
   // ---- Observations.
   int calls(Rpc rpc) const {
@@ -120,6 +144,11 @@ class FakeCoordinatorClient final : public CoordinatorClient {
   absl::Duration last_timeout() const {
     absl::MutexLock lock(&mu_);
     return last_timeout_;
+  }
+  // Every accepted model upload, in order.
+  std::vector<Upload> uploads() const {
+    absl::MutexLock lock(&mu_);
+    return uploads_;
   }
 
   // ---- CoordinatorClient.
@@ -313,6 +342,58 @@ class FakeCoordinatorClient final : public CoordinatorClient {
     return response;
   }
 
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request,
+      absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(EnterLocked(Rpc::kListCheckpoints, timeout));
+    v1::ListCheckpointsResponse response;
+    for (const v1::CheckpointManifest& m : checkpoints_[request.job_id()]) {
+      *response.add_checkpoints() = m;
+    }
+    return response;
+  }
+
+  absl::Status GetModel(
+      const v1::GetModelRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::ModelChunk&)>& on_chunk) override {
+    std::string bytes;
+    {
+      absl::MutexLock lock(&mu_);
+      RETURN_IF_ERROR(EnterLocked(Rpc::kGetModel, timeout));
+      auto it = models_.find(request.job_id());
+      if (it == models_.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", request.job_id(), " has no trained model"));
+      }
+      bytes = it->second;
+    }
+    // Outside the lock: the callback may call us.
+    v1::ModelChunk chunk;
+    chunk.set_total_bytes(static_cast<int64_t>(bytes.size()));
+    chunk.set_crc32(static_cast<uint32_t>(crc32_z(
+        0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
+    for (size_t offset = 0; offset < bytes.size(); offset += kModelChunkBytes) {
+      chunk.set_offset(static_cast<int64_t>(offset));
+      chunk.set_data(bytes.substr(offset, kModelChunkBytes));
+      if (!on_chunk(chunk)) break;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::UploadModelResponse> UploadModel(
+      const v1::UploadModelChunk& header, const std::string& bytes,
+      absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(EnterLocked(Rpc::kUploadModel, timeout));
+    RETURN_IF_ERROR(CheckLiveLocked(header.worker_id(), header.incarnation()));
+    uploads_.push_back(Upload{header, bytes});
+    models_[header.job_id()] = bytes;
+    v1::UploadModelResponse response;
+    response.set_path(absl::StrCat("models/", header.job_id(), ".safetensors"));
+    return response;
+  }
+
  private:
   struct Worker {
     v1::WorkerInfo info;
@@ -371,6 +452,10 @@ class FakeCoordinatorClient final : public CoordinatorClient {
   int progress_requests_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, v1::JobStatus> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> store_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<v1::CheckpointManifest>> checkpoints_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> models_ ABSL_GUARDED_BY(mu_);
+  std::vector<Upload> uploads_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aqueduct

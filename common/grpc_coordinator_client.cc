@@ -11,6 +11,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/service.grpc.pb.h"
+#include "zlib.h"
 
 namespace aqueduct {
 namespace {
@@ -97,6 +98,18 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     return Call(&Stub::StoreAdd, request, timeout);
   }
 
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request,
+      absl::Duration timeout) override {
+    return Call(&Stub::ListCheckpoints, request, timeout);
+  }
+  absl::Status GetModel(
+      const v1::GetModelRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::ModelChunk&)>& on_chunk) override;
+  absl::StatusOr<v1::UploadModelResponse> UploadModel(
+      const v1::UploadModelChunk& header, const std::string& bytes,
+      absl::Duration timeout) override;
+
  private:
   // One unary call with a deadline; the status converted to absl.
   template <typename Request, typename Response>
@@ -132,6 +145,58 @@ absl::Status GrpcCoordinatorClient::WatchJob(
     return absl::OkStatus();
   }
   return FromGrpcStatus(reader->Finish());
+}
+
+absl::Status GrpcCoordinatorClient::GetModel(
+    const v1::GetModelRequest& request, absl::Duration timeout,
+    const std::function<bool(const v1::ModelChunk&)>& on_chunk) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
+      stub_->GetModel(&ctx, request);
+  v1::ModelChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (on_chunk(chunk)) continue;
+    ctx.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+    (void)reader->Finish();
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+absl::StatusOr<v1::UploadModelResponse> GrpcCoordinatorClient::UploadModel(
+    const v1::UploadModelChunk& header, const std::string& bytes,
+    absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  v1::UploadModelResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadModelChunk>> writer =
+      stub_->UploadModel(&ctx, &response);
+  v1::UploadModelChunk chunk;
+  chunk.set_worker_id(header.worker_id());
+  chunk.set_incarnation(header.incarnation());
+  chunk.set_job_id(header.job_id());
+  chunk.set_attempt(header.attempt());
+  chunk.set_total_bytes(static_cast<int64_t>(bytes.size()));
+  chunk.set_crc32(static_cast<uint32_t>(
+      crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size())));
+  // At least one chunk, so that an empty file still names its job.
+  size_t offset = 0;
+  do {
+    const size_t n =
+        std::min(bytes.size() - offset, static_cast<size_t>(kModelChunkBytes));
+    chunk.set_offset(static_cast<int64_t>(offset));
+    chunk.set_data(bytes.data() + offset, n);
+    offset += n;
+    // A failed write means the call is over; Finish() says why.
+    if (!writer->Write(chunk)) break;
+  } while (offset < bytes.size());
+  (void)writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The gRPC CoordinatorClient against a small Coordinator service on a
 // loopback port: responses and statuses come through, every call carries
-// the deadline it was given, and WatchJob streams and stops early.
+// the deadline it was given, WatchJob and GetModel stream and stop early,
+// and UploadModel sends a model in 1 MiB chunks that each carry the
+// uploader's identity, the offset, the size and the CRC-32 of the whole.
 #include "common/grpc_coordinator_client.h"
 
 #include <atomic>
@@ -11,12 +13,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/service.grpc.pb.h"
+#include "zlib.h"
 
 namespace aqueduct {
 namespace {
@@ -67,6 +71,52 @@ class TestService final : public v1::Coordinator::Service {
     }
     return grpc::Status::OK;
   }
+
+  grpc::Status ListCheckpoints(grpc::ServerContext*,
+                               const v1::ListCheckpointsRequest* request,
+                               v1::ListCheckpointsResponse* response) override {
+    v1::CheckpointManifest* m = response->add_checkpoints();
+    m->set_job_id(request->job_id());
+    m->set_version(12);
+    return grpc::Status::OK;
+  }
+
+  // Three chunks "aaa", "bbb", "ccc".
+  grpc::Status GetModel(grpc::ServerContext* ctx, const v1::GetModelRequest*,
+                        grpc::ServerWriter<v1::ModelChunk>* writer) override {
+    for (int i = 0; i < 3 && !ctx->IsCancelled(); ++i) {
+      v1::ModelChunk chunk;
+      chunk.set_offset(3 * i);
+      chunk.set_data(std::string(3, static_cast<char>('a' + i)));
+      chunk.set_total_bytes(9);
+      if (!writer->Write(chunk)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  // Keeps every chunk; answers with the number received.
+  grpc::Status UploadModel(grpc::ServerContext*,
+                           grpc::ServerReader<v1::UploadModelChunk>* reader,
+                           v1::UploadModelResponse* response) override {
+    v1::UploadModelChunk chunk;
+    int n = 0;
+    while (reader->Read(&chunk)) {
+      ++n;
+      absl::MutexLock lock(&mu_);
+      chunks_.push_back(chunk);
+    }
+    response->set_path(absl::StrCat(n, " chunks"));
+    return grpc::Status::OK;
+  }
+
+  std::vector<v1::UploadModelChunk> TakeChunks() {
+    absl::MutexLock lock(&mu_);
+    return std::move(chunks_);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::UploadModelChunk> chunks_ ABSL_GUARDED_BY(mu_);
 };
 
 class CoordinatorClientTest : public ::testing::Test {
@@ -154,6 +204,72 @@ TEST_F(CoordinatorClientTest, WatchJobStreamsToTheEndOrUntilTheCallerStops) {
                         });
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2}));
+}
+
+TEST_F(CoordinatorClientTest, ListCheckpointsAndGetModel) {
+  v1::ListCheckpointsRequest list;
+  list.set_job_id("job-2");
+  auto checkpoints = client_->ListCheckpoints(list, absl::Seconds(5));
+  ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+  ASSERT_EQ(checkpoints->checkpoints_size(), 1);
+  EXPECT_EQ(checkpoints->checkpoints(0).job_id(), "job-2");
+  EXPECT_EQ(checkpoints->checkpoints(0).version(), 12);
+
+  v1::GetModelRequest get;
+  get.set_job_id("job-2");
+  std::string model;
+  absl::Status s = client_->GetModel(get, absl::Seconds(10),
+                                     [&model](const v1::ModelChunk& chunk) {
+                                       model += chunk.data();
+                                       return true;
+                                     });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(model, "aaabbbccc");
+  model.clear();
+  s = client_->GetModel(get, absl::Seconds(10),
+                        [&model](const v1::ModelChunk& chunk) {
+                          model += chunk.data();
+                          return false;
+                        });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(model, "aaa");
+}
+
+TEST_F(CoordinatorClientTest, UploadModelSendsCheckedChunks) {
+  std::string bytes((5 << 20) / 2, '\0');  // 2.5 MiB.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<char>((i * 7919) >> 3);
+  }
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+  v1::UploadModelChunk header;
+  header.set_worker_id("w1");
+  header.set_incarnation("i1");
+  header.set_job_id("job-4");
+  header.set_attempt(2);
+  header.set_offset(77);  // Ignored, like data, total_bytes and crc32.
+  auto response = client_->UploadModel(header, bytes, absl::Seconds(10));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->path(), "3 chunks");
+  std::string received;
+  for (const v1::UploadModelChunk& c : service_.TakeChunks()) {
+    EXPECT_EQ(c.worker_id(), "w1");
+    EXPECT_EQ(c.incarnation(), "i1");
+    EXPECT_EQ(c.job_id(), "job-4");
+    EXPECT_EQ(c.attempt(), 2);
+    EXPECT_EQ(c.offset(), static_cast<int64_t>(received.size()));
+    EXPECT_EQ(c.total_bytes(), static_cast<int64_t>(bytes.size()));
+    EXPECT_EQ(c.crc32(), crc);
+    EXPECT_LE(c.data().size(), size_t{1} << 20);
+    received += c.data();
+  }
+  EXPECT_TRUE(received == bytes);
+
+  // Even an empty model is one chunk that names the job.
+  response = client_->UploadModel(header, "", absl::Seconds(10));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->path(), "1 chunks");
+  EXPECT_EQ(service_.TakeChunks()[0].job_id(), "job-4");
 }
 
 TEST(CoordinatorClientUnreachableTest, IsUnavailable) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +17,15 @@
 
 namespace aqueduct {
 
+namespace {
+
+int MaxRestarts(const JobSpec& spec) {
+  const v1::FaultToleranceSpec& f = spec.fault_tolerance();
+  return f.has_max_restarts() ? f.max_restarts() : 3;
+}
+
+}  // namespace
+
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
                                  const Clock* clock,
                                  WorkerClientFactory worker_clients)
@@ -25,19 +35,23 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       registry_(options.registry, clock),
       start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->Now()))),
       executor_(std::make_unique<BoundedExecutor>(
-          "the job driver", options.driver_threads, options.driver_queue)) {}
+          "the job driver", options.driver_threads, options.driver_queue)),
+      committer_(std::make_unique<BoundedExecutor>("the checkpoint committer",
+                                                   1, options.driver_queue)) {}
 
 CoordinatorCore::~CoordinatorCore() {
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
   }
+  committer_.reset();
   executor_.reset();  // Drivers see shutting_down_ and end; joined here.
 }
 
 // ------------------------------------------------------------------ Workers
 
-absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info) {
+absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info,
+                                             const v1::StageClaim* running) {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerTransition> changes;
   absl::Status s = registry_.Register(info, &changes);
@@ -46,6 +60,9 @@ absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info) {
     AQ_LOG_INFO("worker {} registered (incarnation {}, {}, {})",
                 info.worker_id(), info.incarnation(), info.address(),
                 info.device().name());
+    if (running != nullptr && !running->job_id().empty()) {
+      AdoptClaimLocked(info, *running);
+    }
     ScheduleLocked();
   }
   return s;
@@ -54,7 +71,8 @@ absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info) {
 absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
                                         const std::string& incarnation,
                                         const std::string& job_id,
-                                        std::vector<std::string>* stop_jobs) {
+                                        std::vector<std::string>* stop_jobs,
+                                        int attempt) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = registry_.Heartbeat(worker_id, incarnation); !s.ok()) {
     return s;
@@ -62,8 +80,11 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
   if (!job_id.empty()) {
     auto it = jobs_.find(job_id);
     auto status = registry_.Get(worker_id);
+    // A job that is over, that the worker no longer holds, or an attempt
+    // this coordinator never started.
     if (it == jobs_.end() || IsFinal(it->second.state) ||
-        (status.ok() && status->job_id() != job_id)) {
+        (status.ok() && status->job_id() != job_id) ||
+        attempt > it->second.attempt) {
       stop_jobs->push_back(job_id);
     }
   }
@@ -97,6 +118,7 @@ absl::Status CoordinatorCore::ReportProgress(
           absl::StrCat("job '", p.job_id(), "' does not exist"));
     }
     Job& job = it->second;
+    if (p.attempt() != job.attempt) continue;  // Of an attempt that ended.
     if (worker->job_id() != p.job_id() || worker->stage() != p.stage() ||
         worker->replica() != p.replica()) {
       return absl::FailedPreconditionError(
@@ -119,11 +141,19 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
     job.total_steps = p.total_steps();
   }
   ++job.version;
+  ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
-    FinishLocked(
-        job, JobEvent::kFailed,
+    const std::string reason =
         absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
-                     " on worker ", worker_id, " failed: ", p.error()));
+                     " on worker ", worker_id, " failed: ", p.error());
+    const bool nonfinite = p.error().rfind(kNonFiniteLoss, 0) == 0;
+    if (nonfinite && job.spec.fault_tolerance().on_nonfinite() != "rollback") {
+      FinishLocked(job, JobEvent::kFailed, reason);
+    } else if (nonfinite) {
+      RestartOrFailLocked(job, reason);
+    } else {
+      ProbeLocked(job, reason);
+    }
     return;
   }
   if (!p.finished()) return;
@@ -138,7 +168,8 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
 // ------------------------------------------------------------------ Jobs
 
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
-    const JobSpec& spec, const ModelProfile* profile) {
+    const JobSpec& spec, const ModelProfile* profile,
+    const std::string& resume_from) {
   auto valid = CheckJobSpec(spec);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
@@ -150,6 +181,10 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
       return absl::InvalidArgumentError(
           absl::StrCat("invalid profile: ", graph.status().message()));
     }
+  }
+  v1::CheckpointManifest resume;
+  if (!resume_from.empty()) {
+    ASSIGN_OR_RETURN(resume, ResolveResume(spec, resume_from));
   }
   // Known here when the spec says it (synthetic data, or max_steps alone);
   // otherwise the workers, which hold the data, report it.
@@ -171,10 +206,21 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     job.profile = *profile;
   }
   job.submitted = clock_->Now();
+  job.pending_since = job.submitted;
   job.workers_needed = p.workers;
   job.total_steps = total;
   job.ledger = JobLedger(spec.batch_size());
+  job.resume = resume;
+  job.max_restarts = MaxRestarts(spec);
   const std::string id = job.id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!journal_error_.empty()) {
+      return absl::UnavailableError(absl::StrCat(
+          "the coordinator cannot record new jobs (", journal_error_,
+          "); free space for its state directory and restart it"));
+    }
+  }
   // Durable before the client hears of it, without holding the lock.
   if (journal_ != nullptr) {
     v1::JournalRecord record;
@@ -184,6 +230,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     if (profile != nullptr) *submitted->mutable_profile() = *profile;
     submitted->set_submitted_ms(ToUnixMillisOr0(job.submitted));
     submitted->set_total_steps(total);
+    if (resume.version() > 0) *submitted->mutable_resume() = resume;
     if (absl::Status s = journal_->Append(record); !s.ok()) {
       return absl::UnavailableError(absl::StrCat(
           "the job was not accepted: cannot record it: ", s.message()));
@@ -248,15 +295,18 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
   return it->second.plan;
 }
 
-namespace {
-
-// A journal's records by job: each submission, each final status, and the
-// order of submission.
+// A journal's records by job: each submission, each final status, the
+// starts of each attempt and the committed checkpoints, and the order of
+// submission.
 struct JournalIndex {
   std::map<std::string, v1::JobSubmitted> submitted;
   std::map<std::string, JobStatus> finished;
+  std::map<std::string, std::vector<v1::JobStarted>> started;
+  std::map<std::string, std::map<int64_t, v1::CheckpointManifest>> checkpoints;
   std::vector<std::string> order;
 };
+
+namespace {
 
 JournalIndex IndexJournal(std::vector<v1::JournalRecord>& records) {
   JournalIndex index;
@@ -267,25 +317,15 @@ JournalIndex IndexJournal(std::vector<v1::JournalRecord>& records) {
       index.submitted[id] = std::move(*r.mutable_submitted());
     } else if (r.has_finished()) {
       index.finished[r.finished().job_id()] = std::move(*r.mutable_finished());
+    } else if (r.has_started()) {
+      index.started[r.started().job_id()].push_back(
+          std::move(*r.mutable_started()));
+    } else if (r.has_checkpoint()) {
+      const v1::CheckpointManifest& m = r.checkpoint();
+      index.checkpoints[m.job_id()][m.version()] = m;
     }
   }
   return index;
-}
-
-// The status of a job that was pending or running when the previous
-// coordinator stopped.
-JobStatus InterruptedStatus(const v1::JobSubmitted& sub, absl::Time now) {
-  JobStatus s;
-  s.set_job_id(sub.job_id());
-  s.set_name(sub.spec().name());
-  s.set_state(v1::JOB_FAILED);
-  s.set_reason(
-      "the coordinator restarted before the job finished; submit it again");
-  s.set_submitted_ms(sub.submitted_ms());
-  s.set_finished_ms(ToUnixMillisOr0(now));
-  s.set_total_steps(sub.total_steps());
-  s.set_workers(std::max(1, sub.spec().pipeline().workers()));
-  return s;
 }
 
 }  // namespace
@@ -301,6 +341,12 @@ void CoordinatorCore::RestoreJobLocked(const v1::JobSubmitted& sub,
   job.reason = snapshot.reason();
   job.has_plan = snapshot.has_plan();
   if (job.has_plan) job.plan = snapshot.plan();
+  job.model_path = snapshot.model_path();
+  job.model_bytes = snapshot.model_bytes();
+  AddJobLocked(std::move(job));
+}
+
+void CoordinatorCore::AddJobLocked(Job job) {
   // Ids of this start must not repeat a restored one.
   const std::string prefix = absl::StrCat("job-", start_tag_, "-");
   int64_t n = 0;
@@ -309,58 +355,138 @@ void CoordinatorCore::RestoreJobLocked(const v1::JobSubmitted& sub,
     next_job_ = std::max(next_job_, n + 1);
   }
   job_order_.push_back(job.id);
-  jobs_.emplace(job.id, std::move(job));
+  const std::string id = job.id;
+  jobs_.emplace(id, std::move(job));
+}
+
+CoordinatorCore::Job CoordinatorCore::JobFromJournal(
+    const v1::JobSubmitted& sub) const {
+  Job job;
+  job.id = sub.job_id();
+  job.spec = sub.spec();
+  job.has_profile = sub.has_profile();
+  job.profile = sub.profile();
+  job.submitted = absl::FromUnixMillis(sub.submitted_ms());
+  job.pending_since = clock_->Now();
+  job.workers_needed = std::max(1, sub.spec().pipeline().workers());
+  job.total_steps = sub.total_steps();
+  job.ledger = JobLedger(sub.spec().batch_size());
+  job.resume = sub.resume();
+  job.max_restarts = MaxRestarts(sub.spec());
+  return job;
+}
+
+void CoordinatorCore::AdoptJobLocked(
+    Job job, const std::vector<v1::JobStarted>& starts) {
+  const v1::JobStarted& last = starts.back();
+  for (const v1::JobStarted& s : starts) {
+    if (s.has_restart()) job.restarts.push_back(s.restart());
+  }
+  job.state = v1::JOB_RUNNING;
+  job.attempt = last.attempt();
+  job.plan = last.plan();
+  job.has_plan = true;
+  if (last.has_profile()) {
+    job.profile = last.profile();
+    job.has_profile = true;
+  }
+  job.started = absl::FromUnixMillis(last.started_ms());
+  for (const v1::StagePeers& stage : last.stages()) {
+    job.stage_workers.emplace_back(stage.worker_ids().begin(),
+                                   stage.worker_ids().end());
+    for (const std::string& w : stage.worker_ids()) {
+      job.reserved.push_back(w);
+      job.awaiting.insert(w);
+    }
+  }
+  job.adopted_at = clock_->Now();
+  AddJobLocked(std::move(job));
 }
 
 absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
   if (contents.ignored_bytes > 0) {
+    const std::string copy =
+        absl::StrCat(path, ".corrupt-", absl::ToUnixSeconds(clock_->Now()));
+    std::error_code ec;
+    std::filesystem::copy_file(path, copy, ec);
     AQ_LOG_WARN(
         "journal {}: the record at byte {} is torn or corrupt; ignored the "
-        "{} bytes from there",
-        path, contents.ignored_at, contents.ignored_bytes);
+        "{} bytes from there (the file as it was is kept as {}{})",
+        path, contents.ignored_at, contents.ignored_bytes, copy,
+        ec ? absl::StrCat(": copy failed: ", ec.message()) : "");
   }
   JournalIndex index = IndexJournal(contents.records);
   std::vector<v1::JournalRecord> kept;
-  int restarted = 0;
-  size_t restored = 0;
+  int adopted = 0, requeued = 0;
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& id : index.order) {
       if (jobs_.count(id) > 0) continue;
+      const v1::JobSubmitted& sub = index.submitted[id];
       auto done = index.finished.find(id);
-      restarted += done == index.finished.end();
-      RestoreJobLocked(
-          index.submitted[id],
-          done != index.finished.end()
-              ? done->second
-              : InterruptedStatus(index.submitted[id], clock_->Now()));
+      auto starts = index.started.find(id);
+      if (done != index.finished.end()) {
+        RestoreJobLocked(sub, done->second);
+      } else if (starts != index.started.end()) {
+        AdoptJobLocked(JobFromJournal(sub), starts->second);
+        ++adopted;
+      } else {
+        AddJobLocked(JobFromJournal(sub));
+        ++requeued;
+      }
+      jobs_.at(id).checkpoints = std::move(index.checkpoints[id]);
     }
     TrimFinishedLocked();
-    kept = CompactionLocked(index.submitted);
-    restored = jobs_.size();
+    kept = CompactionLocked(index);
   }
-  ASSIGN_OR_RETURN(journal_, JobJournal::Create(path, kept));
-  AQ_LOG_INFO(
-      "journal {}: restored {} job(s); {} had not finished and are FAILED",
-      path, restored, restarted);
+  auto journal = JobJournal::Create(path, kept);
+  if (!journal.ok()) {
+    // The file is as it was (the rewrite goes through a temporary file).
+    absl::MutexLock lock(&mu_);
+    journal_error_ = std::string(journal.status().message());
+    AQ_LOG_ERROR(
+        "journal {}: {}; serving without recording: new jobs are "
+        "refused until the coordinator restarts with room",
+        path, journal_error_);
+  } else {
+    journal_ = *std::move(journal);
+  }
+  AQ_LOG_INFO("journal {}: {} job(s); {} running taken back, {} pending again",
+              path, index.order.size(), adopted, requeued);
+  absl::MutexLock lock(&mu_);
+  ScheduleLocked();
   return absl::OkStatus();
 }
 
 std::vector<v1::JournalRecord> CoordinatorCore::CompactionLocked(
-    const std::map<std::string, v1::JobSubmitted>& submitted) const {
-  // The submissions and final statuses of the jobs kept.
+    const JournalIndex& index) const {
   std::vector<v1::JournalRecord> kept;
   for (const std::string& id : job_order_) {
     const Job& job = jobs_.at(id);
-    auto sub = submitted.find(id);
-    if (!job.restored || sub == submitted.end()) continue;
+    auto sub = index.submitted.find(id);
+    if (sub == index.submitted.end()) continue;
     v1::JournalRecord r;
     *r.mutable_submitted() = sub->second;
     kept.push_back(std::move(r));
-    v1::JournalRecord fin;
-    *fin.mutable_finished() = job.snapshot;
-    kept.push_back(std::move(fin));
+    auto starts = index.started.find(id);
+    if (!job.restored && starts != index.started.end()) {
+      for (const v1::JobStarted& s : starts->second) {
+        v1::JournalRecord started;
+        *started.mutable_started() = s;
+        kept.push_back(std::move(started));
+      }
+    }
+    for (const auto& [version, m] : job.checkpoints) {
+      v1::JournalRecord checkpoint;
+      *checkpoint.mutable_checkpoint() = m;
+      kept.push_back(std::move(checkpoint));
+    }
+    if (job.restored) {
+      v1::JournalRecord fin;
+      *fin.mutable_finished() = job.snapshot;
+      kept.push_back(std::move(fin));
+    }
   }
   return kept;
 }
@@ -420,6 +546,16 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
         return worker.ok() ? worker->state() : v1::WORKER_STATE_UNSPECIFIED;
       };
   job.ledger.FillStatus(job.stage_workers, state_of, &s);
+  s.set_attempt(job.attempt);
+  *s.mutable_restarts() = {job.restarts.begin(), job.restarts.end()};
+  if (!job.checkpoints.empty()) {
+    const v1::CheckpointManifest& latest = job.checkpoints.rbegin()->second;
+    s.set_checkpoint_version(latest.version());
+    s.set_checkpoint_path(latest.dir());
+  }
+  s.set_model_path(job.model_path);
+  s.set_model_bytes(job.model_bytes);
+  if (job.resume.version() > 0) s.set_resumed_from(job.resume.dir());
   return s;
 }
 
@@ -514,9 +650,10 @@ void CoordinatorCore::HandleTransitionsLocked(
         }
       }
     }
-    FinishLocked(job, JobEvent::kFailed,
-                 absl::StrCat("worker ", c.worker_id, " (", where, ") is ",
-                              WorkerStateName(c.to), ": ", c.detail));
+    job.awaiting.erase(c.worker_id);
+    RestartOrFailLocked(
+        job, absl::StrCat("worker ", c.worker_id, " (", where, ") is ",
+                          WorkerStateName(c.to), ": ", c.detail));
   }
 }
 
@@ -524,6 +661,7 @@ void CoordinatorCore::Tick() {
   absl::MutexLock lock(&mu_);
   HandleTransitionsLocked(registry_.Tick());
   const absl::Time now = clock_->Now();
+  CheckAdoptionsLocked(now);
   for (const std::string& id : job_order_) {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;
@@ -531,7 +669,7 @@ void CoordinatorCore::Tick() {
     const int64_t wait_ms = job.spec.pipeline().wait_for_workers_ms();
     const absl::Duration wait = wait_ms > 0 ? absl::Milliseconds(wait_ms)
                                             : options_.default_wait_for_workers;
-    if (now - job.submitted >= wait) {
+    if (now - job.pending_since >= wait) {
       FinishLocked(
           job, JobEvent::kFailed,
           absl::StrFormat(
@@ -551,8 +689,11 @@ void CoordinatorCore::ScheduleLocked() {
     if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;
     Job& job = it->second;
     std::vector<std::string> idle = registry_.IdleHealthyWorkers();
-    if (static_cast<int>(idle.size()) < job.workers_needed) return;  // FIFO.
-    idle.resize(job.workers_needed);
+    // A restarted job goes on with the workers there are (re-planned for
+    // fewer, when none is spare); a new one waits for all it asks for.
+    const int least = job.attempt > 0 ? 1 : job.workers_needed;
+    if (static_cast<int>(idle.size()) < least) return;  // FIFO.
+    idle.resize(std::min<size_t>(idle.size(), job.workers_needed));
     for (const std::string& w : idle) registry_.Assign(w, job.id, -1, -1);
     job.reserved = idle;
     TransitionLocked(job, JobEvent::kWorkersReserved, "");
@@ -565,13 +706,13 @@ void CoordinatorCore::ScheduleLocked() {
 
 void CoordinatorCore::StopWorkersAsync(
     std::vector<std::pair<std::string, std::string>> id_and_address,
-    std::string job_id, std::string reason) {
+    std::string job_id, std::string reason, std::optional<int> attempt) {
   auto stop = [this, workers = std::move(id_and_address), job_id,
-               reason = std::move(reason)] {
+               reason = std::move(reason), attempt] {
     for (const auto& [id, address] : workers) {
       std::unique_ptr<WorkerClient> client = worker_clients_(address);
       const absl::Status s =
-          client->StopJob(job_id, reason, options_.worker_rpc_timeout);
+          client->StopJob(job_id, reason, options_.worker_rpc_timeout, attempt);
       if (!s.ok()) {
         AQ_LOG_WARN("stopping job {} on worker {}: {}", job_id, id,
                     s.ToString());

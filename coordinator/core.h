@@ -24,6 +24,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,7 +58,17 @@ struct CoordinatorOptions {
   // the most tasks that may wait for one.
   int driver_threads = 4;
   size_t driver_queue = 10000;
+  // Timeout of each GetStatus call probing a job's workers after a stage
+  // failed (a dead worker refuses at once; a hung one times out).
+  absl::Duration probe_timeout = absl::Seconds(2);
+  // After a restart of the coordinator, how long a running job waits for
+  // its workers to register again before it restarts without them (the
+  // lease is added to it).
+  absl::Duration adoption_grace = absl::Seconds(5);
 };
+
+// A journal's records by job (core.cc).
+struct JournalIndex;
 
 class CoordinatorCore {
  public:
@@ -65,12 +77,15 @@ class CoordinatorCore {
   ~CoordinatorCore();  // Joins the driver threads.
 
   // ---- Workers (RPCs from workers) ----
-  absl::Status RegisterWorker(const WorkerInfo& info);
+  // `running` (may be null): the job attempt and stage the worker runs; a
+  // running job taken back after a restart gets its worker back.
+  absl::Status RegisterWorker(const WorkerInfo& info,
+                              const v1::StageClaim* running = nullptr);
   // Fills the jobs the worker should stop.
   absl::Status Heartbeat(const std::string& worker_id,
                          const std::string& incarnation,
                          const std::string& job_id,
-                         std::vector<std::string>* stop_jobs);
+                         std::vector<std::string>* stop_jobs, int attempt = 0);
   absl::Status DeregisterWorker(const std::string& worker_id,
                                 const std::string& incarnation);
   // FAILED_PRECONDITION for a stale incarnation or progress for a job or
@@ -80,9 +95,14 @@ class CoordinatorCore {
                               const std::vector<StageProgress>& stages);
 
   // ---- Jobs (RPCs from clients) ----
-  // INVALID_ARGUMENT naming the field for a bad spec.
+  // INVALID_ARGUMENT naming the field for a bad spec. `resume` (may be
+  // empty) names the checkpoint the job starts from: a job id (its latest
+  // committed checkpoint), a version directory or its manifest.json;
+  // NOT_FOUND or DATA_LOSS naming it when there is no loadable checkpoint
+  // there, INVALID_ARGUMENT when it is of another model.
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec,
-                                        const ModelProfile* profile);
+                                        const ModelProfile* profile,
+                                        const std::string& resume = "");
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   std::vector<JobStatus> ListJobs() const;
   // Cancels a job that has not finished; a finished job's state is returned
@@ -99,12 +119,30 @@ class CoordinatorCore {
 
   KvStore* store() { return &store_; }
 
+  // ---- Checkpoints and trained models ----
+  // The job's committed checkpoints still kept, oldest first.
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> ListCheckpoints(
+      const std::string& job_id) const;
+  // OK when `worker_id` (as `incarnation`) runs replica 0 of the output
+  // stage of attempt `attempt` of the unfinished job `job_id`: the one
+  // worker that may upload its trained model. FAILED_PRECONDITION or
+  // NOT_FOUND saying why not.
+  absl::Status CheckModelUpload(const std::string& worker_id,
+                                const std::string& incarnation,
+                                const std::string& job_id, int attempt) const;
+  // Records where the job's trained model is kept (shown in its status).
+  absl::Status RecordModel(const std::string& job_id, const std::string& path,
+                           int64_t bytes);
+
   // Keeps jobs in the journal at `path` from now on, after restoring the
-  // ones it holds: finished jobs with the status they ended with; jobs that
-  // had not finished when the previous coordinator stopped become FAILED
-  // (their workers are told to stop when they next heartbeat). The journal
-  // is then compacted to the jobs kept (max_finished_jobs). Call once,
-  // before serving. UNAVAILABLE naming the file if it cannot be written.
+  // ones it holds: finished jobs with the status they ended with; running
+  // jobs are taken back (plan, assignment, attempt, checkpoints) and wait
+  // for their workers, which keep training meanwhile, to register again
+  // with their claims (options.adoption_grace plus the lease); jobs that
+  // had not started go back to PENDING. The journal is then compacted.
+  // Call once, before serving. A journal that cannot be rewritten (a full
+  // disk) is kept as it was and the coordinator serves without one,
+  // refusing new jobs: UNAVAILABLE only when it cannot be read.
   absl::Status OpenJournal(const std::string& path);
 
   // Leases, timeouts and scheduling of pending jobs.
@@ -122,6 +160,9 @@ class CoordinatorCore {
     std::string reason;
     absl::Time submitted, started = absl::InfinitePast(),
                           finished = absl::InfinitePast();
+    // When the job last became PENDING (submitted, or restarted): the wait
+    // for workers counts from here.
+    absl::Time pending_since;
     int workers_needed = 1;
     int64_t total_steps = 0;
     bool has_plan = false;
@@ -135,6 +176,25 @@ class CoordinatorCore {
     // Restored from the journal: the final status, as it was reported.
     bool restored = false;
     JobStatus snapshot;
+    // Recovery: the attempt running (0 first), the restarts so far and the
+    // most allowed; while `probing`, a failure is being attributed.
+    int attempt = 0;
+    int max_restarts = 3;
+    std::vector<v1::RestartRecord> restarts;
+    bool probing = false;
+    // Checkpoints: committed ones kept, by version; files reported for
+    // versions not committed yet ([version][stage]); the checkpoint the job
+    // resumed from (version 0: none).
+    std::map<int64_t, v1::CheckpointManifest> checkpoints;
+    std::map<int64_t, std::map<int, v1::CheckpointWritten>> pending_files;
+    v1::CheckpointManifest resume;
+    // The trained model, once uploaded.
+    std::string model_path;
+    int64_t model_bytes = 0;
+    // Taken back from the journal after a restart: workers of the plan
+    // that have not registered again yet, and since when.
+    std::set<std::string> awaiting;
+    absl::Time adopted_at = absl::InfinitePast();
   };
 
   JobStatus StatusOfLocked(const Job& job) const
@@ -158,13 +218,53 @@ class CoordinatorCore {
   // Adds a job from the journal with the status it ended with.
   void RestoreJobLocked(const v1::JobSubmitted& sub, const JobStatus& snapshot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The journal's records for the restored jobs kept.
-  std::vector<v1::JournalRecord> CompactionLocked(
-      const std::map<std::string, v1::JobSubmitted>& submitted) const
+  void AddJobLocked(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job as submitted, PENDING.
+  Job JobFromJournal(const v1::JobSubmitted& sub) const;
+  // A job that was running: RUNNING again with the plan and the workers of
+  // its latest attempt, awaiting their registrations.
+  void AdoptJobLocked(Job job, const std::vector<v1::JobStarted>& starts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The journal's records for the jobs kept.
+  std::vector<v1::JournalRecord> CompactionLocked(
+      const JournalIndex& index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWorkersAsync(
       std::vector<std::pair<std::string, std::string>> id_and_address,
-      std::string job_id, std::string reason);
+      std::string job_id, std::string reason,
+      std::optional<int> attempt = std::nullopt);
+
+  // Recovery (recovery.cc). A stage failed or a worker was lost: restarts
+  // the job from its latest committed checkpoint when it has restarts left
+  // (stopping the attempt's workers, back to PENDING), else fails it.
+  void RestartOrFailLocked(Job& job, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stage reported `error`: asks the job's workers whether they are
+  // alive (on the executor) and declares those that refuse DEAD, so the
+  // restart names the worker that died rather than the peer that noticed.
+  void ProbeLocked(Job& job, const std::string& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Probe(const std::string& job_id, int attempt, const std::string& error);
+  // The checkpoint an attempt starts from: the latest committed one, else
+  // the one the job resumed from (version 0: the start).
+  const v1::CheckpointManifest* RestorePointLocked(const Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker registering again with the job attempt it runs.
+  void AdoptClaimLocked(const WorkerInfo& info, const v1::StageClaim& claim)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs taken back whose workers did not come back in time restart.
+  void CheckAdoptionsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void JournalStartLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Checkpoints (checkpoints.cc). Files a stage reported durable; commits
+  // a version once every stage's file is in.
+  void ApplyCheckpointsLocked(Job& job, const StageProgress& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On the executor: writes the manifest, journals it, records it, then
+  // prunes old versions (keep_last) and stray files.
+  void Commit(v1::CheckpointManifest manifest, const std::string& job_dir,
+              int keep_last);
+  absl::StatusOr<v1::CheckpointManifest> ResolveResume(
+      const JobSpec& spec, const std::string& resume) const;
 
   // The driver (driver.cc): runs on the executor, one task per job that
   // leaves PENDING: profile (unless the job has a profile), plan, record
@@ -175,6 +275,8 @@ class CoordinatorCore {
     ModelProfile profile;
     bool has_profile = false;
     std::vector<std::string> reserved, addresses;
+    int attempt = 0;
+    v1::CheckpointManifest restore;
   };
   using Assignments = std::vector<std::pair<std::string, StageAssignment>>;
   void Drive(const std::string& job_id);
@@ -184,9 +286,16 @@ class CoordinatorCore {
   // idle. False when the job is no longer PLANNING.
   bool RecordPlan(const std::string& job_id, const DriveInput& in,
                   const PartitionPlan& plan, Assignments* assignments);
-  absl::Status AssignAndStart(const std::string& job_id,
+  // The job is still PLANNING the attempt the driver works on.
+  bool StillPlanningLocked(const std::string& job_id, int attempt) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AssignAndStart(const std::string& job_id, int attempt,
                               const Assignments& assignments);
   void FailJob(const std::string& job_id, const std::string& reason);
+  // A worker could not be assigned or started: probe and restart (or
+  // fail when no restarts are left).
+  void RestartJob(const std::string& job_id, int attempt,
+                  const std::string& reason);
 
   const CoordinatorOptions options_;
   const Clock* clock_;
@@ -203,9 +312,13 @@ class CoordinatorCore {
   // Set by OpenJournal before serving, then only used: appends that wait
   // for the disk happen without mu_ (JobJournal is thread-safe).
   std::unique_ptr<JobJournal> journal_;
+  // Why the journal could not be opened for writing (new jobs are refused).
+  std::string journal_error_ ABSL_GUARDED_BY(mu_);
   // Runs the drivers and the stop calls to workers; declared last so that
   // it is destroyed (its threads joined) before the state they use.
   std::unique_ptr<BoundedExecutor> executor_;
+  // Commits checkpoints one at a time, in order.
+  std::unique_ptr<BoundedExecutor> committer_;
 };
 
 }  // namespace aqueduct

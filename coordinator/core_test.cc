@@ -4,9 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <utility>
 
 #include "absl/synchronization/notification.h"
+#include "common/checkpoint.h"
 #include "gtest/gtest.h"
 #include "pipeline/spec.h"
 
@@ -56,6 +59,16 @@ struct Calls {
     absl::MutexLock lock(&mu);
     return assign_status;
   }
+  // Workers whose process is gone: GetStatus is refused.
+  std::set<std::string> dead ABSL_GUARDED_BY(mu);
+  void SetDead(const std::string& address) {
+    absl::MutexLock lock(&mu);
+    dead.insert(address);
+  }
+  bool Dead(const std::string& address) {
+    absl::MutexLock lock(&mu);
+    return dead.count(address) > 0;
+  }
   void Add(const std::string& s) {
     absl::MutexLock lock(&mu);
     log.push_back(s);
@@ -72,14 +85,22 @@ class FakeWorkerClient : public WorkerClient {
       : address_(std::move(address)), calls_(calls) {}
   absl::Status AssignStage(const StageAssignment& a, absl::Duration) override {
     calls_->Add(absl::StrCat("assign ", address_, " stage ", a.stage()));
+    calls_->Add(absl::StrCat("assign ", address_, " attempt ", a.attempt(),
+                             " from v", a.restore().version()));
     return calls_->AssignStatus();
+  }
+  absl::StatusOr<WorkerRuntimeStatus> GetStatus(absl::Duration) override {
+    if (calls_->Dead(address_)) {
+      return absl::UnavailableError("connection refused");
+    }
+    return WorkerRuntimeStatus();
   }
   absl::Status StartJob(const std::string& job, absl::Duration) override {
     calls_->Add(absl::StrCat("start ", address_, " ", job));
     return absl::OkStatus();
   }
   absl::Status StopJob(const std::string& job, const std::string&,
-                       absl::Duration) override {
+                       absl::Duration, std::optional<int>) override {
     calls_->Add(absl::StrCat("stop ", address_, " ", job));
     return absl::OkStatus();
   }
@@ -125,13 +146,29 @@ class CoreTest : public ::testing::Test {
     spec_ = *ParseJobSpec(kSpec, "test");
   }
 
-  void AddWorker(const std::string& id) {
+  void AddWorker(const std::string& id, const v1::StageClaim* claim = nullptr) {
     WorkerInfo info;
     info.set_worker_id(id);
     info.set_incarnation("inc-" + id);
     info.set_version("0.1.0");
     info.set_address(id + ":1");
-    ASSERT_TRUE(core_->RegisterWorker(info).ok());
+    ASSERT_TRUE(core_->RegisterWorker(info, claim).ok());
+  }
+
+  // A fresh coordinator over the same clock and fake workers.
+  void Restart() {
+    core_.reset();
+    CoordinatorOptions o;
+    o.registry.version = "0.1.0";
+    core_ = std::make_unique<CoordinatorCore>(
+        o, &clock_, [this](const std::string& address) {
+          return std::make_unique<FakeWorkerClient>(address, &calls_);
+        });
+  }
+
+  std::string TempPath(const std::string& name) {
+    const char* dir = std::getenv("TEST_TMPDIR");
+    return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
   }
 
   // Waits (real time, bounded) for the job to reach `state`.
@@ -209,9 +246,7 @@ TEST_F(CoreTest, JobRunsToSuccess) {
 // ones as they ended (plan, losses, accuracy), unfinished ones as FAILED
 // with the reason; new ids do not repeat old ones; the journal is compacted.
 TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      std::string(dir != nullptr ? dir : "/tmp") + "/core_test.journal";
+  const std::string path = TempPath("core_test.journal");
   std::remove(path.c_str());
   ASSERT_TRUE(core_->OpenJournal(path).ok());
   AddWorker("w1");
@@ -225,57 +260,191 @@ TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
   auto cancelled = core_->SubmitJob(spec_, nullptr);
   WaitFor(*cancelled, v1::JOB_RUNNING);
   ASSERT_EQ(*core_->CancelJob(*cancelled), v1::JOB_CANCELLED);
-  // Left running when the coordinator goes away.
+  // Left running when the coordinator goes away, and one still waiting.
   auto running = core_->SubmitJob(spec_, nullptr);
   WaitFor(*running, v1::JOB_RUNNING);
-  core_.reset();
-
-  CoordinatorOptions o;
-  o.registry.version = "0.1.0";
-  core_ = std::make_unique<CoordinatorCore>(
-      o, &clock_, [this](const std::string& address) {
-        return std::make_unique<FakeWorkerClient>(address, &calls_);
-      });
+  JobSpec two = spec_;
+  two.mutable_pipeline()->set_workers(2);
+  auto pending = core_->SubmitJob(two, nullptr);
+  Restart();
   ASSERT_TRUE(core_->OpenJournal(path).ok());
   const std::vector<JobStatus> jobs = core_->ListJobs();
-  ASSERT_EQ(jobs.size(), 3u);
+  ASSERT_EQ(jobs.size(), 4u);
   EXPECT_EQ(jobs[0].job_id(), *done);
   EXPECT_EQ(jobs[0].SerializeAsString(), before.SerializeAsString());
   EXPECT_TRUE(core_->GetPlan(*done).ok());
   EXPECT_EQ(jobs[1].state(), v1::JOB_CANCELLED);
   EXPECT_EQ(jobs[1].reason(), "cancelled by a client");
-  EXPECT_EQ(jobs[2].state(), v1::JOB_FAILED);
-  EXPECT_EQ(jobs[2].reason(),
-            "the coordinator restarted before the job finished; submit it "
-            "again");
-  // A worker still running the old job is told to stop it.
+  // The running job is taken back: its worker, still training, registers
+  // again claiming its stage, and carries on.
+  EXPECT_EQ(jobs[2].state(), v1::JOB_RUNNING);
+  EXPECT_TRUE(core_->GetPlan(*running).ok());
+  EXPECT_EQ(jobs[3].state(), v1::JOB_PENDING);
+  v1::StageClaim claim;
+  claim.set_job_id(*running);
+  claim.set_stage(0);
+  AddWorker("w1", &claim);
+  std::vector<std::string> stop;
+  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *running, &stop).ok());
+  EXPECT_TRUE(stop.empty());
+  ASSERT_TRUE(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*running, 16, true)})
+          .ok());
+  EXPECT_EQ(core_->GetJob(*running)->state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(core_->GetJob(*running)->step(), 16);
+  // Same clock, same id prefix: the next id continues after the old ones.
+  auto next = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(next.ok());
+  for (const auto& old : {*done, *cancelled, *running, *pending}) {
+    EXPECT_NE(*next, old);
+  }
+  // Compacted to each job's submission, start and final status.
+  auto contents = JobJournal::Read(path);
+  ASSERT_TRUE(contents.ok());
+  EXPECT_EQ(contents->records.size(), 9u);
+}
+
+TEST_F(CoreTest, ARunningJobWhoseWorkerDoesNotComeBackRestarts) {
+  const std::string path = TempPath("core_test_adopt.journal");
+  std::remove(path.c_str());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  AddWorker("w1");
+  auto running = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*running, v1::JOB_RUNNING);
+  Restart();
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  // w1 comes back as a new process, claiming nothing.
   AddWorker("w1");
   std::vector<std::string> stop;
   ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *running, &stop).ok());
   EXPECT_EQ(stop, std::vector<std::string>{*running});
-  // Same clock, same id prefix: the next id continues after the old ones.
-  auto next = core_->SubmitJob(spec_, nullptr);
-  ASSERT_TRUE(next.ok());
-  EXPECT_NE(*next, *done);
-  EXPECT_NE(*next, *cancelled);
-  EXPECT_NE(*next, *running);
-  // Compacted to each job's submission and final status, plus the new one.
-  auto contents = JobJournal::Read(path);
-  ASSERT_TRUE(contents.ok());
-  EXPECT_EQ(contents->records.size(), 7u);
+  for (int i = 0; i < 16; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", "", &stop).ok());
+    core_->Tick();
+  }
+  const JobStatus restarted = WaitFor(*running, v1::JOB_RUNNING);
+  EXPECT_EQ(restarted.attempt(), 1);
+  ASSERT_EQ(restarted.restarts_size(), 1);
+  EXPECT_EQ(restarted.restarts(0).reason(),
+            "worker(s) w1 did not register again within 15.0 s of the "
+            "coordinator's restart");
+  EXPECT_TRUE(calls_.Has("assign w1:1 attempt 1 from v0"));
 }
 
-TEST_F(CoreTest, WorkerDeathFailsTheJobNamingWorkerAndStage) {
+TEST_F(CoreTest, WorkerDeathRestartsTheJobNamingWorkerAndStage) {
   AddWorker("w1");
   auto id = core_->SubmitJob(spec_, nullptr);
   WaitFor(*id, v1::JOB_RUNNING);
   clock_.Advance(absl::Seconds(11));
   core_->Tick();
-  JobStatus failed = *core_->GetJob(*id);
-  EXPECT_EQ(failed.state(), v1::JOB_FAILED);
-  EXPECT_EQ(failed.reason(),
+  JobStatus restarted = *core_->GetJob(*id);
+  EXPECT_EQ(restarted.state(), v1::JOB_PENDING);  // No worker left yet.
+  ASSERT_EQ(restarted.restarts_size(), 1);
+  EXPECT_EQ(restarted.restarts(0).reason(),
             "worker w1 (stage 0, replica 0) is DEAD: no heartbeat for 11.0 s");
   EXPECT_EQ(core_->ListWorkers()[0].state(), v1::WORKER_DEAD);
+  AddWorker("w2");
+  WaitFor(*id, v1::JOB_RUNNING);  // The restarted job takes w2.
+  // With recovery off, the same death fails the job.
+  JobSpec once = spec_;
+  once.mutable_fault_tolerance()->set_max_restarts(0);
+  AddWorker("w3");
+  auto other = core_->SubmitJob(once, nullptr);
+  WaitFor(*other, v1::JOB_RUNNING);
+  std::vector<std::string> stop;
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", *id, &stop).ok());
+  clock_.Advance(absl::Seconds(5));
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*other)->state(), v1::JOB_FAILED);
+  EXPECT_EQ(core_->GetJob(*other)->reason(),
+            "worker w3 (stage 0, replica 0) is DEAD: no heartbeat for 11.0 s");
+}
+
+TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
+  const std::string dir = TempPath("core_test_checkpoints");
+  std::filesystem::remove_all(dir);
+  spec_.mutable_checkpoint()->set_dir(dir);
+  spec_.mutable_checkpoint()->set_every_steps(4);
+  AddWorker("w1");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  AddWorker("w2");  // The spare.
+  // w1 made its file of version 4 durable: the coordinator commits it.
+  const std::string version_dir = CheckpointVersionDir(dir, *id, 4);
+  SafetensorsFile file;
+  file.metadata["optimizer_steps"] = "4";
+  auto written = WriteCheckpointFile(version_dir, StageFileName(0, 0), file, 0,
+                                     0, spec_.model().layers_size());
+  ASSERT_TRUE(written.ok()) << written.status();
+  StageProgress p = Progress(*id, 6, false);
+  CheckpointWritten* w = p.add_checkpoints();
+  w->set_version(4);
+  *w->mutable_file() = *written;
+  w->set_dir(version_dir);
+  ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {p}).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (core_->GetJob(*id)->checkpoint_version() != 4 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(core_->GetJob(*id)->checkpoint_version(), 4);
+  auto listed = core_->ListCheckpoints(*id);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  auto manifest = ReadManifest(version_dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->version(), 4);
+  // w1 dies: w2 takes its place from version 4; the ledger rolls back.
+  std::vector<std::string> stop;
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", "", &stop).ok());
+  }
+  core_->Tick();
+  const JobStatus s = WaitFor(*id, v1::JOB_RUNNING);
+  EXPECT_EQ(s.attempt(), 1);
+  ASSERT_EQ(s.restarts_size(), 1);
+  EXPECT_EQ(s.restarts(0).rolled_back_to(), 4);
+  EXPECT_EQ(s.restarts(0).step_at_failure(), 6);
+  EXPECT_EQ(s.step(), 4);  // Back to the checkpoint.
+  for (const LossPoint& l : s.loss_curve()) EXPECT_LT(l.minibatch(), 4);
+  EXPECT_TRUE(calls_.Has("assign w2:1 attempt 1 from v4"));
+  // A late report of the ended attempt changes nothing.
+  StageProgress late = Progress(*id, 7, false);
+  ASSERT_TRUE(core_->ReportProgress("w2", "inc-w2", {late}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->step(), 4);
+  StageProgress now = Progress(*id, 5, false);
+  now.set_attempt(1);
+  ASSERT_TRUE(core_->ReportProgress("w2", "inc-w2", {now}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->step(), 5);
+}
+
+TEST_F(CoreTest, AFailedStageIsBlamedOnTheWorkerThatDied) {
+  spec_.mutable_pipeline()->set_workers(2);
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  const JobStatus running = WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_EQ(running.plan().stages_size(), 2);
+  // w2's process is gone; w1 notices first and reports its error.
+  calls_.SetDead("w2:1");
+  StageProgress error = Progress(*id, 2, false);
+  error.set_error("rank 1 closed the connection");
+  ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {error}).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (core_->GetJob(*id)->attempt() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const JobStatus s = WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_EQ(s.restarts_size(), 1);
+  EXPECT_EQ(s.restarts(0).reason(),
+            "worker w2 (stage 1, replica 0) is DEAD: it does not answer "
+            "(connection refused)");
+  // Re-planned onto the one worker left.
+  EXPECT_EQ(s.plan().stages_size(), 1);
+  EXPECT_EQ(s.attempt(), 1);
 }
 
 TEST_F(CoreTest, CancelInEachState) {
@@ -369,12 +538,26 @@ TEST_F(CoreTest, BadInputGetsPreciseErrors) {
             absl::StatusCode::kNotFound);
   // The job is unharmed.
   EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_RUNNING);
-  // A stage error fails it with the reason.
+  // A non-finite loss fails it (the default policy) with the reason.
   StageProgress error = Progress(*id, 2, false);
-  error.set_error("loss became nan");
+  error.set_error("non-finite loss at step 2: the loss became nan");
   ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {error}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_FAILED);
   EXPECT_EQ(core_->GetJob(*id)->reason(),
-            "stage 0 replica 0 on worker w1 failed: loss became nan");
+            "stage 0 replica 0 on worker w1 failed: non-finite loss at step 2: "
+            "the loss became nan");
+  // Resuming from what is not a checkpoint is refused, naming it.
+  auto resume = core_->SubmitJob(spec_, nullptr, TempPath("no-such-ckpt"));
+  EXPECT_EQ(resume.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(resume.status().message().find("no-such-ckpt"), std::string::npos)
+      << resume.status();
+  EXPECT_EQ(core_->SubmitJob(spec_, nullptr, *id).status().message(),
+            "job " + *id + " has no committed checkpoint");
+  JobSpec bad_checkpoint = spec_;
+  bad_checkpoint.mutable_checkpoint()->set_every_steps(10);
+  EXPECT_EQ(core_->SubmitJob(bad_checkpoint, nullptr).status().message(),
+            "invalid job spec: checkpoint.every_steps is set but "
+            "checkpoint.dir is not: say where the checkpoints go");
 }
 
 // The coordinator does not open data files: a job whose data lives only on
@@ -398,15 +581,24 @@ TEST_F(CoreTest, DataOnlyOnTheWorkersIsNotOpenedHere) {
   EXPECT_EQ(core_->GetJob(*id)->total_steps(), 937);
 }
 
-TEST_F(CoreTest, AssignFailureFailsTheJob) {
+TEST_F(CoreTest, AssignFailureFailsTheJobOnceNoRestartsAreLeft) {
   calls_.SetAssignStatus(absl::UnavailableError("connection refused"));
   AddWorker("w1");
+  spec_.mutable_fault_tolerance()->set_max_restarts(0);
   auto id = core_->SubmitJob(spec_, nullptr);
   JobStatus s = WaitFor(*id, v1::JOB_FAILED);
   EXPECT_EQ(s.reason(),
             "assigning stage 0 replica 0 to worker at w1:1 failed: "
             "connection refused");
   EXPECT_TRUE(core_->ListWorkers()[0].job_id().empty());
+  spec_.mutable_fault_tolerance()->set_max_restarts(2);
+  auto again = core_->SubmitJob(spec_, nullptr);
+  s = WaitFor(*again, v1::JOB_FAILED);
+  EXPECT_EQ(s.restarts_size(), 2);
+  EXPECT_EQ(s.reason(),
+            "assigning stage 0 replica 0 to worker at w1:1 failed: "
+            "connection refused (after 2 restart(s), the most "
+            "fault_tolerance.max_restarts allows)");
 }
 
 TEST_F(CoreTest, HeartbeatTellsWorkersToStopFinishedJobs) {

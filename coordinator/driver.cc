@@ -21,6 +21,13 @@ void CoordinatorCore::FailJob(const std::string& job_id,
   if (it != jobs_.end()) FinishLocked(it->second, JobEvent::kFailed, reason);
 }
 
+bool CoordinatorCore::StillPlanningLocked(const std::string& job_id,
+                                          int attempt) const {
+  auto it = jobs_.find(job_id);
+  return !shutting_down_ && it != jobs_.end() &&
+         it->second.state == v1::JOB_PLANNING && it->second.attempt == attempt;
+}
+
 bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
                                      DriveInput* in) {
   absl::MutexLock lock(&mu_);
@@ -28,6 +35,10 @@ bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
   if (shutting_down_ || it == jobs_.end() ||
       it->second.state != v1::JOB_PLANNING) {
     return false;
+  }
+  in->attempt = it->second.attempt;
+  if (const v1::CheckpointManifest* restore = RestorePointLocked(it->second)) {
+    in->restore = *restore;
   }
   in->spec = it->second.spec;
   in->has_profile = it->second.has_profile;
@@ -94,11 +105,13 @@ bool CoordinatorCore::RecordPlan(const std::string& job_id,
                                  const PartitionPlan& plan,
                                  Assignments* assignments) {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second.state != v1::JOB_PLANNING) return false;
-  Job& job = it->second;
+  if (!StillPlanningLocked(job_id, in.attempt)) return false;
+  Job& job = jobs_.at(job_id);
   job.plan = plan;
   job.has_plan = true;
+  // Restarts re-plan from the same measurements.
+  job.profile = in.profile;
+  job.has_profile = true;
   job.stage_workers.assign(plan.stages_size(), {});
   std::vector<v1::StagePeers> peers(plan.stages_size());
   std::vector<bool> used(in.reserved.size(), false);
@@ -121,9 +134,12 @@ bool CoordinatorCore::RecordPlan(const std::string& job_id,
       a.set_stage(st);
       a.set_replica(r);
       *a.mutable_peers() = {peers.begin(), peers.end()};
-      a.set_rendezvous_key(absl::StrCat("jobs/", job_id, "/"));
+      a.set_rendezvous_key(
+          absl::StrCat("jobs/", job_id, "/a", in.attempt, "/"));
       a.set_rank(rank);
       a.set_world_size(plan.workers_used());
+      a.set_attempt(in.attempt);
+      if (in.restore.version() > 0) *a.mutable_restore() = in.restore;
       assignments->emplace_back(in.addresses[rank], std::move(a));
     }
   }
@@ -141,6 +157,7 @@ bool CoordinatorCore::RecordPlan(const std::string& job_id,
 }
 
 absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
+                                             int attempt,
                                              const Assignments& assignments) {
   for (const auto& [address, a] : assignments) {
     const absl::Status s =
@@ -153,6 +170,10 @@ absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
     }
   }
   for (const auto& [address, a] : assignments) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!StillPlanningLocked(job_id, attempt)) return absl::OkStatus();
+    }
     const absl::Status s =
         worker_clients_(address)->StartJob(job_id, options_.worker_rpc_timeout);
     if (!s.ok()) {
@@ -171,15 +192,18 @@ void CoordinatorCore::Drive(const std::string& job_id) {
   if (!plan.ok()) return FailJob(job_id, std::string(plan.status().message()));
   Assignments assignments;
   if (!RecordPlan(job_id, in, *plan, &assignments)) return;
-  if (absl::Status s = AssignAndStart(job_id, assignments); !s.ok()) {
-    return FailJob(job_id, std::string(s.message()));
+  if (absl::Status s = AssignAndStart(job_id, in.attempt, assignments);
+      !s.ok()) {
+    return RestartJob(job_id, in.attempt, std::string(s.message()));
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it != jobs_.end() &&
-      TransitionLocked(it->second, JobEvent::kStarted, "")) {
-    AQ_LOG_INFO("job {} running on {} stage(s)", job_id,
-                it->second.plan.stages_size());
+  if (!StillPlanningLocked(job_id, in.attempt)) return;
+  Job& job = jobs_.at(job_id);
+  if (TransitionLocked(job, JobEvent::kStarted, "")) {
+    AQ_LOG_INFO("job {} attempt {} running on {} stage(s) from version {}",
+                job_id, in.attempt, job.plan.stages_size(),
+                in.restore.version());
+    JournalStartLocked(job);
   }
 }
 

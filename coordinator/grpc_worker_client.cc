@@ -35,14 +35,27 @@ class GrpcWorkerClient final : public WorkerClient {
   }
 
   absl::Status StopJob(const std::string& job_id, const std::string& reason,
-                       absl::Duration timeout) override {
+                       absl::Duration timeout,
+                       std::optional<int> attempt) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, timeout);
     v1::StopJobRequest request;
     request.set_job_id(job_id);
     request.set_reason(reason);
+    if (attempt.has_value()) request.set_attempt(*attempt);
     v1::StopJobResponse response;
     return FromGrpcStatus(stub_->StopJob(&ctx, request, &response));
+  }
+
+  absl::StatusOr<WorkerRuntimeStatus> GetStatus(
+      absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    WorkerRuntimeStatus response;
+    const grpc::Status s =
+        stub_->GetStatus(&ctx, v1::GetStatusRequest(), &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
   }
 
   absl::StatusOr<ModelProfile> Profile(const JobSpec& spec,

@@ -4,21 +4,51 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
+#include "coordinator/model_store.h"
 
 namespace aqueduct {
 
 namespace {
 
+// "JOB_RUNNING" -> "RUNNING".
+std::string StateName(v1::JobState state) {
+  return v1::JobState_Name(state).substr(4);
+}
+
+// INVALID_ARGUMENT unless `chunk` belongs to the upload `first` began.
+absl::Status SameUpload(const v1::UploadModelChunk& first,
+                        const v1::UploadModelChunk& chunk) {
+  if (chunk.job_id() == first.job_id() &&
+      chunk.worker_id() == first.worker_id() &&
+      chunk.incarnation() == first.incarnation() &&
+      chunk.attempt() == first.attempt() &&
+      chunk.total_bytes() == first.total_bytes() &&
+      chunk.crc32() == first.crc32()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model upload of job ", first.job_id(), ": the chunk at offset ",
+      chunk.offset(),
+      " does not carry the first chunk's job, worker, incarnation, attempt, "
+      "size and CRC-32"));
+}
+
 class CoreHandler final : public CoordinatorHandler {
  public:
-  explicit CoreHandler(CoordinatorCore* core) : core_(core) {}
+  CoreHandler(CoordinatorCore* core, ModelStore* models)
+      : core_(core), models_(models) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request) override {
-    if (absl::Status s = core_->RegisterWorker(request.info()); !s.ok()) {
+    if (absl::Status s = core_->RegisterWorker(
+            request.info(),
+            request.has_running() ? &request.running() : nullptr);
+        !s.ok()) {
       return s;
     }
     const RegistryOptions& r = core_->options().registry;
@@ -33,8 +63,9 @@ class CoreHandler final : public CoordinatorHandler {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override {
     std::vector<std::string> stop;
-    absl::Status s = core_->Heartbeat(
-        request.worker_id(), request.incarnation(), request.job_id(), &stop);
+    absl::Status s =
+        core_->Heartbeat(request.worker_id(), request.incarnation(),
+                         request.job_id(), &stop, request.attempt());
     if (!s.ok()) return s;
     v1::HeartbeatResponse response;
     for (std::string& j : stop) response.add_stop_jobs(std::move(j));
@@ -62,7 +93,8 @@ class CoreHandler final : public CoordinatorHandler {
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
       const v1::SubmitJobRequest& request) override {
     auto id = core_->SubmitJob(
-        request.spec(), request.has_profile() ? &request.profile() : nullptr);
+        request.spec(), request.has_profile() ? &request.profile() : nullptr,
+        request.resume());
     if (!id.ok()) return id.status();
     v1::SubmitJobResponse response;
     response.set_job_id(*id);
@@ -147,8 +179,39 @@ class CoreHandler final : public CoordinatorHandler {
     return response;
   }
 
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request) override {
+    ASSIGN_OR_RETURN(std::vector<v1::CheckpointManifest> checkpoints,
+                     core_->ListCheckpoints(request.job_id()));
+    v1::ListCheckpointsResponse response;
+    for (v1::CheckpointManifest& m : checkpoints) {
+      response.add_checkpoints()->Swap(&m);
+    }
+    return response;
+  }
+
+  absl::Status GetModel(
+      const v1::GetModelRequest& request,
+      const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::ModelChunk&)>& write) override;
+
+  absl::StatusOr<v1::UploadModelResponse> UploadModel(
+      const std::function<bool(v1::UploadModelChunk*)>& read) override;
+
  private:
+  absl::Status NeedModels() const {
+    if (models_ != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "this coordinator keeps no trained models");
+  }
+  // Writes the upload that begins with `first` (the rest comes from
+  // `read`) to the store and commits it.
+  absl::StatusOr<StoredModel> Receive(
+      v1::UploadModelChunk& first,
+      const std::function<bool(v1::UploadModelChunk*)>& read);
+
   CoordinatorCore* core_;
+  ModelStore* models_;
 };
 
 absl::Status CoreHandler::WatchJob(
@@ -177,11 +240,56 @@ absl::Status CoreHandler::WatchJob(
   return absl::CancelledError("the client went away");
 }
 
+absl::Status CoreHandler::GetModel(
+    const v1::GetModelRequest& request, const std::function<bool()>& cancelled,
+    const std::function<bool(const v1::ModelChunk&)>& write) {
+  RETURN_IF_ERROR(NeedModels());
+  ASSIGN_OR_RETURN(JobStatus job, core_->GetJob(request.job_id()));
+  if (job.model_path().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " has no trained model (it is ",
+                     StateName(job.state()), ")"));
+  }
+  return models_->Read(job.model_path(), cancelled, write);
+}
+
+absl::StatusOr<v1::UploadModelResponse> CoreHandler::UploadModel(
+    const std::function<bool(v1::UploadModelChunk*)>& read) {
+  RETURN_IF_ERROR(NeedModels());
+  v1::UploadModelChunk first;
+  if (!read(&first)) {
+    return absl::InvalidArgumentError("model upload without a chunk");
+  }
+  RETURN_IF_ERROR(core_->CheckModelUpload(
+      first.worker_id(), first.incarnation(), first.job_id(), first.attempt()));
+  ASSIGN_OR_RETURN(StoredModel model, Receive(first, read));
+  RETURN_IF_ERROR(core_->RecordModel(first.job_id(), model.path, model.bytes));
+  v1::UploadModelResponse response;
+  response.set_path(model.path);
+  return response;
+}
+
+absl::StatusOr<StoredModel> CoreHandler::Receive(
+    v1::UploadModelChunk& first,
+    const std::function<bool(v1::UploadModelChunk*)>& read) {
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ModelUpload> upload,
+      models_->BeginUpload(first.job_id(), first.total_bytes(), first.crc32()));
+  RETURN_IF_ERROR(upload->Append(first.offset(), first.data()));
+  first.clear_data();
+  v1::UploadModelChunk chunk;
+  while (read(&chunk)) {
+    RETURN_IF_ERROR(SameUpload(first, chunk));
+    RETURN_IF_ERROR(upload->Append(chunk.offset(), chunk.data()));
+  }
+  return upload->Commit();
+}
+
 }  // namespace
 
-std::unique_ptr<CoordinatorHandler> NewCoordinatorHandler(
-    CoordinatorCore* core) {
-  return std::make_unique<CoreHandler>(core);
+std::unique_ptr<CoordinatorHandler> NewCoordinatorHandler(CoordinatorCore* core,
+                                                          ModelStore* models) {
+  return std::make_unique<CoreHandler>(core, models);
 }
 
 }  // namespace aqueduct

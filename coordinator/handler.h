@@ -4,6 +4,11 @@
 // the request and calls the coordinator's logic (core.h). Tests call the
 // handler directly.
 //
+// Trained models are kept by a ModelStore (model_store.h): UploadModel
+// receives one from the worker the core allows (CoordinatorCore::
+// CheckModelUpload), stores it and records it with the job; GetModel streams
+// the job's recorded model.
+//
 // Thread-safety: implementations are thread-safe. Calls that wait (StoreGet
 // with a wait, WatchJob) end by `deadline`.
 #ifndef AQUEDUCT_COORDINATOR_HANDLER_H_
@@ -19,6 +24,7 @@
 namespace aqueduct {
 
 class CoordinatorCore;
+class ModelStore;
 
 class CoordinatorHandler {
  public:
@@ -65,11 +71,36 @@ class CoordinatorHandler {
       const v1::StoreGetRequest& request, absl::Time deadline) = 0;
   virtual absl::StatusOr<v1::StoreAddResponse> StoreAdd(
       const v1::StoreAddRequest& request) = 0;
+
+  // Checkpoints and trained models.
+  virtual absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(
+      const v1::ListCheckpointsRequest& request) = 0;
+  // Calls `write` with the job's trained model in chunks, in order, each
+  // with the file's size and CRC-32, until the end of the file, `write`
+  // returns false or `cancelled` returns true (CANCELLED).
+  // FAILED_PRECONDITION naming the job's state when it has no model;
+  // NOT_FOUND for an unknown job; DATA_LOSS when the file changed while it
+  // was read.
+  virtual absl::Status GetModel(
+      const v1::GetModelRequest& request,
+      const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::ModelChunk&)>& write) = 0;
+  // Receives a model: `read` fills in the next chunk and returns false at
+  // the end of the stream. The first chunk must come from the worker the
+  // core allows to upload the job's model (FAILED_PRECONDITION or NOT_FOUND
+  // otherwise); every chunk must carry the same job, worker, incarnation,
+  // attempt, size and CRC-32 (INVALID_ARGUMENT). Then the errors of
+  // ModelStore::BeginUpload, ModelUpload::Append and Commit. Returns where
+  // the model is kept once it is durable and recorded with the job.
+  virtual absl::StatusOr<v1::UploadModelResponse> UploadModel(
+      const std::function<bool(v1::UploadModelChunk*)>& read) = 0;
 };
 
-// The handler over the coordinator's core (not owned; must outlive it).
+// The handler over the coordinator's core, keeping trained models in
+// `models` (neither is owned; both must outlive it). Without a model store
+// (null), UploadModel and GetModel are FAILED_PRECONDITION.
 std::unique_ptr<CoordinatorHandler> NewCoordinatorHandler(
-    CoordinatorCore* core);
+    CoordinatorCore* core, ModelStore* models = nullptr);
 
 }  // namespace aqueduct
 

@@ -1,11 +1,21 @@
 #include "coordinator/handler.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <memory>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/core.h"
+#include "coordinator/model_store.h"
 #include "gtest/gtest.h"
 #include "pipeline/spec.h"
+#include "zlib.h"
 
 namespace aqueduct {
 namespace {
@@ -27,17 +37,156 @@ constexpr char kSpec[] = R"pb(
   max_steps: 4
 )pb";
 
+// A worker that accepts every assignment and profiles nothing (jobs come
+// with their profile).
+class FakeWorkerClient final : public WorkerClient {
+ public:
+  absl::Status AssignStage(const StageAssignment&, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  absl::Status StartJob(const std::string&, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  absl::Status StopJob(const std::string&, const std::string&, absl::Duration,
+                       std::optional<int>) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ModelProfile> Profile(const JobSpec&,
+                                       absl::Duration) override {
+    return absl::UnimplementedError("no profiling in these tests");
+  }
+};
+
+// The models directory of a test: fresh and empty.
+std::string ModelsDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(
+      tmp != nullptr ? tmp : "/tmp", "/handler_test_", getpid(), "_",
+      ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  mkdir(dir.c_str(), 0700);
+  return dir + "/models";
+}
+
+std::unique_ptr<ModelStore> OpenStore() {
+  ModelStoreOptions options;
+  options.dir = ModelsDir();
+  options.chunk_bytes = 64 << 10;
+  auto store = ModelStore::Open(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+// The names in `dir`.
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  return names;
+}
+
+uint32_t Crc(const std::string& s) {
+  return static_cast<uint32_t>(
+      crc32_z(0L, reinterpret_cast<const Bytef*>(s.data()), s.size()));
+}
+
 class HandlerTest : public ::testing::Test {
  protected:
   HandlerTest()
       : core_(CoordinatorOptions(), &clock_,
               [](const std::string&) -> std::unique_ptr<WorkerClient> {
-                return nullptr;  // No worker registers in these tests.
+                return std::make_unique<FakeWorkerClient>();
               }),
-        handler_(NewCoordinatorHandler(&core_)) {}
+        models_(OpenStore()),
+        handler_(NewCoordinatorHandler(&core_, models_.get())) {}
+
+  // Registers worker w1 and runs a one-stage job on it; returns its id.
+  std::string RunJob() {
+    v1::RegisterWorkerRequest reg;
+    reg.mutable_info()->set_worker_id("w1");
+    reg.mutable_info()->set_incarnation("inc-1");
+    reg.mutable_info()->set_address("127.0.0.1:1");
+    reg.mutable_info()->set_version(core_.options().registry.version);
+    EXPECT_TRUE(handler_->RegisterWorker(reg).ok());
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+    for (int i = 0; i < submit.spec().model().layers_size(); ++i) {
+      v1::LayerProfile* layer = submit.mutable_profile()->add_nodes();
+      layer->set_id(absl::StrCat("layer", i));
+      layer->set_forward_ms(1);
+      layer->set_backward_ms(1);
+      layer->set_layer_index(i);
+      if (i == 0) continue;
+      v1::ProfileEdge* edge = submit.mutable_profile()->add_edges();
+      edge->set_from(absl::StrCat("layer", i - 1));
+      edge->set_to(absl::StrCat("layer", i));
+    }
+    const std::string job = handler_->SubmitJob(submit)->job_id();
+    int64_t seen = -1;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      auto status = core_.WaitForJob(job, seen, deadline);
+      if (!status.ok() || status->first.state() == v1::JOB_RUNNING) break;
+      seen = status->second;
+    }
+    EXPECT_EQ(core_.GetJob(job)->state(), v1::JOB_RUNNING);
+    return job;
+  }
+
+  // `bytes` as w1's upload for `job`, in chunks of `chunk` bytes.
+  static std::vector<v1::UploadModelChunk> Chunks(const std::string& job,
+                                                  const std::string& bytes,
+                                                  size_t chunk) {
+    std::vector<v1::UploadModelChunk> out;
+    for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
+      v1::UploadModelChunk& c = out.emplace_back();
+      c.set_worker_id("w1");
+      c.set_incarnation("inc-1");
+      c.set_job_id(job);
+      c.set_offset(static_cast<int64_t>(offset));
+      c.set_data(bytes.substr(offset, chunk));
+      c.set_total_bytes(static_cast<int64_t>(bytes.size()));
+      c.set_crc32(Crc(bytes));
+    }
+    return out;
+  }
+
+  absl::StatusOr<v1::UploadModelResponse> Upload(
+      const std::vector<v1::UploadModelChunk>& chunks) {
+    size_t next = 0;
+    return handler_->UploadModel([&](v1::UploadModelChunk* chunk) {
+      if (next == chunks.size()) return false;
+      *chunk = chunks[next++];
+      return true;
+    });
+  }
+
+  // The job's model through GetModel, checking every chunk's header.
+  std::string Download(const std::string& job, absl::Status* status) {
+    v1::GetModelRequest request;
+    request.set_job_id(job);
+    std::string out;
+    *status = handler_->GetModel(
+        request, [] { return false; },
+        [&](const v1::ModelChunk& c) {
+          EXPECT_EQ(c.offset(), static_cast<int64_t>(out.size()));
+          out += c.data();
+          EXPECT_LE(out.size(), static_cast<size_t>(c.total_bytes()));
+          if (out.size() == static_cast<size_t>(c.total_bytes())) {
+            EXPECT_EQ(c.crc32(), Crc(out));
+          }
+          return true;
+        });
+    return out;
+  }
 
   FakeClock clock_;
   CoordinatorCore core_;
+  std::unique_ptr<ModelStore> models_;
   std::unique_ptr<CoordinatorHandler> handler_;
 };
 
@@ -125,6 +274,100 @@ TEST_F(HandlerTest, WatchEndsOnDeadlineOrCancellation) {
                     record)
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(HandlerTest, SubmitPassesResumeAndListsCheckpoints) {
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  submit.set_resume("job-none");
+  const auto refused = handler_->SubmitJob(submit);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("job-none"), std::string::npos)
+      << refused.status();
+  v1::ListCheckpointsRequest list;
+  list.set_job_id("job-none");
+  EXPECT_EQ(handler_->ListCheckpoints(list).status().code(),
+            absl::StatusCode::kNotFound);
+  submit.clear_resume();
+  list.set_job_id(handler_->SubmitJob(submit)->job_id());
+  const auto none = handler_->ListCheckpoints(list);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->checkpoints_size(), 0);
+}
+
+TEST_F(HandlerTest, UploadedModelReadsBackBitExact) {
+  const std::string job = RunJob();
+  absl::Status s;
+  Download(job, &s);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "job " + job + " has no trained model (it is RUNNING)");
+
+  std::mt19937 rng(7);
+  std::string bytes((5 << 20) / 2 + 3, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  const auto uploaded = Upload(Chunks(job, bytes, 1 << 20));
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_EQ(uploaded->path(), models_->PathFor(job));
+  const JobStatus status = *core_.GetJob(job);
+  EXPECT_EQ(status.model_path(), uploaded->path());
+  EXPECT_EQ(status.model_bytes(), static_cast<int64_t>(bytes.size()));
+  EXPECT_TRUE(Download(job, &s) == bytes);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Files(models_->options().dir),
+            std::vector<std::string>{job + ".safetensors"});
+}
+
+TEST_F(HandlerTest, DamagedUploadsAreRefusedAndLeaveNoFile) {
+  const std::string job = RunJob();
+  const std::string bytes(3000, 'w');
+  std::vector<v1::UploadModelChunk> chunks = Chunks(job, bytes, 1000);
+  for (v1::UploadModelChunk& c : chunks) c.set_crc32(c.crc32() ^ 1);
+  EXPECT_EQ(Upload(chunks).status().code(), absl::StatusCode::kDataLoss);
+
+  chunks = Chunks(job, bytes, 1000);
+  chunks[1].set_offset(1001);
+  const auto gap = Upload(chunks);
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gap.status().message().find("contiguous"), std::string::npos);
+
+  chunks = Chunks(job, bytes, 1000);
+  chunks[2].set_attempt(1);
+  EXPECT_EQ(Upload(chunks).status().code(), absl::StatusCode::kInvalidArgument);
+
+  chunks = Chunks(job, bytes, 1000);
+  chunks.pop_back();
+  EXPECT_EQ(Upload(chunks).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Upload({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Files(models_->options().dir).empty());
+  EXPECT_TRUE(core_.GetJob(job)->model_path().empty());
+}
+
+TEST_F(HandlerTest, OnlyTheOutputStageMayUpload) {
+  const std::string job = RunJob();
+  std::vector<v1::UploadModelChunk> chunks = Chunks(job, "model", 1000);
+  chunks[0].set_attempt(3);
+  EXPECT_EQ(Upload(chunks).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  chunks = Chunks(job, "model", 1000);
+  chunks[0].set_worker_id("w-other");
+  EXPECT_FALSE(Upload(chunks).ok());
+  chunks = Chunks("job-none", "model", 1000);
+  EXPECT_EQ(Upload(chunks).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Files(models_->options().dir).empty());
+}
+
+TEST(HandlerWithoutModelsTest, RefusesModels) {
+  FakeClock clock;
+  CoordinatorCore core(CoordinatorOptions(), &clock,
+                       [](const std::string&) -> std::unique_ptr<WorkerClient> {
+                         return nullptr;
+                       });
+  auto handler = NewCoordinatorHandler(&core);
+  EXPECT_EQ(handler->UploadModel([](v1::UploadModelChunk*) { return false; })
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "common/version.h"
 #include "coordinator/core.h"
 #include "coordinator/grpc_worker_client.h"
+#include "coordinator/model_store.h"
 #include "coordinator/service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -29,9 +32,13 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_dir, "",
-          "directory for the coordinator's state: port and pid files and the "
-          "job journal (jobs.journal), which a restart reads back; created "
-          "(mode 0700, parents 0755) if missing");
+          "directory for the coordinator's state: port and pid files, the "
+          "job journal (jobs.journal), which a restart reads back, and the "
+          "jobs' trained models (models/<job>.safetensors); created (mode "
+          "0700, parents 0755) if missing. Without it, models are kept in a "
+          "new directory under the system's temporary directory");
+ABSL_FLAG(int64_t, max_model_bytes, int64_t{64} << 30,
+          "largest trained model a worker may upload");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int32_t, suspect_after_missed, 3,
           "missed heartbeats after which a worker is SUSPECT");
@@ -90,6 +97,10 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
       absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
   options->default_wait_for_workers =
       absl::Milliseconds(absl::GetFlag(FLAGS_wait_for_workers_ms));
+  if (absl::GetFlag(FLAGS_max_model_bytes) <= 0) {
+    AQ_LOG_ERROR("need max_model_bytes > 0");
+    return false;
+  }
   if (options->registry.heartbeat_interval <= absl::ZeroDuration() ||
       options->registry.dead_after <= options->registry.heartbeat_interval ||
       options->registry.suspect_after_missed < 1) {
@@ -109,6 +120,47 @@ absl::Status OpenStateDir(CoordinatorCore* core) {
     return absl::Status(s.code(), absl::StrCat("--state_dir: ", s.message()));
   }
   return core->OpenJournal(dir + "/jobs.journal");
+}
+
+// Where trained models are kept: <state_dir>/models (absolute: the path is
+// recorded with each job and shown to users), or without --state_dir a new
+// directory under the system's temporary directory (logged). Empty (after
+// logging why) if that cannot be created.
+std::string ModelsDir() {
+  std::error_code error;
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!state_dir.empty()) {
+    std::filesystem::path dir = std::filesystem::absolute(state_dir, error);
+    if (error) dir = state_dir;
+    return (dir.lexically_normal() / "models").string();
+  }
+  std::string dir = (std::filesystem::temp_directory_path(error) /
+                     "aqueduct-coordinator-XXXXXX")
+                        .string();
+  if (error || mkdtemp(dir.data()) == nullptr) {
+    AQ_LOG_ERROR(
+        "cannot create a directory for trained models ({}); give "
+        "--state_dir",
+        dir);
+    return "";
+  }
+  AQ_LOG_INFO("no --state_dir: trained models are kept in {}/models", dir);
+  return dir + "/models";
+}
+
+// The trained models' store; null (after logging why) if it cannot be
+// opened.
+std::unique_ptr<ModelStore> OpenModelStore() {
+  ModelStoreOptions options;
+  options.max_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.dir = ModelsDir();
+  if (options.dir.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<ModelStore>> store = ModelStore::Open(options);
+  if (!store.ok()) {
+    AQ_LOG_ERROR("{}", store.status().ToString());
+    return nullptr;
+  }
+  return *std::move(store);
 }
 
 // Serves `service` on --listen; null (after logging why) if it cannot.
@@ -173,7 +225,9 @@ int Main() {
     AQ_LOG_ERROR("{}", s.ToString());
     return 1;
   }
-  GrpcCoordinatorService service(&core);
+  std::unique_ptr<ModelStore> models = OpenModelStore();
+  if (models == nullptr) return 1;
+  GrpcCoordinatorService service(&core, models.get());
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
   if (server == nullptr) return 1;

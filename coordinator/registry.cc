@@ -184,6 +184,17 @@ std::vector<WorkerTransition> Registry::Tick() {
   return changes;
 }
 
+std::vector<WorkerTransition> Registry::MarkDead(const std::string& worker_id,
+                                                 const std::string& detail) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || Final(it->second.status.state())) return {};
+  Entry& e = it->second;
+  const WorkerState before = e.status.state();
+  e.status.set_state(v1::WORKER_DEAD);
+  return {{worker_id, e.status.info().incarnation(), before, v1::WORKER_DEAD,
+           e.status.job_id(), detail}};
+}
+
 std::vector<std::string> Registry::IdleHealthyWorkers() const {
   std::vector<std::pair<int64_t, std::string>> idle;
   const absl::Time now = clock_->Now();

@@ -75,6 +75,12 @@ class Registry {
   // Re-evaluates every lease against the clock; returns what changed.
   std::vector<WorkerTransition> Tick();
 
+  // Declares the worker DEAD before its lease runs out (it refused a
+  // connection: its process is gone). Returns the transition, or nothing
+  // when it is unknown or already final.
+  std::vector<WorkerTransition> MarkDead(const std::string& worker_id,
+                                         const std::string& detail);
+
   // Healthy workers with no job, in registration order.
   std::vector<std::string> IdleHealthyWorkers() const;
   // Assignment bookkeeping (the job manager's).

@@ -111,4 +111,27 @@ grpc::Status GrpcCoordinatorService::StoreAdd(
   return Reply(handler_->StoreAdd(*request), response);
 }
 
+grpc::Status GrpcCoordinatorService::ListCheckpoints(
+    grpc::ServerContext*, const v1::ListCheckpointsRequest* request,
+    v1::ListCheckpointsResponse* response) {
+  return Reply(handler_->ListCheckpoints(*request), response);
+}
+
+grpc::Status GrpcCoordinatorService::GetModel(
+    grpc::ServerContext* ctx, const v1::GetModelRequest* request,
+    grpc::ServerWriter<v1::ModelChunk>* writer) {
+  return ToGrpcStatus(handler_->GetModel(
+      *request, [ctx] { return ctx->IsCancelled(); },
+      [writer](const v1::ModelChunk& chunk) { return writer->Write(chunk); }));
+}
+
+grpc::Status GrpcCoordinatorService::UploadModel(
+    grpc::ServerContext*, grpc::ServerReader<v1::UploadModelChunk>* reader,
+    v1::UploadModelResponse* response) {
+  auto read = [reader](v1::UploadModelChunk* chunk) {
+    return reader->Read(chunk);
+  };
+  return Reply(handler_->UploadModel(read), response);
+}
+
 }  // namespace aqueduct

@@ -1,7 +1,8 @@
 // GrpcCoordinatorService: the Coordinator gRPC service, a thin adapter over
 // a CoordinatorHandler (handler.h): each call is translated, given the
 // client's deadline and its status converted. Blocking calls (StoreGet with
-// a wait, WatchJob) end by their deadline or when the client goes away.
+// a wait, WatchJob, GetModel) end by their deadline or when the client
+// goes away.
 //
 // Private to the coordinator daemon (and its process-level tests).
 // Thread-safe (the handler is).
@@ -20,9 +21,11 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
   // `handler` is not owned.
   explicit GrpcCoordinatorService(CoordinatorHandler* handler)
       : handler_(handler) {}
-  // Serves `core` through the handler over it (NewCoordinatorHandler).
-  explicit GrpcCoordinatorService(CoordinatorCore* core)
-      : owned_(NewCoordinatorHandler(core)), handler_(owned_.get()) {}
+  // Serves `core` through the handler over it (NewCoordinatorHandler),
+  // keeping trained models in `models` (none: null). Neither is owned.
+  explicit GrpcCoordinatorService(CoordinatorCore* core,
+                                  ModelStore* models = nullptr)
+      : owned_(NewCoordinatorHandler(core, models)), handler_(owned_.get()) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx,
                               const v1::RegisterWorkerRequest* request,
@@ -69,6 +72,15 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
   grpc::Status StoreAdd(grpc::ServerContext* ctx,
                         const v1::StoreAddRequest* request,
                         v1::StoreAddResponse* response) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx,
+                               const v1::ListCheckpointsRequest* request,
+                               v1::ListCheckpointsResponse* response) override;
+  grpc::Status GetModel(grpc::ServerContext* ctx,
+                        const v1::GetModelRequest* request,
+                        grpc::ServerWriter<v1::ModelChunk>* writer) override;
+  grpc::Status UploadModel(grpc::ServerContext* ctx,
+                           grpc::ServerReader<v1::UploadModelChunk>* reader,
+                           v1::UploadModelResponse* response) override;
 
  private:
   std::unique_ptr<CoordinatorHandler> owned_;

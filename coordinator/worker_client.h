@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,9 +24,19 @@ class WorkerClient {
                                    absl::Duration timeout) = 0;
   virtual absl::Status StartJob(const std::string& job_id,
                                 absl::Duration timeout) = 0;
+  // Stops the job on the worker; when `attempt` is set, only that attempt
+  // of it (a later one already assigned keeps running).
   virtual absl::Status StopJob(const std::string& job_id,
                                const std::string& reason,
-                               absl::Duration timeout) = 0;
+                               absl::Duration timeout,
+                               std::optional<int> attempt = std::nullopt) = 0;
+  // What the worker runs. The coordinator asks a job's workers when a stage
+  // reports a failure, to tell a dead worker from the peer that noticed.
+  virtual absl::StatusOr<WorkerRuntimeStatus> GetStatus(
+      absl::Duration timeout) {
+    (void)timeout;
+    return absl::UnimplementedError("GetStatus");
+  }
   virtual absl::StatusOr<ModelProfile> Profile(const JobSpec& spec,
                                                absl::Duration timeout) = 0;
 };

@@ -17,6 +17,11 @@
 
 namespace aqueduct {
 
+// The start of the error training fails with when a loss is not finite (the
+// coordinator's non-finite policy, FaultToleranceSpec.on_nonfinite, looks
+// for it in a stage's error).
+inline constexpr char kNonFiniteLoss[] = "non-finite loss";
+
 using Schedule = v1::Schedule;
 using Transport = v1::Transport;
 using CostModel = v1::CostModel;

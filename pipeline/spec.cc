@@ -174,6 +174,48 @@ absl::Status ValidateLoop(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
+  if (c.every_steps() < 0 || c.keep_last() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.every_steps=", c.every_steps(),
+        " and checkpoint.keep_last=", c.keep_last(), " must not be negative"));
+  }
+  if (c.every_steps() > 0 && c.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "checkpoint.every_steps is set but checkpoint.dir is not: say where "
+        "the checkpoints go");
+  }
+  if (!c.dir().empty() && c.every_steps() == 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint.dir is set but checkpoint.every_steps is not: say how "
+        "often to checkpoint");
+  }
+  if (!c.dir().empty() && c.dir()[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.dir='", c.dir(),
+        "' must be an absolute path (workers run in directories of their "
+        "own)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFaultTolerance(const v1::FaultToleranceSpec& f) {
+  constexpr int kMaxRestarts = 1000;
+  if (f.has_max_restarts() &&
+      (f.max_restarts() < 0 || f.max_restarts() > kMaxRestarts)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fault_tolerance.max_restarts=", f.max_restarts(),
+                     " must be in [0, ", kMaxRestarts, "]"));
+  }
+  const std::string& p = f.on_nonfinite();
+  if (!p.empty() && p != "fail" && p != "rollback") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fault_tolerance.on_nonfinite='", p,
+                     "' is not one of: fail, rollback"));
+  }
+  return absl::OkStatus();
+}
+
 // The model's logits must be a vector with a logit per class.
 absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data) {
   const SymbolicShape& out = summary.layer_outputs.back();
@@ -280,6 +322,8 @@ absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateLoop(spec));
   RETURN_IF_ERROR(ValidateOptimizerSpec(spec.optimizer()));
   RETURN_IF_ERROR(ValidateDataSpec(spec.data()));
+  RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
+  RETURN_IF_ERROR(ValidateFaultTolerance(spec.fault_tolerance()));
   SpecSummary summary;
   ASSIGN_OR_RETURN(summary.pipeline, ResolvePipeline(spec));
   if (spec.data().has_synthetic()) {

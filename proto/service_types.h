@@ -8,6 +8,9 @@
 
 namespace aqueduct {
 
+using v1::CheckpointFile;
+using v1::CheckpointManifest;
+using v1::CheckpointWritten;
 using v1::DeviceInfo;
 using v1::InFlight;
 using v1::JobState;

@@ -15,13 +15,15 @@ declare -A flags=(
   [train-local]="--max_steps --epochs --threads --init_weights --save_weights --output --log_level"
   [profile]="--output_file --format --output --warmup --iterations --threads"
   [plan]="--profile --format --workers --bandwidth --cost_model --straight --use_fewer_machines --memory_limit --worker_speeds --schedule --allreduce_overlap --coordinator --output"
-  [submit]="--wait --profile --coordinator --output"
+  [submit]="--wait --profile --resume --coordinator --output"
   [status]="--coordinator --output"
   [watch]="--coordinator --output"
   [jobs]="--coordinator --output"
   [workers]="--coordinator --output"
   [cancel]="--coordinator --output"
   [trace]="--output_file --svg --window_ms --coordinator --output"
+  [weights]="--output_file --coordinator --output"
+  [checkpoints]="--coordinator --output"
 )
 
 "$AQ" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
@@ -73,8 +75,8 @@ done
 # The daemons' --help lists their flags; unknown flags and stray arguments
 # exit 2 naming them.
 declare -A daemon_flags=(
-  [coordinator]="--listen --port_file --state_dir --heartbeat_interval_ms --dead_after_ms --log_level --log_format"
-  [worker]="--coordinator --listen --advertise_host --worker_id --device --gemm_precision --threads --port_file --measure_gemm"
+  [coordinator]="--listen --port_file --state_dir --max_model_bytes --heartbeat_interval_ms --dead_after_ms --log_level --log_format"
+  [worker]="--coordinator --listen --advertise_host --worker_id --device --gemm_precision --threads --port_file --measure_gemm --model_upload_deadline_ms"
 )
 for bin in "$COORDINATOR" "$WORKER"; do
   name=$(basename "$bin")
@@ -114,6 +116,22 @@ grep -q "wrote" "$tmp/out" && fail "trace claims to have written: $(cat "$tmp/ou
 "$AQ" trace job-1 -o "$tmp/t.json" --svg "$missing/t.svg" --coordinator 127.0.0.1:1 >/dev/null 2>"$tmp/err"; rc=$?
 [ "$rc" -ne 0 ] || fail "trace --svg into a missing directory: exit 0"
 grep -q "$missing/t.svg" "$tmp/err" || fail "trace --svg message: $(cat "$tmp/err")"
+"$AQ" weights job-1 -o "$missing/m.safetensors" --coordinator 127.0.0.1:1 >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "weights -o into a missing directory: exit $rc"
+grep -q "$missing/m.safetensors" "$tmp/err" || fail "weights -o message: $(cat "$tmp/err")"
+grep -q "wrote" "$tmp/out" && fail "weights claims to have written: $(cat "$tmp/out")"
+# weights needs -o; checkpoints and weights need the job.
+"$AQ" weights job-1 --coordinator 127.0.0.1:1 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "weights without -o: exit $rc"
+grep -q "weights needs -o FILE" "$tmp/err" || fail "weights without -o message: $(cat "$tmp/err")"
+for cmd in weights checkpoints; do
+  "$AQ" "$cmd" >/dev/null 2>"$tmp/err"; rc=$?
+  [ "$rc" -eq 2 ] || fail "$cmd without a job: exit $rc"
+done
+# Unreachable: exit 3, and no file is left behind.
+"$AQ" weights job-1 -o "$tmp/m.safetensors" --coordinator 127.0.0.1:1 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 3 ] || fail "weights from an unreachable coordinator: exit $rc: $(cat "$tmp/err")"
+ls "$tmp"/m.safetensors* >/dev/null 2>&1 && fail "weights left a file: $(ls "$tmp"/m.safetensors*)"
 printf 'model { layers { flatten {} } layers { linear { in_features: 4 out_features: 2 } } }\ndata { synthetic { sample_shape: [4] num_classes: 2 train_samples: 32 seed: 1 } }\noptimizer { sgd { lr: 0.1 } }\nbatch_size: 8\nmax_steps: 4\n' >"$tmp/job.textproto"
 for spelling in -o --output_file --output-file --output; do
   "$AQ" profile "$tmp/job.textproto" --iterations 1 --warmup 0 --threads 1 \

@@ -3,7 +3,8 @@
 # two workers on ephemeral ports, jobs submitted through `aq`, bad input
 # refused with precise errors, a worker killed with SIGKILL seen DEAD within
 # its lease and its job FAILED with a reason naming it, SIGTERM handled
-# cleanly. Bounded in time; everything is cleaned up.
+# cleanly, a succeeded job's trained model fetched with aq weights (also
+# after a coordinator restart), checkpoints listed and resumed from. Bounded in time; everything is cleaned up.
 set -uo pipefail
 AQ="$1" COORDINATOR="$2" WORKER="$3"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -124,13 +125,69 @@ done
 aq watch "$okid" >"$tmp/out" 2>&1 || fail "aq watch of a succeeded job: exit $?"
 grep -q "SUCCEEDED step 32/32" "$tmp/out" || fail "aq watch of a succeeded job: $(cat "$tmp/out")"
 
-# A slow job; kill its worker with SIGKILL.
+# The trained model: uploaded by the worker into <state_dir>/models, shown
+# by aq status, fetched bit-exact by aq weights as a safetensors file of the
+# spec's model.
+model="$cstate/models/$okid.safetensors"
+aq status "$okid" >"$tmp/out" 2>&1 || fail "aq status $okid: exit $?"
+grep -qF "model: $model (" "$tmp/out" || fail "aq status shows no model: $(cat "$tmp/out")"
+grep -qF "fetch with: aq weights $okid -o model.safetensors" "$tmp/out" ||
+  fail "aq status shows no fetch hint: $(cat "$tmp/out")"
+aq weights "$okid" -o "$tmp/model.safetensors" >"$tmp/out" 2>&1 || fail "aq weights: exit $?: $(cat "$tmp/out")"
+grep -qF "wrote $tmp/model.safetensors ($(stat -c %s "$model") bytes, model of $okid)" "$tmp/out" ||
+  fail "aq weights output: $(cat "$tmp/out")"
+cmp -s "$model" "$tmp/model.safetensors" || fail "the fetched model differs from the coordinator's"
+[ -e "$tmp/model.safetensors.part" ] && fail "aq weights left its .part file"
+python3 - "$tmp/model.safetensors" <<'PY' || fail "the fetched model is not the spec's model as safetensors"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+assert header["layers.1.weight"]["shape"] == [2, 8], header
+assert header["layers.1.bias"]["shape"] == [2], header
+PY
+aq weights "$okid" -o "$tmp/model-json.safetensors" --output json >"$tmp/out" 2>/dev/null || fail "aq weights --output json: exit $?"
+one_json <"$tmp/out" || fail "aq weights --output json: $(cat "$tmp/out")"
+aq checkpoints "$okid" >"$tmp/out" 2>&1 || fail "aq checkpoints: exit $?"
+[ "$(cat "$tmp/out")" = "no checkpoints" ] || fail "aq checkpoints of a job without: $(cat "$tmp/out")"
+aq checkpoints "$okid" --output json >"$tmp/out" 2>/dev/null || fail "aq checkpoints --output json: exit $?"
+one_json <"$tmp/out" || fail "aq checkpoints --output json: $(cat "$tmp/out")"
+aq checkpoints job-nope >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "aq checkpoints of an unknown job: exit $rc"
+grep -q "job 'job-nope' does not exist" "$tmp/err" || fail "aq checkpoints job-nope: $(cat "$tmp/err")"
+
+# Checkpoints: a pipeline job that checkpoints every 8 steps lists them
+# (the last 3 kept), and a longer job resumes from its latest.
+sed "s|^epochs: 2\$|epochs: 2\npipeline { workers: 2 }\ncheckpoint { dir: \"$tmp/ckpt\" every_steps: 8 }|" \
+  "$tmp/ok.textproto" >"$tmp/ck.textproto"
+ckid=$(aq submit "$tmp/ck.textproto" --wait --output json 2>/dev/null | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
+aq checkpoints "$ckid" >"$tmp/out" 2>&1 || fail "aq checkpoints $ckid: exit $?: $(cat "$tmp/out")"
+grep -q "^version  *committed  *attempt  *files  *bytes  *directory$" "$tmp/out" ||
+  fail "aq checkpoints table header: $(cat "$tmp/out")"
+grep -qF "$tmp/ckpt/$ckid/" "$tmp/out" || fail "aq checkpoints names no directory: $(cat "$tmp/out")"
+[ "$(grep -c '^v[0-9]' "$tmp/out")" -eq 3 ] || fail "aq checkpoints: not 3 kept: $(cat "$tmp/out")"
+aq checkpoints "$ckid" --output json >"$tmp/out" 2>/dev/null || fail "aq checkpoints --output json: exit $?"
+one_json <"$tmp/out" || fail "aq checkpoints --output json: $(cat "$tmp/out")"
+sed 's/^epochs: 2$/epochs: 3/' "$tmp/ck.textproto" >"$tmp/ck3.textproto"
+rid=$(aq submit "$tmp/ck3.textproto" --resume "$ckid" --wait --output json 2>/dev/null |
+  sed -E 's/.*"job_id":"([^"]+)".*/\1/')
+aq status "$rid" >"$tmp/out" 2>&1 || fail "aq status of the resumed job: exit $?"
+grep -q "SUCCEEDED step 48/48" "$tmp/out" || fail "the resumed job: $(cat "$tmp/out")"
+grep -qF "resumed from: $tmp/ckpt/$ckid/" "$tmp/out" || fail "aq status shows no resume: $(cat "$tmp/out")"
+grep -q "^checkpoint: v[0-9]" "$tmp/out" || fail "aq status shows no checkpoint: $(cat "$tmp/out")"
+aq submit "$tmp/ck3.textproto" --resume job-nope >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "--resume of an unknown job: exit $rc"
+grep -q "job-nope" "$tmp/err" || fail "--resume job-nope: $(cat "$tmp/err")"
+
+# A slow job; kill its worker with SIGKILL. Recovery is off (these jobs
+# are to fail, naming the worker, rather than restart elsewhere).
 cat >"$tmp/slow.textproto" <<'SPEC'
 name: "slow"
 model { layers { flatten {} } layers { linear { in_features: 8 out_features: 2 } }
         layers { delay { forward_ms: 20 backward_ms: 20 } } }
 data { synthetic { sample_shape: [8] num_classes: 2 train_samples: 256 seed: 1 } }
 optimizer { sgd { lr: 0.1 } }
+fault_tolerance { max_restarts: 0 }
 batch_size: 16
 max_steps: 100000
 epochs: 1000
@@ -140,6 +197,10 @@ running() { aq status "$id" --output json | grep -q '"state":"JOB_RUNNING"'; }
 wait_until 20 running || fail "slow job never RUNNING: $(aq status "$id")"
 progressing() { aq status "$id" --output json | grep -q '"committed_version":"[1-9]'; }
 wait_until 10 progressing || fail "slow job reports no progress: $(aq status "$id" --output json)"
+aq weights "$id" -o "$tmp/early.safetensors" >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "aq weights of a running job: exit $rc"
+grep -q "job $id has no trained model (it is RUNNING)" "$tmp/err" || fail "aq weights of a running job: $(cat "$tmp/err")"
+[ -e "$tmp/early.safetensors" ] || [ -e "$tmp/early.safetensors.part" ] && fail "aq weights of a running job left a file"
 victim=$(aq status "$id" --output json | sed -E 's/.*"workers":\["([^"]+)"\].*/\1/')
 case "$victim" in w1|w2) ;; *) fail "cannot tell the job's worker: $victim" ;; esac
 eval "vpid=\$pid_$victim"
@@ -272,6 +333,10 @@ cmp -s "$tmp/before-restart.json" "$tmp/after-restart.json" ||
   fail "job $id changed across a restart: $(cat "$tmp/after-restart.json")"
 [ "$(aq jobs --output json | grep -o '"job_id"' | wc -l)" -ge 6 ] ||
   fail "jobs after a restart: $(aq jobs)"
+# Trained models too.
+aq weights "$okid" -o "$tmp/model2.safetensors" >/dev/null 2>"$tmp/err" ||
+  fail "aq weights after a restart: $(cat "$tmp/err")"
+cmp -s "$tmp/model.safetensors" "$tmp/model2.safetensors" || fail "the model changed across a restart"
 kill -TERM "$cpid"; wait "$cpid"
 
 if [ "$fails" -ne 0 ]; then

@@ -23,6 +23,9 @@ class StageRuntimeAdapter final : public AgentRuntime {
                     const std::string& reason) override {
     return runtime_->Stop(job_id, reason);
   }
+  std::optional<v1::StageClaim> Claim() const override {
+    return runtime_->Claim();
+  }
 
  private:
   StageRuntime* const runtime_;
@@ -129,6 +132,9 @@ absl::Duration WorkerAgent::NextBackoffLocked() {
 bool WorkerAgent::RegisterLocked(absl::Time now) {
   v1::RegisterWorkerRequest request;
   *request.mutable_info() = info();
+  if (std::optional<v1::StageClaim> claim = runtime_->Claim()) {
+    *request.mutable_running() = *std::move(claim);
+  }
   absl::StatusOr<v1::RegisterWorkerResponse> response =
       client_->RegisterWorker(request, options_.rpc_timeout);
   if (!response.ok()) {
@@ -164,6 +170,9 @@ void WorkerAgent::HeartbeatLocked(absl::Time now) {
   request.set_worker_id(me.worker_id());
   request.set_incarnation(me.incarnation());
   request.set_job_id(runtime_->current_job());
+  if (std::optional<v1::StageClaim> claim = runtime_->Claim()) {
+    request.set_attempt(claim->attempt());
+  }
   absl::StatusOr<v1::HeartbeatResponse> response =
       client_->Heartbeat(request, options_.rpc_timeout);
   if (response.ok()) {
@@ -175,13 +184,13 @@ void WorkerAgent::HeartbeatLocked(absl::Time now) {
     AQ_LOG_WARN("coordinator refused the heartbeat: {}; re-registering",
                 response.status().ToString());
     LoseIncarnationLocked(response.status());
-    SetUnregisteredLocked(now);
+    SetUnregisteredLocked(now, /*keep_progress=*/false);
   } else if (absl::IsNotFound(response.status())) {
     AQ_LOG_WARN(
         "the coordinator does not know this worker ({}); "
         "re-registering",
         response.status().ToString());
-    SetUnregisteredLocked(now);
+    SetUnregisteredLocked(now, /*keep_progress=*/runtime_->Claim().has_value());
   } else {
     AQ_LOG_WARN("heartbeat failed: {}", response.status().ToString());
   }
@@ -198,13 +207,16 @@ void WorkerAgent::LoseIncarnationLocked(const absl::Status& why) {
   info_.set_incarnation(NewIncarnationId());
 }
 
-void WorkerAgent::SetUnregisteredLocked(absl::Time register_at) {
-  if (!unsent_.empty()) {
+void WorkerAgent::SetUnregisteredLocked(absl::Time register_at,
+                                        bool keep_progress) {
+  if (!keep_progress && !unsent_.empty()) {
     AQ_LOG_WARN("dropping {} unsent progress reports: registering again",
                 unsent_.size());
   }
-  unsent_.clear();
-  unsent_bytes_ = 0;
+  if (!keep_progress) {
+    unsent_.clear();
+    unsent_bytes_ = 0;
+  }
   backoff_ = options_.initial_backoff;
   next_register_ = register_at;
   absl::MutexLock lock(&mu_);
@@ -255,8 +267,20 @@ bool WorkerAgent::SendUnsentBatchLocked() {
                 s.ToString(), unsent_.size());
     return false;
   }
+  if (absl::IsNotFound(s) && runtime_->Claim().has_value() &&
+      ++refused_as_unknown_ <= kMaxRefusedAsUnknown) {
+    // The coordinator restarted and does not know this worker (or its job)
+    // yet: keep the reports and heartbeat now, which registers again with
+    // the claim (or learns that the job is over and stops it).
+    AQ_LOG_WARN("progress report refused ({}); {} reports kept", s.ToString(),
+                unsent_.size());
+    next_heartbeat_ = absl::InfinitePast();
+    return false;
+  }
   if (!s.ok()) {
     AQ_LOG_WARN("progress report refused: {}", s.ToString());
+  } else {
+    refused_as_unknown_ = 0;
   }
   unsent_.erase(unsent_.begin(), unsent_.begin() + n);
   unsent_bytes_ -= bytes;

@@ -29,6 +29,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -78,6 +79,9 @@ class AgentRuntime {
   // Stops `job_id` if it runs (a no-op otherwise).
   virtual absl::Status Stop(const std::string& job_id,
                             const std::string& reason) = 0;
+  // The job attempt and stage assigned or running, claimed when the worker
+  // registers again (nullopt when idle).
+  virtual std::optional<v1::StageClaim> Claim() const { return std::nullopt; }
 };
 
 class WorkerAgent {
@@ -128,9 +132,11 @@ class WorkerAgent {
   // The incarnation is final: stops its job, takes a new incarnation.
   void LoseIncarnationLocked(const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_);
-  // Registering again: the kept progress belongs to a job the coordinator
-  // has failed or forgotten.
-  void SetUnregisteredLocked(absl::Time register_at)
+  // Registering again. The kept progress is dropped when it belongs to a
+  // job the coordinator has failed (`keep_progress` false); it is kept for
+  // a coordinator that restarted, which takes the running job back when
+  // the worker registers with its claim.
+  void SetUnregisteredLocked(absl::Time register_at, bool keep_progress)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_);
   void SendProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_mu_);
   void KeepProgressLocked(StageProgress progress)
@@ -167,6 +173,11 @@ class WorkerAgent {
   std::deque<Unsent> unsent_ ABSL_GUARDED_BY(loop_mu_);
   int64_t unsent_bytes_ ABSL_GUARDED_BY(loop_mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(loop_mu_);
+  // Reports refused in a row as of an unknown worker or job while this
+  // worker claims a job: kept for a restarted coordinator a few times (it
+  // learns the claim when the worker registers again), then dropped.
+  static constexpr int kMaxRefusedAsUnknown = 3;
+  int refused_as_unknown_ ABSL_GUARDED_BY(loop_mu_) = 0;
 
   std::thread thread_;
 };

@@ -36,6 +36,14 @@ class FakeRuntime final : public AgentRuntime {
     absl::MutexLock lock(&mu_);
     return stopped_;
   }
+  void set_claim(std::optional<v1::StageClaim> claim) {
+    absl::MutexLock lock(&mu_);
+    claim_ = std::move(claim);
+  }
+  std::optional<v1::StageClaim> Claim() const override {
+    absl::MutexLock lock(&mu_);
+    return claim_;
+  }
 
   std::vector<StageProgress> TakeProgress() override {
     absl::MutexLock lock(&mu_);
@@ -57,6 +65,7 @@ class FakeRuntime final : public AgentRuntime {
   std::vector<StageProgress> queued_ ABSL_GUARDED_BY(mu_);
   std::string job_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> stopped_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::StageClaim> claim_ ABSL_GUARDED_BY(mu_);
 };
 
 // minibatches_done of each report the coordinator accepted, in order.
@@ -337,6 +346,27 @@ TEST_F(AgentTest, KeptProgressIsDroppedWhenRegisteringAgain) {
   ASSERT_TRUE(agent().registered());
   StepAt(clock_.Now() + options_.progress_interval);
   EXPECT_TRUE(Delivered(client_).empty());
+}
+
+// The worker kept training while the coordinator restarted: the reports of
+// its claimed job are kept through the re-registration and delivered.
+TEST_F(AgentTest, KeptProgressOfAClaimedJobSurvivesACoordinatorRestart) {
+  absl::Time next = Register();
+  v1::StageClaim claim;
+  claim.set_job_id("job-1");
+  runtime_.set_claim(claim);
+  client_.set_unavailable(true);
+  runtime_.AddProgress("job-1", 1);
+  next = StepAt(next);
+  client_.set_unavailable(false);
+  client_.Forget();  // Restarted; it takes job-1 back from the claim.
+  runtime_.AddProgress("job-1", 2);
+  for (int i = 0; i < 8 && Delivered(client_).size() < 2; ++i) {
+    next = StepAt(next);
+  }
+  EXPECT_EQ(client_.registrations().size(), 2u);
+  EXPECT_EQ(Delivered(client_), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(runtime_.stopped().empty());
 }
 
 TEST_F(AgentTest, StopReportsTheLastProgressAndDeregisters) {

@@ -21,6 +21,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "worker/agent.h"
+#include "worker/model_uploader.h"
 #include "worker/profiler.h"
 #include "worker/runtime/coordinator_store.h"
 #include "worker/runtime/gloo_data_plane.h"
@@ -45,6 +46,9 @@ ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
 ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
           "deadline of every wait on a pipeline peer");
+ABSL_FLAG(int64_t, model_upload_deadline_ms, 300000,
+          "how long the output stage keeps trying to upload a job's trained "
+          "model while the coordinator is unreachable");
 ABSL_FLAG(bool, measure_gemm, true,
           "measure GEMM throughput at start (reported on registration)");
 ABSL_FLAG(std::string, log_level, "info",
@@ -151,8 +155,18 @@ WorkerInfo DescribeWorker(Device& device, int port) {
   return info;
 }
 
-StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads) {
+ModelUploaderOptions UploaderOptions() {
+  ModelUploaderOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.deadline =
+      absl::Milliseconds(absl::GetFlag(FLAGS_model_upload_deadline_ms));
+  return options;
+}
+
+StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads,
+                                   ModelSink* model_sink) {
   StageRuntimeOptions options;
+  options.model_sink = model_sink;
   options.device = device_spec;
   options.threads = threads;
   options.peer_timeout =
@@ -194,12 +208,18 @@ int Main() {
       NewGrpcCoordinatorClient(absl::GetFlag(FLAGS_coordinator));
   CoordinatorStore store(coordinator.get());
   GlooDataPlaneFactory data_plane(DataPlaneOptions(*device_spec));
-  StageRuntime runtime(RuntimeOptions(*device_spec, threads), &data_plane,
-                       &store);
+  // The agent is created once the server has its port; until then the
+  // worker has no identity.
   std::unique_ptr<WorkerAgent> agent;
-  GrpcWorkerService service(&runtime, *device_spec, threads, [&agent] {
+  auto identity = [&agent] {
     return agent != nullptr ? agent->info() : WorkerInfo();
-  });
+  };
+  // Trained models go to the coordinator.
+  CoordinatorModelSink model_sink(coordinator.get(), identity,
+                                  UploaderOptions());
+  StageRuntime runtime(RuntimeOptions(*device_spec, threads, &model_sink),
+                       &data_plane, &store);
+  GrpcWorkerService service(&runtime, *device_spec, threads, identity);
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
   if (server == nullptr) return 1;

@@ -21,7 +21,10 @@ grpc::Status GrpcWorkerService::StartJob(grpc::ServerContext*,
 grpc::Status GrpcWorkerService::StopJob(grpc::ServerContext*,
                                         const v1::StopJobRequest* request,
                                         v1::StopJobResponse*) {
-  return ToGrpcStatus(runtime_->Stop(request->job_id(), request->reason()));
+  std::optional<int> attempt;
+  if (request->has_attempt()) attempt = request->attempt();
+  return ToGrpcStatus(
+      runtime_->Stop(request->job_id(), request->reason(), attempt));
 }
 
 grpc::Status GrpcWorkerService::Profile(grpc::ServerContext*,

@@ -16,6 +16,8 @@ const char* JobEventName(JobEvent event) {
       return "failed";
     case JobEvent::kCancelled:
       return "cancelled";
+    case JobEvent::kRestart:
+      return "restart";
   }
   return "?";
 }
@@ -63,6 +65,10 @@ v1::JobState Target(v1::JobState from, JobEvent event) {
       return v1::JOB_FAILED;
     case JobEvent::kCancelled:
       return v1::JOB_CANCELLED;
+    case JobEvent::kRestart:
+      return from == v1::JOB_PLANNING || from == v1::JOB_RUNNING
+                 ? v1::JOB_PENDING
+                 : v1::JOB_STATE_UNSPECIFIED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }
@@ -80,7 +86,8 @@ absl::StatusOr<JobTransition> NextJobState(v1::JobState from, JobEvent event) {
   t.from = from;
   t.to = to;
   t.finished = IsFinal(to);
-  t.stop_workers = t.finished && to != v1::JOB_SUCCEEDED;
+  t.stop_workers =
+      (t.finished && to != v1::JOB_SUCCEEDED) || event == JobEvent::kRestart;
   return t;
 }
 

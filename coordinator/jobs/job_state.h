@@ -6,7 +6,8 @@
 //
 //   PENDING --reserved--> PLANNING --started--> RUNNING --all finished-->
 //   SUCCEEDED; any unfinished state --failed--> FAILED, --cancelled-->
-//   CANCELLED. Final states accept no event.
+//   CANCELLED; PLANNING or RUNNING --restart--> PENDING (a new attempt).
+//   Final states accept no event.
 //
 // Thread-safety: stateless functions.
 #ifndef AQUEDUCT_COORDINATOR_JOBS_JOB_STATE_H_
@@ -24,6 +25,9 @@ enum class JobEvent {
   kFailed,               // A worker died or left, a stage or an RPC failed,
                          // or the wait for workers timed out.
   kCancelled,            // A client cancelled the job.
+  kRestart,              // A worker was lost or a stage failed and the job
+                         // has restarts left: back to PENDING for a new
+                         // attempt from its latest checkpoint.
 };
 
 const char* JobEventName(JobEvent event);

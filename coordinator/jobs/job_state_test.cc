@@ -5,9 +5,10 @@
 namespace aqueduct {
 namespace {
 
-constexpr JobEvent kEvents[] = {JobEvent::kWorkersReserved, JobEvent::kStarted,
-                                JobEvent::kAllReplicasFinished,
-                                JobEvent::kFailed, JobEvent::kCancelled};
+constexpr JobEvent kEvents[] = {
+    JobEvent::kWorkersReserved,     JobEvent::kStarted,
+    JobEvent::kAllReplicasFinished, JobEvent::kFailed,
+    JobEvent::kCancelled,           JobEvent::kRestart};
 constexpr v1::JobState kStates[] = {v1::JOB_PENDING, v1::JOB_PLANNING,
                                     v1::JOB_RUNNING, v1::JOB_SUCCEEDED,
                                     v1::JOB_FAILED,  v1::JOB_CANCELLED};
@@ -38,6 +39,17 @@ TEST(JobStateTest, EveryUnfinishedStateCanFailOrBeCancelled) {
   }
 }
 
+TEST(JobStateTest, ARestartGoesBackToPendingAndStopsTheWorkers) {
+  for (v1::JobState s : {v1::JOB_PLANNING, v1::JOB_RUNNING}) {
+    auto t = NextJobState(s, JobEvent::kRestart);
+    ASSERT_TRUE(t.ok()) << JobStateName(s);
+    EXPECT_EQ(t->to, v1::JOB_PENDING);
+    EXPECT_FALSE(t->finished);
+    EXPECT_TRUE(t->stop_workers);
+  }
+  EXPECT_FALSE(NextJobState(v1::JOB_PENDING, JobEvent::kRestart).ok());
+}
+
 TEST(JobStateTest, FinalStatesTakeNoEventAndOrderIsEnforced) {
   int allowed = 0;
   for (v1::JobState s : kStates) {
@@ -49,8 +61,9 @@ TEST(JobStateTest, FinalStatesTakeNoEventAndOrderIsEnforced) {
       allowed += t.ok();
     }
   }
-  // 3 unfinished states x (failed, cancelled) + the 3 forward steps.
-  EXPECT_EQ(allowed, 9);
+  // 3 unfinished states x (failed, cancelled) + the 3 forward steps + the
+  // restarts of PLANNING and RUNNING.
+  EXPECT_EQ(allowed, 11);
   auto late = NextJobState(v1::JOB_CANCELLED, JobEvent::kStarted);
   EXPECT_EQ(late.status().message(),
             "a CANCELLED job does not take the event 'started'");

@@ -36,6 +36,24 @@ void JobLedger::Apply(const std::string& worker_id, const v1::StageProgress& p,
   ApplyTrace(worker_id, p);
 }
 
+void JobLedger::Rollback(int64_t version) {
+  for (auto& [key, r] : replicas_) {
+    r.committed_version = std::min(r.committed_version, version);
+    r.minibatches_done = std::min(r.minibatches_done, version);
+    r.in_flight.clear();
+    r.first_report = absl::InfinitePast();
+    r.step_ms.clear();
+  }
+  finished_.clear();
+  loss_shares_.clear();
+  loss_curve_.erase(std::remove_if(loss_curve_.begin(), loss_curve_.end(),
+                                   [version](const v1::LossPoint& p) {
+                                     return p.minibatch() >= version;
+                                   }),
+                    loss_curve_.end());
+  loss_ = loss_curve_.empty() ? 0 : loss_curve_.back().loss();
+}
+
 void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
                               absl::Time now) {
   l.committed_version = std::max(l.committed_version, p.committed_version());

@@ -53,6 +53,12 @@ class JobLedger {
       const std::function<v1::WorkerState(const std::string&)>& state_of,
       v1::JobStatus* status) const;
 
+  // A restart from the checkpoint of `version`: every replica's committed
+  // version and minibatches done go back to it, nothing is in flight or
+  // finished, and the loss curve keeps only the minibatches before it (the
+  // new attempt trains the rest again, so no minibatch appears twice).
+  void Rollback(int64_t version);
+
   v1::GetTraceResponse Trace() const;
   double loss() const { return loss_; }
 

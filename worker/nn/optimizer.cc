@@ -16,6 +16,7 @@ class ScheduledOptimizer : public Optimizer {
   ScheduledOptimizer(const LrSchedule& schedule, int64_t total_steps)
       : schedule_(schedule), total_steps_(total_steps) {}
   int64_t steps() const override { return steps_; }
+  void SetSteps(int64_t steps) override { steps_ = steps; }
 
  protected:
   float ScaledLr(float lr) const {

@@ -32,6 +32,10 @@ class Optimizer {
                                 const ParameterSet& grads) = 0;
   // Number of steps applied so far.
   virtual int64_t steps() const = 0;
+  // Sets the number of steps applied so far (restoring a checkpoint, with
+  // the state of State() copied back): the learning-rate schedule, Adam's
+  // bias correction and SGD's first-step momentum go on from there.
+  virtual void SetSteps(int64_t steps) = 0;
   // The optimizer's state tensors (momentum buffers; Adam's m and v), named
   // "<param>.<state>", for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> State() const = 0;

@@ -78,9 +78,16 @@ absl::StatusOr<SafetensorsFile> ExportParameters(Device& device,
 
 absl::Status ImportParameters(const SafetensorsFile& file, Device& device,
                               const ParameterSet& params) {
+  return ImportParameters(file, device, params, nullptr);
+}
+
+absl::Status ImportParameters(
+    const SafetensorsFile& file, Device& device, const ParameterSet& params,
+    const std::function<bool(const std::string&)>& skip) {
   std::set<std::string> wanted(params.names.begin(), params.names.end());
   for (const auto& [name, t] : file.tensors) {
     if (wanted.count(name)) continue;
+    if (skip && skip(name)) continue;
     const int layer = LayerIndexOf(name);
     if (layer >= 0 && (layer < params.begin || layer >= params.end)) continue;
     return absl::InvalidArgumentError(

@@ -6,6 +6,7 @@
 #ifndef AQUEDUCT_WORKER_NN_WEIGHTS_H_
 #define AQUEDUCT_WORKER_NN_WEIGHTS_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -25,6 +26,12 @@ absl::StatusOr<SafetensorsFile> ExportParameters(Device& device,
 // model does not have are an error, as is any missing one.
 absl::Status ImportParameters(const SafetensorsFile& file, Device& device,
                               const ParameterSet& params);
+// As above, except that tensors for which `skip(name)` is true are passed
+// over rather than rejected: optimizer state stored beside the parameters
+// (worker/nn/training_state.h), which the caller reads itself.
+absl::Status ImportParameters(
+    const SafetensorsFile& file, Device& device, const ParameterSet& params,
+    const std::function<bool(const std::string&)>& skip);
 
 // File wrappers; errors name the path.
 absl::Status SaveParametersFile(const std::string& path, Device& device,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "worker/nn/weights.h"
 
 namespace aqueduct {
 
@@ -69,25 +70,28 @@ absl::StatusOr<ParameterSet> GatherWeights(const EvaluationInputs& in) {
 
 }  // namespace
 
-absl::StatusOr<std::optional<EvalResult>> EvaluateAtEnd(
-    const EvaluationInputs& in) {
+absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in) {
   const JobLayout& layout = *in.layout;
-  if (!in.has_test_split || layout.replica != 0) return std::nullopt;
+  EndOfJob end;
+  if (layout.replica != 0) return end;
   if (!layout.output_stage()) {
     ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *in.stage_params));
     RETURN_IF_ERROR(in.comm
                         ->Send(layout.evaluator_rank(),
                                kWeightsTag + layout.stage, std::move(flat))
                         ->Wait(absl::Now() + in.timeout));
-    return std::nullopt;
-  }
-  if (in.test == nullptr) {
-    return absl::InternalError("the test split did not load");
+    return end;
   }
   ASSIGN_OR_RETURN(ParameterSet full, GatherWeights(in));
-  ASSIGN_OR_RETURN(EvalResult eval, Evaluate(*in.model, in.device, full,
-                                             *in.test, layout.batch_size));
-  return eval;
+  if (in.has_test_split) {
+    if (in.test == nullptr) {
+      return absl::InternalError("the test split did not load");
+    }
+    ASSIGN_OR_RETURN(end.eval, Evaluate(*in.model, in.device, full, *in.test,
+                                        layout.batch_size));
+  }
+  ASSIGN_OR_RETURN(end.model, ExportParameters(*in.device, full));
+  return end;
 }
 
 }  // namespace aqueduct

@@ -1,9 +1,9 @@
-// The end of a pipeline job: when the job's data has a test split, replica
-// 0 of every stage sends its trained weights to the evaluator (the output
-// stage's replica 0, JobLayout::evaluator_rank), which assembles the whole
-// model and evaluates it on the test split. Every worker decides alike from
-// the spec whether there is a test split, so no worker waits for weights
-// that never come.
+// The end of a pipeline job: replica 0 of every stage sends its trained
+// weights to the evaluator (the output stage's replica 0,
+// JobLayout::evaluator_rank), which assembles the whole model, evaluates it
+// on the test split when the job's data has one, and exports it (the job's
+// trained model, names as docs/weights.md). Every worker takes part alike,
+// so no worker waits for weights that never come.
 //
 // Thread-safety: a function; it runs on the stage loop's thread and uses
 // the communicator as the stage did.
@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/comm/communicator.h"
 #include "common/device/device.h"
+#include "common/safetensors.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 #include "worker/runtime/layout.h"
@@ -34,12 +35,18 @@ struct EvaluationInputs {
   absl::Duration timeout = absl::Seconds(60);  // Of every wait on a peer.
 };
 
-// The evaluator's metrics; nullopt on every other worker and when there is
-// no test split. Errors: the communicator's (a peer gone, DEADLINE_EXCEEDED
-// after `timeout`), DATA_LOSS for weights of the wrong size, INTERNAL when
-// the evaluator has no test split loaded.
-absl::StatusOr<std::optional<EvalResult>> EvaluateAtEnd(
-    const EvaluationInputs& in);
+// What the evaluator ends with; both empty on every other worker.
+struct EndOfJob {
+  // The test split's metrics (none without a test split).
+  std::optional<EvalResult> eval;
+  // The whole trained model.
+  std::optional<SafetensorsFile> model;
+};
+
+// Errors: the communicator's (a peer gone, DEADLINE_EXCEEDED after
+// `timeout`), DATA_LOSS for weights of the wrong size, INTERNAL when the
+// evaluator has no test split loaded.
+absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in);
 
 }  // namespace aqueduct
 

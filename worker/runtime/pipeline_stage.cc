@@ -1,10 +1,13 @@
 #include "worker/runtime/pipeline_stage.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/policy.h"
 #include "worker/nn/loss.h"
+#include "worker/nn/training_state.h"
 
 namespace aqueduct {
 
@@ -55,8 +58,10 @@ PipelineStage::PipelineStage(const Model* model, const JobSpec& spec,
       options_(std::move(options)),
       stash_rules_(layout.policy, stage, layout.num_stages(),
                    layout.warmup_depth[stage], layout.warmup_depth[0],
-                   layout.num_minibatches),
-      latest_(std::move(params)) {}
+                   layout.num_minibatches - options_.first_minibatch),
+      latest_(std::move(params)),
+      first_(options_.first_minibatch),
+      version_(first_) {}
 
 int PipelineStage::MicroRows() const {
   return static_cast<int>(spec_.batch_size() / layout_.microbatches);
@@ -67,8 +72,17 @@ int PipelineStage::PeerRank(int stage, int microbatch) const {
   return ranks[ReplicaFor(microbatch, static_cast<int>(ranks.size()))];
 }
 
+// The stash rules count minibatches and versions from the start of this run
+// (first_); the stage works in the job's minibatches and versions.
 int64_t PipelineStage::VersionFor(int64_t m) const {
-  return stash_rules_.VersionFor(m);
+  return first_ + stash_rules_.VersionFor(m - first_);
+}
+
+bool PipelineStage::MustKeep(int64_t version) const {
+  std::vector<int64_t> in_flight = InFlightVersions();
+  for (int64_t& v : in_flight) v -= first_;
+  return stash_rules_.MustKeep(version - first_, next_forward_ - first_,
+                               in_flight);
 }
 
 std::vector<int64_t> PipelineStage::InFlightVersions() const {
@@ -78,8 +92,28 @@ std::vector<int64_t> PipelineStage::InFlightVersions() const {
   return versions;
 }
 
-absl::Status PipelineStage::Run() {
-  const int S = layout_.num_stages();
+absl::Status PipelineStage::BuildOps(std::vector<Op>* ops) {
+  if (first_ < 0 || first_ > layout_.num_minibatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume at minibatch ", first_, " of a job of ",
+                     layout_.num_minibatches));
+  }
+  ScheduleConfig config;
+  config.policy = layout_.policy;
+  config.stage = stage_;
+  config.num_stages = layout_.num_stages();
+  config.replica = replica_;
+  config.replicas = static_cast<int>(layout_.ranks[stage_].size());
+  config.warmup_depth = layout_.warmup_depth[stage_];
+  config.num_minibatches = layout_.num_minibatches - first_;
+  config.microbatches = layout_.microbatches;
+  ASSIGN_OR_RETURN(*ops, BuildSchedule(config));
+  for (Op& op : *ops) op.minibatch += first_;
+  next_forward_ = first_;
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Prepare() {
   if (spec_.batch_size() % layout_.microbatches != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch_size=", spec_.batch_size(), " is not divisible into ",
@@ -97,16 +131,23 @@ absl::Status PipelineStage::Run() {
   ASSIGN_OR_RETURN(optimizer_,
                    CreateOptimizer(spec_.optimizer(), latest_, device_,
                                    layout_.num_minibatches));
-  ScheduleConfig config;
-  config.policy = layout_.policy;
-  config.stage = stage_;
-  config.num_stages = S;
-  config.replica = replica_;
-  config.replicas = static_cast<int>(layout_.ranks[stage_].size());
-  config.warmup_depth = layout_.warmup_depth[stage_];
-  config.num_minibatches = layout_.num_minibatches;
-  config.microbatches = layout_.microbatches;
-  ASSIGN_OR_RETURN(std::vector<Op> ops, BuildSchedule(config));
+  if (options_.restore != nullptr) {
+    RETURN_IF_ERROR(Annotate(ImportTrainingState(*options_.restore, *device_,
+                                                 latest_, optimizer_.get()),
+                             "restoring the checkpoint"));
+    if (optimizer_->steps() != first_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's optimizer made ", optimizer_->steps(),
+                       " steps, but training resumes at minibatch ", first_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Run() {
+  RETURN_IF_ERROR(Prepare());
+  std::vector<Op> ops;
+  RETURN_IF_ERROR(BuildOps(&ops));
   for (size_t index = 0; index < ops.size(); ++index) {
     const Op& op = ops[index];
     if (options_.stop != nullptr && options_.stop->load()) {
@@ -231,11 +272,8 @@ absl::StatusOr<const ParameterSet*> PipelineStage::WeightsFor(int64_t version) {
 }
 
 void PipelineStage::DropUnneededVersions() {
-  const std::vector<int64_t> in_flight = InFlightVersions();
   for (auto it = stash_.begin(); it != stash_.end();) {
-    const bool keep =
-        stash_rules_.MustKeep(it->first, next_forward_, in_flight);
-    it = keep ? std::next(it) : stash_.erase(it);
+    it = MustKeep(it->first) ? std::next(it) : stash_.erase(it);
   }
 }
 
@@ -290,6 +328,11 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     RETURN_IF_ERROR(device_->CopyToHost(loss.losses, losses.data()));
     double sum = 0;
     for (float l : losses) sum += l;
+    if (!std::isfinite(sum)) {
+      return absl::DataLossError(absl::StrCat(kNonFiniteLoss, " at step ",
+                                              m + 1, " (minibatch ", m, ") on ",
+                                              Who(), ": the loss is ", sum));
+    }
     if (options_.on_loss) options_.on_loss(m, sum, rows);
     f.dlogits = loss.dlogits;
   } else {
@@ -378,7 +421,7 @@ absl::Status PipelineStage::AllReduce(int64_t m) {
 absl::Status PipelineStage::Step(int64_t) {
   // Keep the version about to be replaced if a minibatch in flight, or one
   // still to come, uses it.
-  if (stash_rules_.MustKeep(version_, next_forward_, InFlightVersions())) {
+  if (MustKeep(version_)) {
     // The update goes into fresh buffers and the current ones become the
     // stashed version: no copy of the weights.
     ASSIGN_OR_RETURN(ParameterSet next, Uninitialised(device_, latest_));
@@ -398,7 +441,16 @@ absl::Status PipelineStage::Step(int64_t) {
                static_cast<int64_t>(stash_.size()) * latest_.numel() *
                    static_cast<int64_t>(sizeof(float)));
   stats_.committed_version = version_;
-  return absl::OkStatus();
+  return Checkpoint();
+}
+
+absl::Status PipelineStage::Checkpoint() {
+  const int64_t every = options_.checkpoint_every;
+  if (every <= 0 || !options_.on_checkpoint || replica_ != 0 ||
+      version_ % every != 0 || version_ >= layout_.num_minibatches) {
+    return absl::OkStatus();
+  }
+  return options_.on_checkpoint(version_, latest_, *optimizer_);
 }
 
 }  // namespace aqueduct

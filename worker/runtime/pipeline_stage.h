@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "common/comm/communicator.h"
 #include "common/device/device.h"
+#include "common/safetensors.h"
 #include "pipeline/schedule.h"
 #include "pipeline/weight_stash.h"
 #include "proto/types.h"
@@ -73,6 +74,22 @@ class PipelineStage {
     // When set, tensors travel over these device channels (NCCL between
     // GPUs) and only frame headers over the communicator.
     DeviceChannels* channels = nullptr;
+    // Resume: the first minibatch to train (= the version of the weights
+    // the stage starts from), and the checkpoint's training state for this
+    // stage's layers (parameters, optimizer state and step count;
+    // worker/nn/training_state.h). The pipeline restarts empty at
+    // `first_minibatch`: minibatches that were in flight are replayed.
+    int64_t first_minibatch = 0;
+    const SafetensorsFile* restore = nullptr;
+    // Checkpoints: after the step that makes the weights version v, for
+    // every v that is a multiple of `checkpoint_every` (and short of the
+    // last), called on the stage loop's thread with the new weights and the
+    // optimizer. It should copy what it needs and return quickly (the
+    // writing happens elsewhere); an error fails the stage.
+    int64_t checkpoint_every = 0;
+    std::function<absl::Status(int64_t version, const ParameterSet& params,
+                               const Optimizer& optimizer)>
+        on_checkpoint;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's
@@ -107,6 +124,12 @@ class PipelineStage {
   std::vector<int64_t> InFlightVersions() const;
   void DropUnneededVersions();
   int64_t VersionFor(int64_t m) const;
+  // Whether `version` must be kept (the stash rules, which count from the
+  // first minibatch of this run).
+  bool MustKeep(int64_t version) const;
+  absl::Status BuildOps(std::vector<Op>* ops);
+  absl::Status Prepare();
+  absl::Status Checkpoint();
   int MicroRows() const;
   int PeerRank(int stage, int microbatch) const;
 
@@ -125,6 +148,7 @@ class PipelineStage {
   ParameterSet latest_;
   ParameterSet grads_;
   std::unique_ptr<Optimizer> optimizer_;
+  const int64_t first_;                    // options_.first_minibatch.
   int64_t version_ = 0;                    // Steps applied to latest_.
   std::map<int64_t, ParameterSet> stash_;  // Older versions still needed.
   std::map<std::pair<int64_t, int>, InFlight> in_flight_;

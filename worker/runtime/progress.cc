@@ -25,12 +25,13 @@ ProgressAccumulator::ProgressAccumulator(ProgressOptions options)
     : options_(std::move(options)) {}
 
 void ProgressAccumulator::Reset(const std::string& job_id, int stage,
-                                int replica) {
+                                int replica, int attempt) {
   absl::MutexLock lock(&mu_);
   pending_.Clear();
   pending_.set_job_id(job_id);
   pending_.set_stage(stage);
   pending_.set_replica(replica);
+  pending_.set_attempt(attempt);
   dirty_ = false;
   loss_parts_.clear();
   loss_samples_ = 0;
@@ -172,6 +173,12 @@ void ProgressAccumulator::SetBytes(int64_t sent, int64_t received) {
   dirty_ = true;
 }
 
+void ProgressAccumulator::OnCheckpoint(const CheckpointWritten& written) {
+  absl::MutexLock lock(&mu_);
+  *pending_.add_checkpoints() = written;
+  dirty_ = true;
+}
+
 void ProgressAccumulator::SetTest(double accuracy, double loss) {
   absl::MutexLock lock(&mu_);
   pending_.set_test_accuracy(accuracy);
@@ -200,6 +207,7 @@ std::optional<StageProgress> ProgressAccumulator::Take() {
   pending_.clear_step_ms();
   pending_.clear_losses();
   pending_.clear_events();
+  pending_.clear_checkpoints();
   pending_.set_finished(false);
   pending_.clear_error();
   dirty_ = false;

@@ -43,8 +43,10 @@ class ProgressAccumulator {
  public:
   explicit ProgressAccumulator(ProgressOptions options = ProgressOptions());
 
-  // A new job: forgets everything and reports as this stage replica.
-  void Reset(const std::string& job_id, int stage, int replica);
+  // A new job (or a new attempt of one): forgets everything and reports as
+  // this stage replica.
+  void Reset(const std::string& job_id, int stage, int replica,
+             int attempt = 0);
   // The run begins now. `loss_samples` (output stage of a pipeline): the
   // samples of each minibatch whose losses this replica computes; a
   // minibatch's loss is reported once that many have arrived.
@@ -60,6 +62,8 @@ class ProgressAccumulator {
                     const StageStats& stats);
   // Bytes the stage's communicator has moved so far.
   void SetBytes(int64_t sent, int64_t received);
+  // A checkpoint file of this stage is durable.
+  void OnCheckpoint(const CheckpointWritten& written);
   // The test split's metrics of the trained model.
   void SetTest(double accuracy, double loss);
   // The stage finished its work.

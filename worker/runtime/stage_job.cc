@@ -1,17 +1,21 @@
 #include "worker/runtime/stage_job.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "pipeline/spec.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/spec.h"
+#include "worker/nn/training_state.h"
 #include "worker/nn/weights.h"
+#include "worker/runtime/checkpoint_writer.h"
 #include "worker/runtime/evaluation.h"
 #include "worker/runtime/layout.h"
 #include "worker/runtime/pipeline_stage.h"
@@ -19,20 +23,120 @@
 
 namespace aqueduct {
 
+namespace {
+
+// The checkpoint of the assignment's restore manifest for layers [begin,
+// end); nullopt when the job starts from the beginning.
+absl::StatusOr<std::optional<SafetensorsFile>> RestoreState(
+    const StageAssignment& a, int num_layers, int begin, int end) {
+  if (!a.has_restore() || a.restore().version() == 0) return std::nullopt;
+  const CheckpointManifest& m = a.restore();
+  if (m.num_layers() != num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint in ", m.dir(), " is of a model of ", m.num_layers(),
+        " layers; this job's model has ", num_layers));
+  }
+  ASSIGN_OR_RETURN(SafetensorsFile state, LoadCheckpointLayers(m, begin, end));
+  return state;
+}
+
+// The checkpoint writer of replica 0 of a stage of layers [begin, end),
+// when the spec asks for checkpoints; null otherwise.
+std::unique_ptr<CheckpointWriter> MakeWriter(const StageAssignment& a,
+                                             const JobEnv& env, int begin,
+                                             int end) {
+  const v1::CheckpointSpec& c = a.spec().checkpoint();
+  if (c.dir().empty() || c.every_steps() <= 0 || a.replica() != 0) {
+    return nullptr;
+  }
+  CheckpointWriterOptions options;
+  options.dir = c.dir();
+  options.job_id = a.job_id();
+  options.stage = a.stage();
+  options.attempt = a.attempt();
+  options.layer_begin = begin;
+  options.layer_end = end;
+  options.queue_wait = env.peer_timeout;
+  ProgressAccumulator* progress = env.progress;
+  options.on_written = [progress](const CheckpointWritten& w) {
+    progress->OnCheckpoint(w);
+  };
+  return std::make_unique<CheckpointWriter>(std::move(options));
+}
+
+// The hook a stage (or the local trainer) calls at a checkpoint version:
+// copies the state to host memory and queues it for `writer`.
+std::function<absl::Status(int64_t, const ParameterSet&, const Optimizer&)>
+CheckpointHook(const StageAssignment& a, Device* device,
+               CheckpointWriter* writer) {
+  return [&a, device, writer](int64_t version, const ParameterSet& params,
+                              const Optimizer& optimizer) -> absl::Status {
+    std::map<std::string, std::string> metadata = {
+        {"job_id", a.job_id()},
+        {"version", absl::StrCat(version)},
+        {"stage", absl::StrCat(a.stage())},
+        {"attempt", absl::StrCat(a.attempt())}};
+    ASSIGN_OR_RETURN(SafetensorsFile state,
+                     ExportTrainingState(*device, params, optimizer, metadata));
+    absl::Status queued = writer->Enqueue(version, std::move(state));
+    if (!queued.ok()) {
+      AQ_LOG_WARN("job {}: {}", a.job_id(), std::string(queued.message()));
+    }
+    return absl::OkStatus();
+  };
+}
+
+// Waits for the writer's files, so that they are reported before the job's
+// end.
+void DrainWriter(const StageAssignment& a, const JobEnv& env,
+                 CheckpointWriter* writer) {
+  if (writer != nullptr && !writer->Drain(env.checkpoint_drain)) {
+    AQ_LOG_WARN("job {}: checkpoint files still being written after {}",
+                a.job_id(), absl::FormatDuration(env.checkpoint_drain));
+  }
+}
+
+// Hands the trained model to the sink (if any).
+absl::Status DeliverModel(const StageAssignment& a, const JobEnv& env,
+                          const SafetensorsFile& model) {
+  if (env.model_sink == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(model));
+  return Annotate(env.model_sink->Deliver(a.job_id(), a.attempt(), bytes),
+                  "delivering the trained model");
+}
+
+}  // namespace
+
 absl::Status RunLocalJob(const StageAssignment& a, const JobEnv& env) {
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
                    CreateDevice(env.device, env.threads));
+  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(a.spec()));
+  const int layers = job.model->num_layers();
+  ASSIGN_OR_RETURN(std::optional<SafetensorsFile> restore,
+                   RestoreState(a, layers, 0, layers));
+  std::unique_ptr<CheckpointWriter> writer = MakeWriter(a, env, 0, layers);
   LocalTrainOptions options;
   options.stop = env.stop;
   options.on_step = [&](const StepReport& r) { env.progress->OnLocalStep(r); };
-  AQ_LOG_INFO("job {}: training stage {} replica {}", a.job_id(), a.stage(),
-              a.replica());
+  options.export_model = true;
+  if (restore.has_value()) {
+    options.restore = &*restore;
+    options.first_step = a.restore().version();
+  }
+  if (writer != nullptr) {
+    options.checkpoint_every = a.spec().checkpoint().every_steps();
+    options.on_checkpoint = CheckpointHook(a, device.get(), writer.get());
+  }
+  AQ_LOG_INFO("job {}: training stage {} replica {} from step {}", a.job_id(),
+              a.stage(), a.replica(), options.first_step);
   env.progress->Begin();
   ASSIGN_OR_RETURN(LocalTrainResult result,
                    TrainLocal(a.spec(), device.get(), options));
+  DrainWriter(a, env, writer.get());
   if (result.test.has_value()) {
     env.progress->SetTest(result.test->accuracy, result.test->loss);
   }
+  RETURN_IF_ERROR(DeliverModel(a, env, *result.model));
   AQ_LOG_INFO("job {}: finished {} steps", a.job_id(), result.steps);
   return absl::OkStatus();
 }
@@ -69,6 +173,8 @@ class PipelineJob {
   const StageAssignment& a_;
   const JobEnv& env_;
   ValidatedJob job_;
+  std::optional<SafetensorsFile> restore_;
+  std::unique_ptr<CheckpointWriter> writer_;
   JobLayout layout_;
   std::unique_ptr<Device> device_;
   DataPlane plane_;
@@ -101,7 +207,11 @@ absl::Status PipelineJob::LoadInputs() {
   }
   ASSIGN_OR_RETURN(params_, InitParameters(*job_.model, layout_.layer_begin,
                                            layout_.layer_end, device_.get()));
-  if (!spec.init_weights().empty()) {
+  ASSIGN_OR_RETURN(
+      restore_, RestoreState(a_, job_.model->num_layers(), layout_.layer_begin,
+                             layout_.layer_end));
+  writer_ = MakeWriter(a_, env_, layout_.layer_begin, layout_.layer_end);
+  if (!spec.init_weights().empty() && !restore_.has_value()) {
     RETURN_IF_ERROR(
         Annotate(LoadParametersFile(spec.init_weights(), *device_, *params_),
                  "init_weights"));
@@ -123,6 +233,14 @@ PipelineStage::Options PipelineJob::StageOptions() {
     if (env_.stop != nullptr && env_.stop->load()) return;
     env_.progress->OnStageEvent(e, layout_.stage, stage_->stats());
   };
+  if (restore_.has_value()) {
+    options.restore = &*restore_;
+    options.first_minibatch = a_.restore().version();
+  }
+  if (writer_ != nullptr) {
+    options.checkpoint_every = a_.spec().checkpoint().every_steps();
+    options.on_checkpoint = CheckpointHook(a_, device_.get(), writer_.get());
+  }
   return options;
 }
 
@@ -137,6 +255,7 @@ absl::Status PipelineJob::Train() {
   RETURN_IF_ERROR(stage_->Run());
   env_.progress->SetBytes(plane_.comm->bytes_sent(),
                           plane_.comm->bytes_received());
+  DrainWriter(a_, env_, writer_.get());
   return absl::OkStatus();
 }
 
@@ -151,8 +270,13 @@ absl::Status PipelineJob::Evaluate() {
   in.device = device_.get();
   in.comm = plane_.comm.get();
   in.timeout = env_.peer_timeout;
-  ASSIGN_OR_RETURN(std::optional<EvalResult> eval, EvaluateAtEnd(in));
-  if (eval.has_value()) env_.progress->SetTest(eval->accuracy, eval->loss);
+  ASSIGN_OR_RETURN(EndOfJob end, EvaluateAtEnd(in));
+  if (end.eval.has_value()) {
+    env_.progress->SetTest(end.eval->accuracy, end.eval->loss);
+  }
+  if (end.model.has_value()) {
+    RETURN_IF_ERROR(DeliverModel(a_, env_, *end.model));
+  }
   AQ_LOG_INFO("job {}: stage {} replica {} finished", a_.job_id(), a_.stage(),
               a_.replica());
   return absl::OkStatus();

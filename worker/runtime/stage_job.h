@@ -25,6 +25,7 @@
 #include "common/device/factory.h"
 #include "proto/service_types.h"
 #include "worker/runtime/data_plane.h"
+#include "worker/runtime/model_sink.h"
 #include "worker/runtime/progress.h"
 
 namespace aqueduct {
@@ -46,8 +47,18 @@ struct JobEnv {
   // Pipelines: called with the data plane once it is connected (so that a
   // stop can abort it), and with null before it is closed. May be empty.
   std::function<void(const DataPlane*)> on_data_plane;
+  // Where the trained model goes (null: nowhere).
+  ModelSink* model_sink = nullptr;
+  // Longest wait for the job's checkpoint files to be written at its end.
+  absl::Duration checkpoint_drain = absl::Seconds(120);
 };
 
+// Both kinds of run start from the assignment's checkpoint when it has one
+// (assignment.restore(): the files of the layers it runs, verified), write
+// checkpoints as the spec's checkpoint section asks (replica 0 of each
+// stage, from a background thread; each file reported once durable), and
+// end by handing the whole trained model to env.model_sink.
+//
 // Trains a one-stage, one-replica assignment with TrainLocal. OK when
 // finished (the test metrics recorded), CANCELLED when stopped, otherwise
 // the trainer's or the device's error.

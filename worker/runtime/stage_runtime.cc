@@ -28,17 +28,25 @@ StageRuntime::StageRuntime(const StageRuntimeOptions& options,
 
 StageRuntime::~StageRuntime() { Shutdown(); }
 
-bool StageRuntime::IdleFor(const std::string& job_id) const {
-  return !(has_assignment_ && assignment_.job_id() != job_id &&
-           HoldsWorker(phase_));
+bool StageRuntime::IdleFor(const StageAssignment& a) const {
+  return !(has_assignment_ && HoldsWorker(phase_) &&
+           (assignment_.job_id() != a.job_id() ||
+            assignment_.attempt() != a.attempt()));
 }
 
 absl::Status StageRuntime::Assign(const StageAssignment& a) {
   if (absl::Status s = CheckAssignment(a); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return IdleFor(a.job_id());
-  };
+  if (has_assignment_ && HoldsWorker(phase_) &&
+      assignment_.job_id() == a.job_id() &&
+      assignment_.attempt() < a.attempt()) {
+    AQ_LOG_INFO("job {}: attempt {} replaces attempt {} here", a.job_id(),
+                a.attempt(), assignment_.attempt());
+    stop_ = true;
+    AbortLocked();
+    if (phase_ == RuntimePhase::kAssigned) phase_ = RuntimePhase::kStopped;
+  }
+  auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return IdleFor(a); };
   // The coordinator may assign the next job just before this worker has
   // seen, or finished, the stop of its previous one (stops are sent
   // asynchronously): give the previous run a moment to end.
@@ -54,7 +62,7 @@ absl::Status StageRuntime::Assign(const StageAssignment& a) {
   assignment_ = a;
   has_assignment_ = true;
   phase_ = RuntimePhase::kAssigned;
-  progress_.Reset(a.job_id(), a.stage(), a.replica());
+  progress_.Reset(a.job_id(), a.stage(), a.replica(), a.attempt());
   return absl::OkStatus();
 }
 
@@ -87,9 +95,11 @@ void StageRuntime::AbortLocked() {
 }
 
 absl::Status StageRuntime::Stop(const std::string& job_id,
-                                const std::string& reason) {
+                                const std::string& reason,
+                                std::optional<int> attempt) {
   absl::MutexLock lock(&mu_);
-  if (!has_assignment_ || assignment_.job_id() != job_id) {
+  if (!has_assignment_ || assignment_.job_id() != job_id ||
+      (attempt.has_value() && *attempt != assignment_.attempt())) {
     return absl::OkStatus();
   }
   AQ_LOG_INFO("stopping job {}: {}", job_id, reason);
@@ -134,6 +144,7 @@ void StageRuntime::Run(const StageAssignment& a) {
   env.stop = &stop_;
   env.progress = &progress_;
   env.on_data_plane = [this](const DataPlane* plane) { SetDataPlane(plane); };
+  env.model_sink = options_.model_sink;
   const absl::Status status =
       RunsLocally(a.plan()) ? RunLocalJob(a, env) : RunPipelineJob(a, env);
   End(a, status);
@@ -179,6 +190,22 @@ std::vector<StageProgress> StageRuntime::TakeProgress() {
 std::string StageRuntime::current_job() const {
   absl::MutexLock lock(&mu_);
   return has_assignment_ && HoldsWorker(phase_) ? assignment_.job_id() : "";
+}
+
+std::optional<v1::StageClaim> StageRuntime::Claim() const {
+  absl::MutexLock lock(&mu_);
+  // A finished stage still claims its job: its last reports (the end of
+  // the job) may not have reached a coordinator that restarted.
+  if (!has_assignment_ ||
+      !(HoldsWorker(phase_) || phase_ == RuntimePhase::kFinished)) {
+    return std::nullopt;
+  }
+  v1::StageClaim claim;
+  claim.set_job_id(assignment_.job_id());
+  claim.set_attempt(assignment_.attempt());
+  claim.set_stage(assignment_.stage());
+  claim.set_replica(assignment_.replica());
+  return claim;
 }
 
 RuntimePhase StageRuntime::phase() const {

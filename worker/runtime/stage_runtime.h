@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "common/device/factory.h"
 #include "proto/service_types.h"
 #include "worker/runtime/data_plane.h"
+#include "worker/runtime/model_sink.h"
 #include "worker/runtime/phase.h"
 #include "worker/runtime/progress.h"
 
@@ -43,6 +45,9 @@ struct StageRuntimeOptions {
   absl::Duration busy_wait = absl::Seconds(5);
   // Step times and utilisation. Not owned.
   Clock* clock = RealClock::Get();
+  // Where trained models go (worker/runtime/model_sink.h); null: nowhere.
+  // Not owned.
+  ModelSink* model_sink = nullptr;
 };
 
 class StageRuntime {
@@ -55,14 +60,18 @@ class StageRuntime {
 
   // FAILED_PRECONDITION if another job is assigned or running, or the plan
   // is not runnable here; INVALID_ARGUMENT for an inconsistent assignment.
-  // Waits up to options.busy_wait for a previous job that is ending.
+  // Waits up to options.busy_wait for a previous job that is ending. A
+  // later attempt of the job that runs here stops the earlier one first
+  // (the coordinator restarts a job after a lost worker).
   absl::Status Assign(const StageAssignment& assignment);
   // NOT_FOUND if `job_id` is not the assigned job; FAILED_PRECONDITION if it
   // already ended. Returns at once; the job runs on the runtime's thread.
   absl::Status Start(const std::string& job_id);
   // Stops the job after its current step, aborting waits on peers (no-op
-  // for another or no job). Returns at once.
-  absl::Status Stop(const std::string& job_id, const std::string& reason);
+  // for another or no job, or for another attempt than `attempt` when it is
+  // set). Returns at once.
+  absl::Status Stop(const std::string& job_id, const std::string& reason,
+                    std::optional<int> attempt = std::nullopt);
   // Stops whatever runs and waits for it.
   void Shutdown();
 
@@ -70,6 +79,10 @@ class StageRuntime {
   std::vector<StageProgress> TakeProgress();
   // The job assigned or running ("" when idle).
   std::string current_job() const;
+  // The job attempt, stage and replica assigned, running or finished (until
+  // the next assignment); nullopt otherwise. A worker re-registering after
+  // a coordinator restart claims it.
+  std::optional<v1::StageClaim> Claim() const;
   RuntimePhase phase() const;
   WorkerRuntimeStatus Status() const;
 
@@ -81,7 +94,7 @@ class StageRuntime {
   void SetDataPlane(const DataPlane* plane);
   // Whether the job ended with `status` because of a stop (else it failed).
   bool StopExplains(const absl::Status& status);
-  bool IdleFor(const std::string& job_id) const
+  bool IdleFor(const StageAssignment& a) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

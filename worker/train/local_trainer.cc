@@ -7,9 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "pipeline/policy.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/spec.h"
+#include "worker/nn/training_state.h"
 #include "worker/nn/weights.h"
 
 namespace aqueduct {
@@ -82,7 +84,7 @@ absl::Status InitTrainState(const JobSpec& spec,
                    InitParameters(model, 0, model.num_layers(), device));
   const std::string& init =
       options.init_weights.empty() ? spec.init_weights() : options.init_weights;
-  if (!init.empty()) {
+  if (!init.empty() && options.restore == nullptr) {
     RETURN_IF_ERROR(Annotate(LoadParametersFile(init, *device, state->params),
                              "init_weights"));
   }
@@ -90,6 +92,17 @@ absl::Status InitTrainState(const JobSpec& spec,
   ASSIGN_OR_RETURN(
       state->optimizer,
       CreateOptimizer(spec.optimizer(), state->params, device, total));
+  if (options.restore != nullptr) {
+    RETURN_IF_ERROR(
+        Annotate(ImportTrainingState(*options.restore, *device, state->params,
+                                     state->optimizer.get()),
+                 "restoring the checkpoint"));
+    if (state->optimizer->steps() != options.first_step) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the checkpoint's optimizer made ", state->optimizer->steps(),
+          " steps, but training resumes at step ", options.first_step));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -148,9 +161,9 @@ absl::StatusOr<double> TrainStep(const Model& model, Device* device,
   for (float l : buffers->host_losses) sum += l;
   const double mean = sum / buffers->batch;
   if (!std::isfinite(mean)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the training loss became ", mean, " at step ", step + 1,
-                     " (learning rate too high?)"));
+    return absl::DataLossError(
+        absl::StrCat(kNonFiniteLoss, " at step ", step + 1,
+                     ": the loss became ", mean, " (learning rate too high?)"));
   }
   return mean;
 }
@@ -172,6 +185,18 @@ StepReport MakeStepReport(int64_t step, int64_t total,
       std::chrono::duration<double, std::milli>(Clock::now() - step_start)
           .count();
   return report;
+}
+
+// Calls the checkpoint hook when `version` (steps applied) is a checkpoint
+// version of a job of `total` steps.
+absl::Status MaybeCheckpoint(const LocalTrainOptions& options, int64_t version,
+                             int64_t total, const TrainState& state) {
+  const int64_t every = options.checkpoint_every;
+  if (every <= 0 || !options.on_checkpoint || version % every != 0 ||
+      version >= total) {
+    return absl::OkStatus();
+  }
+  return options.on_checkpoint(version, state.params, *state.optimizer);
 }
 
 }  // namespace
@@ -245,7 +270,11 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   RETURN_IF_ERROR(InitStepBuffers(data.train, batch, device, &buffers));
   Clock::time_point window_start = Clock::now();
   int64_t window_steps = 0;
-  for (int64_t step = 0; step < total; ++step) {
+  if (options.first_step < 0 || options.first_step > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot resume at step ", options.first_step, " of a job of ", total));
+  }
+  for (int64_t step = options.first_step; step < total; ++step) {
     if (options.stop != nullptr && options.stop->load()) {
       return absl::CancelledError(
           absl::StrCat("training stopped after ", step, " steps"));
@@ -260,6 +289,7 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
         TrainStep(model, device, data.train, &sampler, step, &state, &buffers));
     result.losses.push_back(mean);
     ++window_steps;
+    RETURN_IF_ERROR(MaybeCheckpoint(options, step + 1, total, state));
     const double elapsed = Seconds(Clock::now() - window_start);
     if (options.on_step) {
       options.on_step(MakeStepReport(step, total, sampler.batches_per_epoch(),
@@ -279,6 +309,9 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   if (!options.save_weights.empty()) {
     RETURN_IF_ERROR(
         SaveParametersFile(options.save_weights, *device, state.params));
+  }
+  if (options.export_model) {
+    ASSIGN_OR_RETURN(result.model, ExportParameters(*device, state.params));
   }
   result.wall_seconds = Seconds(Clock::now() - start);
   return result;

@@ -14,9 +14,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/device/device.h"
+#include "common/safetensors.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
+#include "worker/nn/optimizer.h"
 
 namespace aqueduct {
 
@@ -48,6 +50,20 @@ struct LocalTrainOptions {
   // When set and it becomes true, training stops after the current step and
   // TrainLocal returns CANCELLED.
   const std::atomic<bool>* stop = nullptr;
+  // Resume: the first step to run (= the checkpoint's version) and the
+  // checkpoint's training state (parameters, optimizer state and step
+  // count; worker/nn/training_state.h), which replaces init_weights.
+  int64_t first_step = 0;
+  const SafetensorsFile* restore = nullptr;
+  // Checkpoints: after every step that makes the version (steps applied) a
+  // multiple of `checkpoint_every`, short of the last, `on_checkpoint` is
+  // called with the version, the parameters and the optimizer.
+  int64_t checkpoint_every = 0;
+  std::function<absl::Status(int64_t version, const ParameterSet& params,
+                             const Optimizer& optimizer)>
+      on_checkpoint;
+  // Keep the trained parameters in the result (LocalTrainResult::model).
+  bool export_model = false;
 };
 
 struct EvalResult {
@@ -64,6 +80,8 @@ struct LocalTrainResult {
   std::optional<EvalResult> test;
   double wall_seconds = 0;
   int64_t parameters = 0;
+  // The trained parameters, when options.export_model.
+  std::optional<SafetensorsFile> model;
 };
 
 // Trains `spec` on `device`. Errors: INVALID_ARGUMENT for a bad spec or

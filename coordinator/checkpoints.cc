@@ -1,0 +1,196 @@
+// Checkpoints, the coordinator's half of the two-phase commit
+// (docs/protocol.md, "Checkpoints"): each stage's replica 0 writes its file
+// durably and reports it; once every stage of the current attempt has
+// reported its file of a version, the committer thread writes the
+// version's manifest (the commit point: an atomic rename), journals it,
+// records it in the job, and removes the versions beyond keep_last. A
+// version whose files never all arrive (a worker died while writing, a
+// full disk) is never committed, and is removed with the older versions.
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "coordinator/core.h"
+#include "pipeline/policy.h"
+
+namespace aqueduct {
+
+namespace {
+
+int KeepLast(const JobSpec& spec) {
+  return spec.checkpoint().keep_last() > 0 ? spec.checkpoint().keep_last() : 3;
+}
+
+}  // namespace
+
+void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
+  if (p.checkpoints_size() == 0 || !job.has_plan || p.replica() != 0) return;
+  const int64_t committed =
+      job.checkpoints.empty() ? 0 : job.checkpoints.rbegin()->first;
+  for (const CheckpointWritten& w : p.checkpoints()) {
+    if (w.version() > committed) job.pending_files[w.version()][p.stage()] = w;
+  }
+  const int stages = job.plan.stages_size();
+  for (auto it = job.pending_files.begin(); it != job.pending_files.end();) {
+    if (static_cast<int>(it->second.size()) < stages) {
+      ++it;
+      continue;
+    }
+    v1::CheckpointManifest m;
+    m.set_job_id(job.id);
+    m.set_version(it->first);
+    m.set_schedule(ScheduleName(ParseSchedule(job.spec.pipeline().schedule())
+                                    .value_or(v1::SCHEDULE_UNSPECIFIED)));
+    *m.mutable_plan() = job.plan;
+    m.set_total_steps(job.total_steps);
+    m.set_num_layers(job.spec.model().layers_size());
+    m.set_attempt(job.attempt);
+    m.set_dir(it->second.begin()->second.dir());
+    for (const auto& [stage, written] : it->second) {
+      *m.add_files() = written.file();
+    }
+    m.set_committed_ms(ToUnixMillisOr0(clock_->Now()));
+    const std::string job_dir =
+        CheckpointJobDir(job.spec.checkpoint().dir(), job.id);
+    const int keep = KeepLast(job.spec);
+    absl::Status s = committer_->Submit(
+        [this, m, job_dir, keep] { Commit(m, job_dir, keep); });
+    if (!s.ok()) AQ_LOG_WARN("job {}: {}", job.id, s.ToString());
+    it = job.pending_files.erase(it);
+  }
+}
+
+void CoordinatorCore::Commit(v1::CheckpointManifest m,
+                             const std::string& job_dir, int keep_last) {
+  if (absl::Status s = CommitManifest(m); !s.ok()) {
+    AQ_LOG_WARN("job {}: checkpoint version {} not committed: {}", m.job_id(),
+                m.version(), s.ToString());
+    return;
+  }
+  if (journal_ != nullptr) {
+    v1::JournalRecord record;
+    *record.mutable_checkpoint() = m;
+    if (absl::Status s = journal_->Append(record); !s.ok()) {
+      AQ_LOG_WARN(
+          "job {}: checkpoint version {} is committed in {} but not "
+          "journaled: {}",
+          m.job_id(), m.version(), m.dir(), s.ToString());
+    }
+  }
+  std::set<int64_t> keep;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(m.job_id());
+    if (it == jobs_.end()) return;
+    Job& job = it->second;
+    job.checkpoints[m.version()] = m;
+    while (static_cast<int>(job.checkpoints.size()) > keep_last) {
+      job.checkpoints.erase(job.checkpoints.begin());
+    }
+    for (const auto& [version, manifest] : job.checkpoints) {
+      keep.insert(version);
+    }
+    ++job.version;
+  }
+  AQ_LOG_INFO("job {}: checkpoint version {} committed in {}", m.job_id(),
+              m.version(), m.dir());
+  if (absl::Status s = PruneCheckpoints(job_dir, keep, m.version()); !s.ok()) {
+    AQ_LOG_WARN("job {}: removing old checkpoints: {}", m.job_id(),
+                s.ToString());
+  }
+  if (absl::Status s = RemoveStrayFiles(m); !s.ok()) {
+    AQ_LOG_WARN("job {}: {}", m.job_id(), s.ToString());
+  }
+}
+
+absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
+    const JobSpec& spec, const std::string& resume) const {
+  v1::CheckpointManifest m;
+  bool found = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(resume);
+    if (it != jobs_.end()) {
+      const v1::CheckpointManifest* latest = RestorePointLocked(it->second);
+      if (latest == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat("job ", resume, " has no committed checkpoint"));
+      }
+      m = *latest;
+      found = true;
+    }
+  }
+  if (!found) {
+    ASSIGN_OR_RETURN(m, ReadManifest(resume));
+  }
+  if (absl::Status s = VerifyCheckpoint(m); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("the checkpoint ", m.dir(),
+                                     " cannot be used: ", s.message()));
+  }
+  if (m.num_layers() != spec.model().layers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint ", m.dir(), " is of a model of ", m.num_layers(),
+        " layers; the spec's model has ", spec.model().layers_size()));
+  }
+  return m;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointManifest>>
+CoordinatorCore::ListCheckpoints(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  std::vector<v1::CheckpointManifest> out;
+  for (const auto& [version, m] : it->second.checkpoints) out.push_back(m);
+  return out;
+}
+
+absl::Status CoordinatorCore::CheckModelUpload(const std::string& worker_id,
+                                               const std::string& incarnation,
+                                               const std::string& job_id,
+                                               int attempt) const {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(registry_.CheckLive(worker_id, incarnation));
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  const Job& job = it->second;
+  auto worker = registry_.Get(worker_id);
+  const bool output =
+      job.has_plan && worker.ok() && worker->job_id() == job_id &&
+      worker->stage() == job.plan.stages_size() - 1 && worker->replica() == 0;
+  if (IsFinal(job.state) || attempt != job.attempt || !output) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " may not upload the model of job ",
+                     job_id, " (attempt ", attempt,
+                     "): only the output stage's replica 0 of the "
+                     "running attempt ",
+                     job.attempt, " may"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
+                                          const std::string& path,
+                                          int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  it->second.model_path = path;
+  it->second.model_bytes = bytes;
+  ++it->second.version;
+  AQ_LOG_INFO("job {}: trained model stored as {} ({} bytes)", job_id, path,
+              bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace aqueduct

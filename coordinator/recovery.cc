@@ -1,0 +1,185 @@
+// Recovery: what the coordinator does when a running job loses a worker or
+// a stage fails. The job restarts as a new attempt from its latest
+// committed checkpoint (or from the start): its workers are stopped and
+// freed, it goes back to PENDING, and the scheduler gives it the healthy
+// idle workers there are (a spare takes the lost worker's place; with none,
+// the planner re-plans for fewer), up to fault_tolerance.max_restarts.
+//
+// A stage's failure is attributed before the restart: the job's workers
+// are asked for their status, and one that refuses (its process is gone)
+// is declared DEAD, so the restart names the worker that died rather than
+// the peer that noticed its connection close.
+//
+// Also here: taking running jobs back after the coordinator restarted
+// (their workers register again with a claim of the attempt they run).
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "coordinator/core.h"
+
+namespace aqueduct {
+
+const v1::CheckpointManifest* CoordinatorCore::RestorePointLocked(
+    const Job& job) const {
+  if (!job.checkpoints.empty()) return &job.checkpoints.rbegin()->second;
+  if (job.resume.version() > 0) return &job.resume;
+  return nullptr;
+}
+
+void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
+  if (job.state != v1::JOB_PLANNING && job.state != v1::JOB_RUNNING) return;
+  job.probing = false;
+  const int used = static_cast<int>(job.restarts.size());
+  if (used >= job.max_restarts) {
+    FinishLocked(job, JobEvent::kFailed,
+                 job.max_restarts == 0
+                     ? reason
+                     : absl::StrCat(reason, " (after ", used,
+                                    " restart(s), the most "
+                                    "fault_tolerance.max_restarts allows)"));
+    return;
+  }
+  const v1::CheckpointManifest* restore = RestorePointLocked(job);
+  v1::RestartRecord record;
+  record.set_attempt(job.attempt + 1);
+  record.set_at_ms(ToUnixMillisOr0(clock_->Now()));
+  record.set_reason(reason);
+  record.set_rolled_back_to(restore != nullptr ? restore->version() : 0);
+  record.set_step_at_failure(StatusOfLocked(job).step());
+  std::vector<std::pair<std::string, std::string>> to_stop;
+  for (const std::string& w : job.reserved) {
+    auto status = registry_.Get(w);
+    if (!status.ok() || status->job_id() != job.id) continue;
+    if (status->state() != v1::WORKER_DEAD) {
+      to_stop.emplace_back(w, status->info().address());
+    }
+    registry_.Release(w, job.id);
+  }
+  const int old_attempt = job.attempt;
+  TransitionLocked(job, JobEvent::kRestart, reason);
+  job.attempt = record.attempt();
+  job.restarts.push_back(record);
+  job.reserved.clear();
+  job.stage_workers.clear();
+  job.awaiting.clear();
+  job.pending_files.clear();
+  job.pending_since = clock_->Now();
+  job.ledger.Rollback(record.rolled_back_to());
+  store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/a", old_attempt, "/"));
+  AQ_LOG_WARN("job {}: restart {} of {} from version {}: {}", job.id,
+              record.attempt(), job.max_restarts, record.rolled_back_to(),
+              reason);
+  if (!to_stop.empty()) {
+    StopWorkersAsync(std::move(to_stop), job.id,
+                     absl::StrCat("the job restarts: ", reason), old_attempt);
+  }
+  ScheduleLocked();
+}
+
+void CoordinatorCore::ProbeLocked(Job& job, const std::string& error) {
+  if (job.probing || IsFinal(job.state)) return;
+  job.probing = true;
+  const std::string id = job.id;
+  const int attempt = job.attempt;
+  absl::Status s = executor_->Submit(
+      [this, id, attempt, error] { Probe(id, attempt, error); });
+  if (!s.ok()) RestartOrFailLocked(job, error);
+}
+
+void CoordinatorCore::Probe(const std::string& job_id, int attempt,
+                            const std::string& error) {
+  std::vector<std::pair<std::string, std::string>> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end() || it->second.attempt != attempt) return;
+    for (const std::string& w : it->second.reserved) {
+      auto status = registry_.Get(w);
+      if (status.ok()) workers.emplace_back(w, status->info().address());
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> dead;
+  for (const auto& [id, address] : workers) {
+    auto status = worker_clients_(address)->GetStatus(options_.probe_timeout);
+    if (!status.ok() && (absl::IsUnavailable(status.status()) ||
+                         absl::IsDeadlineExceeded(status.status()))) {
+      dead.emplace_back(id, absl::StrCat("it does not answer (",
+                                         status.status().message(), ")"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, why] : dead) {
+    HandleTransitionsLocked(registry_.MarkDead(id, why));
+  }
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end() && it->second.attempt == attempt) {
+    RestartOrFailLocked(it->second, error);  // Nobody died: the stage did.
+  }
+}
+
+void CoordinatorCore::RestartJob(const std::string& job_id, int attempt,
+                                 const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (StillPlanningLocked(job_id, attempt))
+    ProbeLocked(jobs_.at(job_id), reason);
+}
+
+void CoordinatorCore::AdoptClaimLocked(const WorkerInfo& info,
+                                       const v1::StageClaim& claim) {
+  auto it = jobs_.find(claim.job_id());
+  if (it == jobs_.end() || IsFinal(it->second.state)) return;
+  Job& job = it->second;
+  const auto& stages = job.stage_workers;
+  if (claim.attempt() != job.attempt || claim.stage() < 0 ||
+      claim.stage() >= static_cast<int>(stages.size()) || claim.replica() < 0 ||
+      claim.replica() >= static_cast<int>(stages[claim.stage()].size()) ||
+      stages[claim.stage()][claim.replica()] != info.worker_id()) {
+    AQ_LOG_WARN(
+        "worker {} claims stage {} of attempt {} of job {}, which is "
+        "not its assignment; it will be told to stop",
+        info.worker_id(), claim.stage(), claim.attempt(), job.id);
+    return;
+  }
+  registry_.Assign(info.worker_id(), job.id, claim.stage(), claim.replica());
+  job.awaiting.erase(info.worker_id());
+  AQ_LOG_INFO("job {}: worker {} is back with stage {} ({} still awaited)",
+              job.id, info.worker_id(), claim.stage(), job.awaiting.size());
+  ++job.version;
+}
+
+void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
+  const absl::Duration limit =
+      options_.adoption_grace + options_.registry.dead_after;
+  for (const std::string& id : job_order_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.awaiting.empty()) continue;
+    Job& job = it->second;
+    if (IsFinal(job.state) || now - job.adopted_at < limit) continue;
+    const std::string missing = absl::StrJoin(job.awaiting, ", ");
+    job.awaiting.clear();
+    RestartOrFailLocked(
+        job, absl::StrFormat("worker(s) %s did not register again within "
+                             "%.1f s of the coordinator's restart",
+                             missing, absl::ToDoubleSeconds(limit)));
+  }
+}
+
+void CoordinatorCore::JournalStartLocked(const Job& job) {
+  if (journal_ == nullptr) return;
+  v1::JournalRecord record;
+  v1::JobStarted* started = record.mutable_started();
+  started->set_job_id(job.id);
+  started->set_attempt(job.attempt);
+  *started->mutable_plan() = job.plan;
+  for (const auto& replicas : job.stage_workers) {
+    v1::StagePeers* stage = started->add_stages();
+    for (const std::string& w : replicas) stage->add_worker_ids(w);
+  }
+  if (job.has_profile) *started->mutable_profile() = job.profile;
+  if (!job.restarts.empty()) *started->mutable_restart() = job.restarts.back();
+  started->set_started_ms(ToUnixMillisOr0(job.started));
+  journal_->AppendAsync(std::move(record));
+}
+
+}  // namespace aqueduct
