@@ -27,6 +27,14 @@ ABSL_FLAG(std::string, resume, "",
           "checkpoint's version directory or its manifest.json (aq "
           "checkpoints JOB lists them)");
 
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "checkpoint into this directory (absolute; every worker and the "
+          "coordinator must be able to write it), overriding the spec's "
+          "checkpoint.dir");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "a checkpoint every N optimizer steps, overriding the spec's "
+          "checkpoint.every_steps");
+
 namespace aqueduct {
 namespace {
 
@@ -91,6 +99,13 @@ absl::StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& path) {
     *request.mutable_profile() = graph.ToProto();
   }
   request.set_resume(absl::GetFlag(FLAGS_resume));
+  v1::CheckpointSpec* checkpoint = request.mutable_spec()->mutable_checkpoint();
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    checkpoint->set_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  }
+  if (absl::GetFlag(FLAGS_checkpoint_every) != 0) {
+    checkpoint->set_every_steps(absl::GetFlag(FLAGS_checkpoint_every));
+  }
   return request;
 }
 
@@ -140,6 +155,8 @@ int SubmitMain(const std::vector<std::string>& args) {
         "plan with this profile (aq profile) instead of profiling the model "
         "on a worker"},
        {"resume", "JOB|CHECKPOINT", ""},
+       {"checkpoint_dir", "DIR", ""},
+       {"checkpoint_every", "N", ""},
        CoordinatorFlag(),
        OutputFlag()});
   ParsedArgs parsed;

@@ -22,7 +22,8 @@
 #include "worker/train/local_trainer.h"
 
 ABSL_FLAG(int64_t, max_steps, 0,
-          "stop after N steps (default: the spec's max_steps)");
+          "stop after N steps (default: the spec's max_steps); 0 trains "
+          "nothing and evaluates the initial (or --init_weights) model");
 ABSL_FLAG(int64_t, epochs, 0,
           "passes over the data (default: the spec's epochs)");
 ABSL_FLAG(std::string, init_weights, "",
@@ -70,7 +71,9 @@ std::optional<std::string> OptionsFromFlags(const ParsedArgs& parsed,
                                             LocalTrainOptions* options) {
   if (parsed.given.count("max_steps") > 0) {
     options->max_steps = absl::GetFlag(FLAGS_max_steps);
-    if (*options->max_steps <= 0) return "--max_steps needs a positive integer";
+    if (*options->max_steps < 0) {
+      return "--max_steps needs a non-negative integer";
+    }
   }
   if (parsed.given.count("epochs") > 0) {
     options->epochs = absl::GetFlag(FLAGS_epochs);

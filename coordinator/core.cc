@@ -141,6 +141,7 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
     job.total_steps = p.total_steps();
   }
   ++job.version;
+  LogFirstStepAfterRestartLocked(job, p, now);
   ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
     const std::string reason =
@@ -163,6 +164,21 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   if (job.ledger.MarkFinished(p, output) == total) {
     FinishLocked(job, JobEvent::kAllReplicasFinished, "");
   }
+}
+
+void CoordinatorCore::LogFirstStepAfterRestartLocked(Job& job,
+                                                     const StageProgress& p,
+                                                     absl::Time now) {
+  if (job.restarts.empty() || job.stepped_since_restart) return;
+  const bool output = job.has_plan && p.stage() == job.plan.stages_size() - 1;
+  const v1::RestartRecord& r = job.restarts.back();
+  if (!output || p.committed_version() <= r.rolled_back_to()) return;
+  job.stepped_since_restart = true;
+  AQ_LOG_INFO(
+      "job {} attempt {}: first step after the restart committed (version {}) "
+      "{:.3f} s after the restart",
+      job.id, job.attempt, p.committed_version(),
+      absl::ToDoubleSeconds(now - absl::FromUnixMillis(r.at_ms())));
 }
 
 // ------------------------------------------------------------------ Jobs

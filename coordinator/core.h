@@ -182,6 +182,8 @@ class CoordinatorCore {
     int max_restarts = 3;
     std::vector<v1::RestartRecord> restarts;
     bool probing = false;
+    // The output stage committed a step since the latest restart.
+    bool stepped_since_restart = false;
     // Checkpoints: committed ones kept, by version; files reported for
     // versions not committed yet ([version][stage]); the checkpoint the job
     // resumed from (version 0: none).
@@ -210,6 +212,9 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyProgressLocked(Job& job, const std::string& worker_id,
                            const StageProgress& p, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogFirstStepAfterRestartLocked(Job& job, const StageProgress& p,
+                                      absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTransitionsLocked(const std::vector<WorkerTransition>& changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -203,6 +203,9 @@ void CoordinatorCore::Drive(const std::string& job_id) {
     AQ_LOG_INFO("job {} attempt {} running on {} stage(s) from version {}",
                 job_id, in.attempt, job.plan.stages_size(),
                 in.restore.version());
+    if (!job.restarts.empty()) {
+      job.restarts.back().set_workers(job.plan.workers_used());
+    }
     JournalStartLocked(job);
   }
 }

@@ -64,6 +64,7 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
   job.stage_workers.clear();
   job.awaiting.clear();
   job.pending_files.clear();
+  job.stepped_since_restart = false;
   job.pending_since = clock_->Now();
   job.ledger.Rollback(record.rolled_back_to());
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/a", old_attempt, "/"));

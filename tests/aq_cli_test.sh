@@ -41,8 +41,12 @@ grep -q "flag '--epochs' needs a value" "$tmp/err" || fail "missing value messag
 "$AQ" train-local "$tmp/job.textproto" --max-steps=abc 2>"$tmp/err" >/dev/null; rc=$?
 [ "$rc" -eq 2 ] || fail "bad value: exit $rc"
 grep -q "bad value 'abc' for --max-steps: want an integer" "$tmp/err" || fail "bad value message: $(cat "$tmp/err")"
-"$AQ" train-local "$tmp/job.textproto" --max_steps 0 2>"$tmp/err" >/dev/null; rc=$?
-[ "$rc" -eq 2 ] || fail "--max_steps 0: exit $rc"
+"$AQ" train-local "$tmp/job.textproto" --max_steps -1 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 2 ] || fail "--max_steps -1: exit $rc"
+# --max_steps 0 trains nothing: it evaluates the initial model.
+"$AQ" train-local "$tmp/job.textproto" --max_steps 0 --output=json >"$tmp/eval.json" 2>"$tmp/err" ||
+  fail "--max_steps 0: $(cat "$tmp/err")"
+grep -q '"steps":0,' "$tmp/eval.json" || fail "--max_steps 0: $(cat "$tmp/eval.json")"
 
 # Missing file.
 "$AQ" train-local "$tmp/nope.textproto" 2>"$tmp/err" >/dev/null; rc=$?

@@ -58,7 +58,9 @@ void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
                               absl::Time now) {
   l.committed_version = std::max(l.committed_version, p.committed_version());
   l.in_flight.assign(p.in_flight().begin(), p.in_flight().end());
-  if (l.first_report == absl::InfinitePast()) {
+  // The throughput window opens at the first report of a step (a run's
+  // first reports may come before any, e.g. while it loads its data).
+  if (l.first_report == absl::InfinitePast() && p.minibatches_done() > 0) {
     l.first_report = now;
     l.first_done = p.minibatches_done();
   }

@@ -56,6 +56,9 @@ absl::StatusOr<EpochSampler> MakeSampler(const JobSpec& spec,
 absl::StatusOr<int64_t> StepsToRun(const JobSpec& spec,
                                    const LocalTrainOptions& options,
                                    int64_t train_samples) {
+  if (options.max_steps.has_value() && *options.max_steps == 0) {
+    return 0;  // Evaluation only.
+  }
   JobSpec run = spec;
   run.set_epochs(options.epochs.value_or(spec.epochs()));
   run.set_max_steps(options.max_steps.value_or(spec.max_steps()));
@@ -301,6 +304,7 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   result.steps = total;
   result.epochs =
       (total + sampler.batches_per_epoch() - 1) / sampler.batches_per_epoch();
+  if (total == 0) result.samples_per_second = 0;
   result.samples_per_second = window > 0 ? window_steps * batch / window : 0;
   if (options.evaluate && data.test.has_value()) {
     ASSIGN_OR_RETURN(result.test,

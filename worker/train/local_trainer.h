@@ -34,7 +34,8 @@ struct StepReport {
 };
 
 struct LocalTrainOptions {
-  // Overrides of the spec's max_steps / epochs when set.
+  // Overrides of the spec's max_steps / epochs when set; max_steps 0 trains
+  // nothing (the initial or init_weights model is evaluated).
   std::optional<int64_t> max_steps;
   std::optional<int64_t> epochs;
   // Overrides spec.init_weights when not empty.
