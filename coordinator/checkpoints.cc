@@ -12,16 +12,9 @@
 #include "common/status.h"
 #include "coordinator/core.h"
 #include "pipeline/policy.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
-
-namespace {
-
-int KeepLast(const JobSpec& spec) {
-  return spec.checkpoint().keep_last() > 0 ? spec.checkpoint().keep_last() : 3;
-}
-
-}  // namespace
 
 void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
   if (p.checkpoints_size() == 0 || !job.has_plan || p.replica() != 0) return;
@@ -52,7 +45,7 @@ void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
     m.set_committed_ms(ToUnixMillisOr0(clock_->Now()));
     const std::string job_dir =
         CheckpointJobDir(job.spec.checkpoint().dir(), job.id);
-    const int keep = KeepLast(job.spec);
+    const int keep = CheckpointsKept(job.spec);
     absl::Status s = committer_->Submit(
         [this, m, job_dir, keep] { Commit(m, job_dir, keep); });
     if (!s.ok()) AQ_LOG_WARN("job {}: {}", job.id, s.ToString());

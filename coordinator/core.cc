@@ -19,6 +19,22 @@ namespace aqueduct {
 
 namespace {
 
+// A stage's error that a restart would meet again: a bad spec, missing
+// data, a file that is not there.
+bool NoRestartMends(int code) {
+  switch (static_cast<absl::StatusCode>(code)) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnimplemented:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int MaxRestarts(const JobSpec& spec) {
   const v1::FaultToleranceSpec& f = spec.fault_tolerance();
   return f.has_max_restarts() ? f.max_restarts() : 3;
@@ -149,6 +165,8 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
                      " on worker ", worker_id, " failed: ", p.error());
     const bool nonfinite = p.error().rfind(kNonFiniteLoss, 0) == 0;
     if (nonfinite && job.spec.fault_tolerance().on_nonfinite() != "rollback") {
+      FinishLocked(job, JobEvent::kFailed, reason);
+    } else if (NoRestartMends(p.error_code())) {
       FinishLocked(job, JobEvent::kFailed, reason);
     } else if (nonfinite) {
       RestartOrFailLocked(job, reason);
@@ -451,7 +469,12 @@ absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
         AddJobLocked(JobFromJournal(sub));
         ++requeued;
       }
-      jobs_.at(id).checkpoints = std::move(index.checkpoints[id]);
+      // The versions kept (older ones were removed after later commits).
+      auto& committed = index.checkpoints[id];
+      while (static_cast<int>(committed.size()) > CheckpointsKept(sub.spec())) {
+        committed.erase(committed.begin());
+      }
+      jobs_.at(id).checkpoints = std::move(committed);
     }
     TrimFinishedLocked();
     kept = CompactionLocked(index);

@@ -55,6 +55,12 @@ absl::Status ValidateDataSpec(const DataSpec& spec);
 // Whether the data has a held-out split (the job then evaluates at its end).
 bool HasTestSplit(const DataSpec& spec);
 
+// How many committed checkpoints a job keeps (checkpoint.keep_last,
+// default 3).
+inline int CheckpointsKept(const JobSpec& spec) {
+  return spec.checkpoint().keep_last() > 0 ? spec.checkpoint().keep_last() : 3;
+}
+
 }  // namespace aqueduct
 
 #endif  // AQUEDUCT_PIPELINE_SPEC_H_

@@ -26,6 +26,10 @@ class StageRuntimeAdapter final : public AgentRuntime {
   std::optional<v1::StageClaim> Claim() const override {
     return runtime_->Claim();
   }
+  absl::Status StopAttempt(const std::string& job_id, int attempt,
+                           const std::string& reason) override {
+    return runtime_->Stop(job_id, reason, attempt);
+  }
 
  private:
   StageRuntime* const runtime_;
@@ -170,14 +174,18 @@ void WorkerAgent::HeartbeatLocked(absl::Time now) {
   request.set_worker_id(me.worker_id());
   request.set_incarnation(me.incarnation());
   request.set_job_id(runtime_->current_job());
-  if (std::optional<v1::StageClaim> claim = runtime_->Claim()) {
-    request.set_attempt(claim->attempt());
-  }
+  const std::optional<v1::StageClaim> claim = runtime_->Claim();
+  if (claim.has_value()) request.set_attempt(claim->attempt());
   absl::StatusOr<v1::HeartbeatResponse> response =
       client_->Heartbeat(request, options_.rpc_timeout);
   if (response.ok()) {
+    // The answer is about the attempt this heartbeat named: a later one,
+    // assigned while it was on its way, keeps running.
     for (const std::string& job : response->stop_jobs()) {
-      (void)runtime_->Stop(job, "the coordinator says the job is over");
+      const char* why = "the coordinator says the job is over";
+      (void)(claim.has_value() && claim->job_id() == job
+                 ? runtime_->StopAttempt(job, claim->attempt(), why)
+                 : runtime_->Stop(job, why));
     }
   } else if (absl::IsFailedPrecondition(response.status())) {
     // Fenced or expired: our job was failed; start over.

@@ -82,6 +82,13 @@ class AgentRuntime {
   // The job attempt and stage assigned or running, claimed when the worker
   // registers again (nullopt when idle).
   virtual std::optional<v1::StageClaim> Claim() const { return std::nullopt; }
+  // Stops `job_id` only if its attempt `attempt` runs (a later attempt,
+  // assigned meanwhile, keeps running).
+  virtual absl::Status StopAttempt(const std::string& job_id, int attempt,
+                                   const std::string& reason) {
+    (void)attempt;
+    return Stop(job_id, reason);
+  }
 };
 
 class WorkerAgent {

@@ -193,9 +193,11 @@ void ProgressAccumulator::Finish() {
   dirty_ = true;
 }
 
-void ProgressAccumulator::Fail(const std::string& error) {
+void ProgressAccumulator::Fail(const std::string& error,
+                               absl::StatusCode code) {
   absl::MutexLock lock(&mu_);
   pending_.set_error(error);
+  pending_.set_error_code(static_cast<int>(code));
   dirty_ = true;
 }
 

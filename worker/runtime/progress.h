@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -68,8 +69,9 @@ class ProgressAccumulator {
   void SetTest(double accuracy, double loss);
   // The stage finished its work.
   void Finish();
-  // The stage failed; the job fails with `error`.
-  void Fail(const std::string& error);
+  // The stage failed with `error` (of status code `code`).
+  void Fail(const std::string& error,
+            absl::StatusCode code = absl::StatusCode::kUnknown);
 
   // What accumulated since the previous call; nullopt if nothing did.
   std::optional<StageProgress> Take();

@@ -160,7 +160,7 @@ void StageRuntime::End(const StageAssignment& a, const absl::Status& status) {
                 std::string(status.message()));
   } else {
     phase = RuntimePhase::kFailed;
-    progress_.Fail(std::string(status.message()));
+    progress_.Fail(std::string(status.message()), status.code());
     AQ_LOG_WARN("job {} failed: {}", a.job_id(), status.ToString());
   }
   absl::MutexLock lock(&mu_);
