@@ -160,6 +160,7 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   LogFirstStepAfterRestartLocked(job, p, now);
   ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
+    ForgetUnloadableCheckpointLocked(job, p);
     const std::string reason =
         absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
                      " on worker ", worker_id, " failed: ", p.error());
@@ -181,6 +182,23 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   for (const auto& workers : job.stage_workers) total += workers.size();
   if (job.ledger.MarkFinished(p, output) == total) {
     FinishLocked(job, JobEvent::kAllReplicasFinished, "");
+  }
+}
+
+void CoordinatorCore::ForgetUnloadableCheckpointLocked(Job& job,
+                                                       const StageProgress& p) {
+  if (static_cast<absl::StatusCode>(p.error_code()) !=
+      absl::StatusCode::kDataLoss) {
+    return;
+  }
+  for (auto it = job.checkpoints.begin(); it != job.checkpoints.end(); ++it) {
+    if (p.error().find(it->second.dir()) == std::string::npos) continue;
+    AQ_LOG_WARN(
+        "job {}: the checkpoint of version {} in {} does not load; later "
+        "restarts use an older one: {}",
+        job.id, it->first, it->second.dir(), p.error());
+    job.checkpoints.erase(it);
+    return;
   }
 }
 

@@ -213,6 +213,10 @@ class CoordinatorCore {
   void ApplyProgressLocked(Job& job, const std::string& worker_id,
                            const StageProgress& p, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stage could not load one of the job's committed checkpoints (its
+  // files are damaged): forgets it, so that a restart goes further back.
+  void ForgetUnloadableCheckpointLocked(Job& job, const StageProgress& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogFirstStepAfterRestartLocked(Job& job, const StageProgress& p,
                                       absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -419,6 +419,23 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   now.set_attempt(1);
   ASSERT_TRUE(core_->ReportProgress("w2", "inc-w2", {now}).ok());
   EXPECT_EQ(core_->GetJob(*id)->step(), 5);
+  // The checkpoint turns out damaged when a stage loads it: it is
+  // forgotten and the next attempt starts further back (here: the start).
+  StageProgress damaged = Progress(*id, 5, false);
+  damaged.set_attempt(1);
+  damaged.set_error("restoring the checkpoint: " + version_dir +
+                    "/stage-0-a0.safetensors: CRC-32 differs");
+  damaged.set_error_code(static_cast<int>(absl::StatusCode::kDataLoss));
+  ASSERT_TRUE(core_->ReportProgress("w2", "inc-w2", {damaged}).ok());
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (core_->GetJob(*id)->attempt() < 2 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const JobStatus again = WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_EQ(again.restarts_size(), 2);
+  EXPECT_EQ(again.restarts(1).rolled_back_to(), 0);
+  EXPECT_EQ(again.checkpoint_version(), 0);
+  EXPECT_TRUE(calls_.Has("assign w2:1 attempt 2 from v0"));
 }
 
 TEST_F(CoreTest, AFailedStageIsBlamedOnTheWorkerThatDied) {
