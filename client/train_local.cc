@@ -6,20 +6,31 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/progress.h"
+#include "common/checkpoint.h"
 #include "common/device/cpu_device.h"
 #include "common/logging.h"
+#include "common/status.h"
+#include "pipeline/spec.h"
 #include "worker/nn/spec.h"
+#include "worker/nn/training_state.h"
 #include "worker/train/local_trainer.h"
+
+// Shared with aq submit (remote_commands.cc).
+ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
+ABSL_DECLARE_FLAG(int64_t, checkpoint_every);
+ABSL_DECLARE_FLAG(std::string, resume);
 
 ABSL_FLAG(int64_t, max_steps, 0,
           "stop after N steps (default: the spec's max_steps); 0 trains "
@@ -52,6 +63,15 @@ CommandLineSpec TrainLocalSpec() {
                          {"threads", "T", ""},
                          {"init_weights", "FILE", ""},
                          {"save_weights", "FILE", ""},
+                         {"checkpoint_dir", "DIR",
+                          "checkpoint into DIR/train-local/v<version>/ (as "
+                          "the daemons do; default: the spec's "
+                          "checkpoint.dir)"},
+                         {"checkpoint_every", "N", ""},
+                         {"resume", "CHECKPOINT",
+                          "continue from a checkpoint: its version "
+                          "directory or manifest.json (of any job of this "
+                          "model)"},
                          OutputFlag(),
                          {"log_level", "LEVEL", ""}});
 }
@@ -152,6 +172,78 @@ void PrintResultText(const JobSpec& spec, const LocalTrainResult& r,
   std::cout << absl::StrFormat("wall time %.1f s\n", r.wall_seconds);
 }
 
+// Writes the state of `version` as a committed checkpoint (one file, then
+// the manifest) under dir/train-local/, keeping the spec's keep_last.
+absl::Status WriteLocalCheckpoint(const JobSpec& spec, const std::string& dir,
+                                  Device& device, int64_t version,
+                                  const ParameterSet& params,
+                                  const Optimizer& optimizer) {
+  constexpr char kJob[] = "train-local";
+  ASSIGN_OR_RETURN(SafetensorsFile state,
+                   ExportTrainingState(device, params, optimizer, {}));
+  v1::CheckpointManifest m;
+  m.set_job_id(kJob);
+  m.set_version(version);
+  m.set_schedule(kJob);
+  m.set_num_layers(spec.model().layers_size());
+  m.set_dir(CheckpointVersionDir(dir, kJob, version));
+  ASSIGN_OR_RETURN(*m.add_files(),
+                   WriteCheckpointFile(m.dir(), StageFileName(0, 0), state, 0,
+                                       0, m.num_layers()));
+  RETURN_IF_ERROR(CommitManifest(m));
+  std::set<int64_t> keep;
+  std::vector<v1::CheckpointManifest> kept =
+      ScanCheckpoints(CheckpointJobDir(dir, kJob), nullptr);
+  for (size_t i = kept.size() > static_cast<size_t>(CheckpointsKept(spec))
+                      ? kept.size() - CheckpointsKept(spec)
+                      : 0;
+       i < kept.size(); ++i) {
+    keep.insert(kept[i].version());
+  }
+  return PruneCheckpoints(CheckpointJobDir(dir, kJob), keep, version);
+}
+
+// Checkpointing and resuming as the flags (or the spec) ask; an error
+// message if they are inconsistent or the checkpoint does not load.
+std::optional<std::string> SetUpCheckpoints(const JobSpec& spec, Device* device,
+                                            SafetensorsFile* restore,
+                                            LocalTrainOptions* options) {
+  std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (dir.empty()) dir = spec.checkpoint().dir();
+  int64_t every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (every == 0) every = spec.checkpoint().every_steps();
+  if (!dir.empty() && every <= 0) {
+    return "checkpoints need a positive --checkpoint_every (or the spec's "
+           "checkpoint.every_steps)";
+  }
+  if (!dir.empty()) {
+    options->checkpoint_every = every;
+    options->on_checkpoint = [spec, dir, device](int64_t version,
+                                                 const ParameterSet& params,
+                                                 const Optimizer& optimizer) {
+      return WriteLocalCheckpoint(spec, dir, *device, version, params,
+                                  optimizer);
+    };
+  }
+  const std::string resume = absl::GetFlag(FLAGS_resume);
+  if (resume.empty()) return std::nullopt;
+  auto m = ReadManifest(resume);
+  absl::Status s = m.ok() ? VerifyCheckpoint(*m) : m.status();
+  if (s.ok() && m->num_layers() != spec.model().layers_size()) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat("it is of a model of ", m->num_layers(), " layers"));
+  }
+  if (s.ok()) {
+    auto state = LoadCheckpointLayers(*m, 0, m->num_layers());
+    s = state.status();
+    if (s.ok()) *restore = *std::move(state);
+  }
+  if (!s.ok()) return absl::StrCat("--resume ", resume, ": ", s.message());
+  options->restore = restore;
+  options->first_step = m->version();
+  return std::nullopt;
+}
+
 }  // namespace
 
 int TrainLocalMain(const std::vector<std::string>& args) {
@@ -179,6 +271,10 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   CpuDeviceOptions device_options;
   device_options.threads = ThreadsOrAllCores(absl::GetFlag(FLAGS_threads));
   CpuDevice device(device_options);
+  SafetensorsFile restore;
+  if (auto error = SetUpCheckpoints(*job, &device, &restore, &options)) {
+    return Fail(*error);
+  }
   const bool tty = isatty(STDERR_FILENO) != 0;
   if (tty) options.on_step = ShowProgress;
   auto result = TrainLocal(*job, &device, options);

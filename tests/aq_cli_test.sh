@@ -107,6 +107,21 @@ grep -q "bad.safetensors" "$tmp/err" || fail "bad weights message: $(cat "$tmp/e
 [ "$rc" -eq 0 ] || fail "text: exit $rc"
 grep -q "^test accuracy " "$tmp/out.txt" || fail "text output: $(cat "$tmp/out.txt")"
 
+# Checkpoints: a run resumed from its checkpoint at step 2 ends with the
+# same weights, byte for byte, as the run that went through.
+"$AQ" train-local "$tmp/job.textproto" --max_steps 4 --checkpoint_dir "$tmp/ck" \
+  --checkpoint_every 2 --save_weights "$tmp/through.safetensors" >/dev/null 2>"$tmp/err" ||
+  fail "checkpointing: $(cat "$tmp/err")"
+[ -f "$tmp/ck/train-local/v00000002/manifest.json" ] || fail "no committed checkpoint at v2"
+"$AQ" train-local "$tmp/job.textproto" --max_steps 4 \
+  --resume "$tmp/ck/train-local/v00000002" --save_weights "$tmp/resumed.safetensors" \
+  >/dev/null 2>"$tmp/err" || fail "resume: $(cat "$tmp/err")"
+cmp -s "$tmp/through.safetensors" "$tmp/resumed.safetensors" ||
+  fail "the resumed run's weights differ from the uninterrupted run's"
+"$AQ" train-local "$tmp/job.textproto" --resume "$tmp/nope" 2>"$tmp/err" >/dev/null; rc=$?
+[ "$rc" -eq 1 ] || fail "resume from nothing: exit $rc"
+grep -q "resume $tmp/nope" "$tmp/err" || fail "resume error: $(cat "$tmp/err")"
+
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed" >&2
   exit 1
