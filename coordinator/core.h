@@ -190,6 +190,9 @@ class CoordinatorCore {
     std::map<int64_t, v1::CheckpointManifest> checkpoints;
     std::map<int64_t, std::map<int, v1::CheckpointWritten>> pending_files;
     v1::CheckpointManifest resume;
+    // Plans made ahead for fewer workers (a restart without a spare), by
+    // worker count.
+    std::map<int, PartitionPlan> ready_plans;
     // The trained model, once uploaded.
     std::string model_path;
     int64_t model_bytes = 0;
@@ -286,11 +289,19 @@ class CoordinatorCore {
     std::vector<std::string> reserved, addresses;
     int attempt = 0;
     v1::CheckpointManifest restore;
+    std::map<int, PartitionPlan> ready_plans;
   };
   using Assignments = std::vector<std::pair<std::string, StageAssignment>>;
   void Drive(const std::string& job_id);
   bool ReadDriveInput(const std::string& job_id, DriveInput* in);
   absl::StatusOr<PartitionPlan> ProfileAndPlan(DriveInput& in);
+  // The plan of `spec` for `workers` workers from `profile`.
+  static absl::StatusOr<PartitionPlan> PlanFor(const JobSpec& spec,
+                                               const ModelProfile& profile,
+                                               int workers);
+  // Makes the plans for fewer workers than `in` has, and keeps them with
+  // the job (ready_plans) for restarts.
+  void PlanAhead(const std::string& job_id, const DriveInput& in);
   // Records the plan and the assignment; frees workers the plan leaves
   // idle. False when the job is no longer PLANNING.
   bool RecordPlan(const std::string& job_id, const DriveInput& in,

@@ -37,6 +37,7 @@ bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
     return false;
   }
   in->attempt = it->second.attempt;
+  in->ready_plans = it->second.ready_plans;
   if (const v1::CheckpointManifest* restore = RestorePointLocked(it->second)) {
     in->restore = *restore;
   }
@@ -84,12 +85,23 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
     }
     in.profile = *std::move(measured);
   }
-  auto graph = ProfileGraph::FromProto(in.profile);
+  const int workers = static_cast<int>(in.reserved.size());
+  auto ready = in.ready_plans.find(workers);
+  if (ready != in.ready_plans.end()) {
+    AQ_LOG_INFO("using the plan made ahead for {} worker(s)", workers);
+    return ready->second;
+  }
+  return PlanFor(in.spec, in.profile, workers);
+}
+
+absl::StatusOr<PartitionPlan> CoordinatorCore::PlanFor(
+    const JobSpec& spec, const ModelProfile& profile, int workers) {
+  auto graph = ProfileGraph::FromProto(profile);
   if (!graph.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the profile is invalid: ", graph.status().message()));
   }
-  auto request = RequestFor(in.spec, static_cast<int>(in.reserved.size()));
+  auto request = RequestFor(spec, workers);
   if (!request.ok()) return request.status();
   auto plan = MakePlan(*graph, *request);
   if (!plan.ok()) {
@@ -98,6 +110,20 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
         absl::StrCat("planning failed: ", plan.status().message()));
   }
   return plan;
+}
+
+void CoordinatorCore::PlanAhead(const std::string& job_id,
+                                const DriveInput& in) {
+  std::map<int, PartitionPlan> plans;
+  for (int n = static_cast<int>(in.reserved.size()) - 1; n >= 1; --n) {
+    if (in.ready_plans.count(n) > 0) continue;
+    auto plan = PlanFor(in.spec, in.profile, n);
+    if (plan.ok()) plans.emplace(n, *std::move(plan));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  it->second.ready_plans.merge(plans);
 }
 
 bool CoordinatorCore::RecordPlan(const std::string& job_id,
@@ -199,14 +225,19 @@ void CoordinatorCore::Drive(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   if (!StillPlanningLocked(job_id, in.attempt)) return;
   Job& job = jobs_.at(job_id);
-  if (TransitionLocked(job, JobEvent::kStarted, "")) {
-    AQ_LOG_INFO("job {} attempt {} running on {} stage(s) from version {}",
-                job_id, in.attempt, job.plan.stages_size(),
-                in.restore.version());
-    if (!job.restarts.empty()) {
-      job.restarts.back().set_workers(job.plan.workers_used());
-    }
-    JournalStartLocked(job);
+  if (!TransitionLocked(job, JobEvent::kStarted, "")) return;
+  AQ_LOG_INFO("job {} attempt {} running on {} stage(s) from version {}",
+              job_id, in.attempt, job.plan.stages_size(), in.restore.version());
+  if (!job.restarts.empty()) {
+    job.restarts.back().set_workers(job.plan.workers_used());
+  }
+  JournalStartLocked(job);
+  // The plans a restart onto fewer workers needs, made while the job
+  // trains (milliseconds each), so that recovery does not wait for them.
+  if (absl::Status s =
+          executor_->Submit([this, job_id, in] { PlanAhead(job_id, in); });
+      !s.ok()) {
+    AQ_LOG_DEBUG("job {}: {}", job_id, s.ToString());
   }
 }
 
