@@ -43,6 +43,9 @@ const Subcommand kSubcommands[] = {
      WeightsMain},
     {"checkpoints", "JOB", "list a job's committed checkpoints",
      CheckpointsMain},
+    {"verify-checkpoint", "PATH",
+     "check a checkpoint on disk, offline (no coordinator)",
+     VerifyCheckpointMain},
 };
 
 constexpr char kUsageTail[] =

@@ -1,6 +1,7 @@
-// aq weights and aq checkpoints: a job's trained model fetched from the
-// coordinator into a local file (written to FILE.part, its size and CRC-32
-// checked, then renamed to FILE), and the job's committed checkpoints.
+// aq weights, aq checkpoints and aq verify-checkpoint: a job's trained
+// model fetched from the coordinator into a local file (written to
+// FILE.part, its size and CRC-32 checked, then renamed to FILE), the job's
+// committed checkpoints, and one checkpoint on disk checked offline.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/remote.h"
+#include "common/checkpoint.h"
 #include "common/status.h"
 #include "proto/service_types.h"
 #include "zlib.h"
@@ -37,6 +39,14 @@ constexpr char kCheckpointsDescription[] =
     "steps applied), when it was committed, the attempt that wrote it, its\n"
     "files, their total size and its directory. aq submit SPEC --resume\n"
     "JOB|DIRECTORY starts a job from one.\n";
+
+constexpr char kVerifyDescription[] =
+    "Checks a checkpoint on this machine, without the coordinator: PATH is a\n"
+    "version directory (<dir>/<job>/v<version>) or its manifest.json. The\n"
+    "manifest must parse and record the directory's version, every file it\n"
+    "lists must have the recorded size and CRC-32, and the files must hold\n"
+    "every layer of the model exactly once and parse as safetensors. Exit 0\n"
+    "when it would load, 1 (with the reason) when it would not.\n";
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::UnavailableError(
@@ -197,6 +207,53 @@ void PrintCheckpointTable(const v1::ListCheckpointsResponse& response) {
   }
 }
 
+// The version a directory's name v<digits> gives, or -1 for another name.
+int64_t VersionOfDirName(const std::string& dir) {
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  const size_t slash = name.find_last_of('/');
+  if (slash != std::string::npos) name = name.substr(slash + 1);
+  if (name.size() < 2 || name.size() > 19 || name[0] != 'v') return -1;
+  int64_t version = 0;
+  for (size_t i = 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    version = version * 10 + (name[i] - '0');
+  }
+  return version;
+}
+
+// Reads, verifies and loads the checkpoint at `path`.
+absl::StatusOr<v1::CheckpointManifest> CheckCheckpoint(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(v1::CheckpointManifest m, ReadManifest(path));
+  const int64_t named = VersionOfDirName(m.dir());
+  if (named >= 0 && named != m.version()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(m.dir(), ": the manifest records version ", m.version()));
+  }
+  RETURN_IF_ERROR(VerifyCheckpoint(m));
+  // Every tensor read and parsed, as a job resuming from it would.
+  RETURN_IF_ERROR(LoadCheckpointLayers(m, 0, m.num_layers()).status());
+  return m;
+}
+
+void PrintVerified(const v1::CheckpointManifest& m) {
+  int64_t bytes = 0;
+  for (const CheckpointFile& f : m.files()) bytes += f.bytes();
+  if (JsonOutput()) {
+    std::cout << "{\"job_id\":" << JsonString(m.job_id())
+              << ",\"version\":" << m.version()
+              << ",\"dir\":" << JsonString(m.dir())
+              << ",\"files\":" << m.files_size() << ",\"bytes\":" << bytes
+              << ",\"layers\":" << m.num_layers() << ",\"ok\":true}"
+              << std::endl;
+  } else {
+    std::cout << "checkpoint v" << m.version() << " of " << m.job_id() << ": "
+              << m.files_size() << " files, " << bytes << " bytes, "
+              << m.num_layers() << " layers: OK" << std::endl;
+  }
+}
+
 }  // namespace
 
 int WeightsMain(const std::vector<std::string>& args) {
@@ -247,6 +304,22 @@ int CheckpointsMain(const std::vector<std::string>& args) {
   } else {
     PrintCheckpointTable(*response);
   }
+  return kExitOk;
+}
+
+int VerifyCheckpointMain(const std::vector<std::string>& args) {
+  const CommandLineSpec spec = SubcommandSpec(
+      "verify-checkpoint", "PATH [flags]", kVerifyDescription, {OutputFlag()});
+  ParsedArgs parsed;
+  if (auto code = ParseSubcommand(spec, args, 1, 1, &parsed)) return *code;
+  const std::string& path = parsed.positional[0];
+  if (path.empty()) return UsageError(spec, "PATH is empty");
+  const absl::StatusOr<v1::CheckpointManifest> m = CheckCheckpoint(path);
+  if (!m.ok()) {
+    return Fail(absl::StrCat("checkpoint ", path,
+                             " does not verify: ", m.status().message()));
+  }
+  PrintVerified(*m);
   return kExitOk;
 }
 

@@ -96,6 +96,30 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
   }
 }
 
+void CoordinatorCore::RemoveUncommittedLocked(const Job& job) {
+  if (job.spec.checkpoint().dir().empty()) return;
+  const std::string job_dir =
+      CheckpointJobDir(job.spec.checkpoint().dir(), job.id);
+  const std::string id = job.id;
+  // After the commits queued before it, which it must keep.
+  absl::Status s = committer_->Submit([this, job_dir, id] {
+    std::set<int64_t> keep;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) return;
+      for (const auto& [version, m] : it->second.checkpoints) {
+        keep.insert(version);
+      }
+    }
+    if (absl::Status s = PruneCheckpoints(job_dir, keep); !s.ok()) {
+      AQ_LOG_WARN("job {}: removing its uncommitted checkpoints: {}", id,
+                  s.ToString());
+    }
+  });
+  if (!s.ok()) AQ_LOG_DEBUG("job {}: {}", id, s.ToString());
+}
+
 absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
     const JobSpec& spec, const std::string& resume) const {
   v1::CheckpointManifest m;

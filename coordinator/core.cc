@@ -79,6 +79,7 @@ absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info,
     if (running != nullptr && !running->job_id().empty()) {
       AdoptClaimLocked(info, *running);
     }
+    ForgetAwaitedLocked(info.worker_id());
     ScheduleLocked();
   }
   return s;
@@ -636,6 +637,7 @@ bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
   }
   ReleaseWorkersLocked(job, t->stop_workers, reason);
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
+  RemoveUncommittedLocked(job);
   if (t->to == v1::JOB_SUCCEEDED) {
     AQ_LOG_INFO("job {} succeeded", job.id);
   } else {
@@ -685,6 +687,18 @@ void CoordinatorCore::TrimFinishedLocked() {
   }
 }
 
+std::string CoordinatorCore::WhereInJob(const Job& job,
+                                        const std::string& worker_id) {
+  for (size_t st = 0; st < job.stage_workers.size(); ++st) {
+    for (size_t r = 0; r < job.stage_workers[st].size(); ++r) {
+      if (job.stage_workers[st][r] == worker_id) {
+        return absl::StrCat("stage ", st, ", replica ", r);
+      }
+    }
+  }
+  return "reserved for the job";
+}
+
 void CoordinatorCore::HandleTransitionsLocked(
     const std::vector<WorkerTransition>& changes) {
   for (const WorkerTransition& c : changes) {
@@ -699,18 +713,11 @@ void CoordinatorCore::HandleTransitionsLocked(
     auto it = jobs_.find(c.job_id);
     if (it == jobs_.end() || IsFinal(it->second.state)) continue;
     Job& job = it->second;
-    std::string where = "reserved for the job";
-    for (size_t st = 0; st < job.stage_workers.size(); ++st) {
-      for (size_t r = 0; r < job.stage_workers[st].size(); ++r) {
-        if (job.stage_workers[st][r] == c.worker_id) {
-          where = absl::StrCat("stage ", st, ", replica ", r);
-        }
-      }
-    }
     job.awaiting.erase(c.worker_id);
     RestartOrFailLocked(
-        job, absl::StrCat("worker ", c.worker_id, " (", where, ") is ",
-                          WorkerStateName(c.to), ": ", c.detail));
+        job,
+        absl::StrCat("worker ", c.worker_id, " (", WhereInJob(job, c.worker_id),
+                     ") is ", WorkerStateName(c.to), ": ", c.detail));
   }
 }
 

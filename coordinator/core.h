@@ -263,6 +263,12 @@ class CoordinatorCore {
   // A worker registering again with the job attempt it runs.
   void AdoptClaimLocked(const WorkerInfo& info, const v1::StageClaim& claim)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `worker_id` registered again without claiming the stage a job taken
+  // back awaits from it: the job restarts (after a probe).
+  void ForgetAwaitedLocked(const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "stage s, replica r" of `worker_id` in `job`.
+  static std::string WhereInJob(const Job& job, const std::string& worker_id);
   // Jobs taken back whose workers did not come back in time restart.
   void CheckAdoptionsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JournalStartLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -275,6 +281,10 @@ class CoordinatorCore {
   // prunes old versions (keep_last) and stray files.
   void Commit(v1::CheckpointManifest manifest, const std::string& job_dir,
               int keep_last);
+  // The job ended: removes its version directories that were never
+  // committed (on the committer thread).
+  void RemoveUncommittedLocked(const Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::CheckpointManifest> ResolveResume(
       const JobSpec& spec, const std::string& resume) const;
 

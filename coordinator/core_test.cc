@@ -313,14 +313,12 @@ TEST_F(CoreTest, ARunningJobWhoseWorkerDoesNotComeBackRestarts) {
   WaitFor(*running, v1::JOB_RUNNING);
   Restart();
   ASSERT_TRUE(core_->OpenJournal(path).ok());
-  // w1 comes back as a new process, claiming nothing.
-  AddWorker("w1");
+  // w1 never comes back; w2, a stranger to the job, is there.
+  AddWorker("w2");
   std::vector<std::string> stop;
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *running, &stop).ok());
-  EXPECT_EQ(stop, std::vector<std::string>{*running});
   for (int i = 0; i < 16; ++i) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", "", &stop).ok());
+    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", "", &stop).ok());
     core_->Tick();
   }
   const JobStatus restarted = WaitFor(*running, v1::JOB_RUNNING);
@@ -329,6 +327,26 @@ TEST_F(CoreTest, ARunningJobWhoseWorkerDoesNotComeBackRestarts) {
   EXPECT_EQ(restarted.restarts(0).reason(),
             "worker(s) w1 did not register again within 15.0 s of the "
             "coordinator's restart");
+  EXPECT_TRUE(calls_.Has("assign w2:1 attempt 1 from v0"));
+}
+
+TEST_F(CoreTest, AWorkerBackWithoutItsStageRestartsTheJobAtOnce) {
+  const std::string path = TempPath("core_test_adopt2.journal");
+  std::remove(path.c_str());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  AddWorker("w1");
+  auto running = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*running, v1::JOB_RUNNING);
+  Restart();
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  // w1 comes back as a new process, claiming nothing: its stage is gone.
+  AddWorker("w1");
+  const JobStatus restarted = WaitFor(*running, v1::JOB_RUNNING);
+  EXPECT_EQ(restarted.attempt(), 1);
+  ASSERT_EQ(restarted.restarts_size(), 1);
+  EXPECT_EQ(restarted.restarts(0).reason(),
+            "worker w1 (stage 0, replica 0) came back without its stage: its "
+            "process was restarted while the coordinator was down");
   EXPECT_TRUE(calls_.Has("assign w1:1 attempt 1 from v0"));
 }
 

@@ -97,7 +97,18 @@ void CoordinatorCore::Probe(const std::string& job_id, int attempt,
     if (it == jobs_.end() || it->second.attempt != attempt) return;
     for (const std::string& w : it->second.reserved) {
       auto status = registry_.Get(w);
-      if (status.ok()) workers.emplace_back(w, status->info().address());
+      if (status.ok() && status->job_id() == job_id) {
+        workers.emplace_back(w, status->info().address());
+      } else if (!status.ok() || status->state() != v1::WORKER_DEAD) {
+        // Not registered again since the coordinator restarted (or again
+        // without its stage): the process that ran the stage is gone.
+        return RestartOrFailLocked(
+            it->second,
+            absl::StrCat("worker ", w, " (", WhereInJob(it->second, w),
+                         ") did not come back with its stage after the "
+                         "coordinator restarted (",
+                         error, ")"));
+      }
     }
   }
   std::vector<std::pair<std::string, std::string>> dead;
@@ -147,6 +158,20 @@ void CoordinatorCore::AdoptClaimLocked(const WorkerInfo& info,
   AQ_LOG_INFO("job {}: worker {} is back with stage {} ({} still awaited)",
               job.id, info.worker_id(), claim.stage(), job.awaiting.size());
   ++job.version;
+}
+
+void CoordinatorCore::ForgetAwaitedLocked(const std::string& worker_id) {
+  for (auto& [id, job] : jobs_) {
+    if (job.awaiting.erase(worker_id) == 0 || IsFinal(job.state)) continue;
+    // Awaited, and registered without (a claim to) its stage: a new process
+    // of that worker (the one that ran the stage died). The job cannot go on
+    // as it was.
+    RestartOrFailLocked(
+        job,
+        absl::StrCat("worker ", worker_id, " (", WhereInJob(job, worker_id),
+                     ") came back without its stage: its process was "
+                     "restarted while the coordinator was down"));
+  }
 }
 
 void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {

@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
 # Subcommand and the flags its help must list.
 declare -A flags=(
-  [train-local]="--max_steps --epochs --threads --init_weights --save_weights --output --log_level"
+  [train-local]="--max_steps --epochs --threads --init_weights --save_weights --checkpoint_dir --checkpoint_every --resume --output --log_level"
   [profile]="--output_file --format --output --warmup --iterations --threads"
   [plan]="--profile --format --workers --bandwidth --cost_model --straight --use_fewer_machines --memory_limit --worker_speeds --schedule --allreduce_overlap --coordinator --output"
   [submit]="--wait --profile --resume --checkpoint_dir --checkpoint_every --coordinator --output"
@@ -24,6 +24,7 @@ declare -A flags=(
   [trace]="--output_file --svg --window_ms --coordinator --output"
   [weights]="--output_file --coordinator --output"
   [checkpoints]="--coordinator --output"
+  [verify-checkpoint]="--output"
 )
 
 "$AQ" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
@@ -128,6 +129,17 @@ for cmd in weights checkpoints; do
   "$AQ" "$cmd" >/dev/null 2>"$tmp/err"; rc=$?
   [ "$rc" -eq 2 ] || fail "$cmd without a job: exit $rc"
 done
+# verify-checkpoint is offline: one PATH (exit 2 without, or with two);
+# a path with no manifest fails (exit 1) naming the manifest it looked for.
+"$AQ" verify-checkpoint >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "verify-checkpoint without a path: exit $rc"
+"$AQ" verify-checkpoint "$tmp" "$tmp" >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "verify-checkpoint with two paths: exit $rc"
+"$AQ" verify-checkpoint "$missing/v00000004" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || fail "verify-checkpoint of a missing checkpoint: exit $rc"
+grep -qF "$missing/v00000004/manifest.json" "$tmp/err" ||
+  fail "verify-checkpoint of a missing checkpoint: $(cat "$tmp/err")"
+grep -q "OK" "$tmp/out" && fail "verify-checkpoint of a missing checkpoint: $(cat "$tmp/out")"
 # Unreachable: exit 3, and no file is left behind.
 "$AQ" weights job-1 -o "$tmp/m.safetensors" --coordinator 127.0.0.1:1 >/dev/null 2>"$tmp/err"; rc=$?
 [ "$rc" -eq 3 ] || fail "weights from an unreachable coordinator: exit $rc: $(cat "$tmp/err")"

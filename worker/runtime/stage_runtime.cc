@@ -194,10 +194,12 @@ std::string StageRuntime::current_job() const {
 
 std::optional<v1::StageClaim> StageRuntime::Claim() const {
   absl::MutexLock lock(&mu_);
-  // A finished stage still claims its job: its last reports (the end of
-  // the job) may not have reached a coordinator that restarted.
+  // A finished or failed stage still claims its job: its last reports (the
+  // end of the job, or its failure) may not have reached a coordinator that
+  // restarted.
   if (!has_assignment_ ||
-      !(HoldsWorker(phase_) || phase_ == RuntimePhase::kFinished)) {
+      !(HoldsWorker(phase_) || phase_ == RuntimePhase::kFinished ||
+        phase_ == RuntimePhase::kFailed)) {
     return std::nullopt;
   }
   v1::StageClaim claim;

@@ -79,9 +79,9 @@ class StageRuntime {
   std::vector<StageProgress> TakeProgress();
   // The job assigned or running ("" when idle).
   std::string current_job() const;
-  // The job attempt, stage and replica assigned, running or finished (until
-  // the next assignment); nullopt otherwise. A worker re-registering after
-  // a coordinator restart claims it.
+  // The job attempt, stage and replica assigned, running, finished or
+  // failed (until the next assignment); nullopt otherwise. A worker
+  // re-registering after a coordinator restart claims it.
   std::optional<v1::StageClaim> Claim() const;
   RuntimePhase phase() const;
   WorkerRuntimeStatus Status() const;
