@@ -12,6 +12,7 @@
 //
 // Also here: taking running jobs back after the coordinator restarted
 // (their workers register again with a claim of the attempt they run).
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -116,8 +117,12 @@ void CoordinatorCore::Probe(const std::string& job_id, int attempt,
     auto status = worker_clients_(address)->GetStatus(options_.probe_timeout);
     if (!status.ok() && (absl::IsUnavailable(status.status()) ||
                          absl::IsDeadlineExceeded(status.status()))) {
-      dead.emplace_back(id, absl::StrCat("it does not answer (",
-                                         status.status().message(), ")"));
+      // gRPC's message for a process that is gone is long; say it short.
+      std::string why(status.status().message());
+      if (absl::StrContains(why, "Connection refused")) {
+        why = "connection refused";
+      }
+      dead.emplace_back(id, absl::StrCat("it does not answer (", why, ")"));
     }
   }
   absl::MutexLock lock(&mu_);

@@ -62,7 +62,7 @@ kill_worker() {
 kill_coordinator() {
   echo "chaos: step $(job_step "$job"): SIGKILL the coordinator"
   kill -KILL "$coordinator_pid"
-  wait "$coordinator_pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$coordinator_pid" 2>/dev/null || break; sleep 0.1; done
   sleep 1
   start_coordinator "$listen"
 }

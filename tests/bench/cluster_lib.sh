@@ -11,6 +11,7 @@ start_coordinator() {
   "$bin/coordinator/coordinator" --listen "$listen" --state_dir "$state" \
     --port_file "$state/coordinator.port" >>"$state/coordinator.log" 2>&1 &
   coordinator_pid=$!
+  disown $!
   for _ in $(seq 100); do [ -s "$state/coordinator.port" ] && break; sleep 0.1; done
   [ -s "$state/coordinator.port" ] || { echo "the coordinator did not start" >&2; return 1; }
   address="127.0.0.1:$(cat "$state/coordinator.port")"
@@ -21,6 +22,7 @@ start_worker() {
   "$bin/worker/worker" --coordinator "$address" --worker_id "local-$1" \
     --threads "$threads" --listen 127.0.0.1:0 >>"$state/worker-$1.log" 2>&1 &
   echo $! >"$state/worker-$1.pid"
+  disown $!  # Killed on purpose: no "Killed" notice from the shell.
 }
 
 # Waits (at most 60 s) until $1 workers are HEALTHY.

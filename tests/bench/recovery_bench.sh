@@ -3,8 +3,8 @@
 # one host (opt build): the main job (examples/fmnist_mlp_pipeline.textproto,
 # 4 workers, 1F1B with weight stashing) with a spare worker and a
 # checkpoint every 50 steps; a random worker of the job is killed ROUNDS
-# times (default 5), ~15 s apart, and restarted at once (as a supervisor
-# would) to be the next spare. Each recovery's parts come from the
+# times (default 5), ~15 s apart (the spare takes its place), and started
+# again once the job has recovered, to be the next spare. Each recovery's parts come from the
 # coordinator's log: detection (kill -> restart decided), re-plan and
 # assignment (-> the new attempt running), restore and warm-up (-> the
 # output stage's first committed step). Prints each round and the medians.
@@ -26,7 +26,7 @@ start_coordinator 127.0.0.1:0
 for i in 1 2 3 4 5; do start_worker "$i"; done
 wait_healthy 5
 spec="$state/job.textproto"
-sed -e 's/^epochs: 2/epochs: 4/' examples/fmnist_mlp_pipeline.textproto >"$spec"
+sed -e 's/^epochs: 2/epochs: 20/' examples/fmnist_mlp_pipeline.textproto >"$spec"
 echo 'fault_tolerance { max_restarts: 100 }' >>"$spec"
 job=$("$bin/client/aq" submit "$spec" --coordinator "$address" \
   --checkpoint_dir "$state/checkpoints" --checkpoint_every 50 | head -1)
@@ -44,7 +44,6 @@ for round in $(seq "$rounds"); do
   attempt=$((${attempt:-0} + 1))
   t_kill=$(date +%s.%N)
   kill -KILL "$(cat "$state/worker-$n.pid")"
-  start_worker "$n"
   line_first=""
   for _ in $(seq 600); do
     line_first=$(grep "job $job attempt $attempt: first step after the restart" "$state/coordinator.log" || true)
@@ -52,6 +51,7 @@ for round in $(seq "$rounds"); do
     sleep 0.1
   done
   [ -n "$line_first" ] || { echo "round $round: no step after the restart in 60 s" >&2; exit 1; }
+  start_worker "$n"  # Back (as a supervisor would restart it): the next spare.
   line_restart=$(grep "job $job: restart $attempt of" "$state/coordinator.log")
   line_running=$(grep "job $job attempt $attempt running on" "$state/coordinator.log")
   t_restart=$(log_time "$line_restart")
