@@ -138,7 +138,16 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
     }
   }
   if (!found) {
-    ASSIGN_OR_RETURN(m, ReadManifest(resume));
+    auto read = ReadManifest(resume);
+    if (!read.ok()) {
+      return absl::Status(
+          read.status().code(),
+          absl::StrCat("--resume '", resume,
+                       "' is neither a job of this coordinator nor a "
+                       "checkpoint: ",
+                       read.status().message()));
+    }
+    m = *std::move(read);
   }
   if (absl::Status s = VerifyCheckpoint(m); !s.ok()) {
     return absl::Status(s.code(),
