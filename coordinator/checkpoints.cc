@@ -6,6 +6,9 @@
 // records it in the job, and removes the versions beyond keep_last. A
 // version whose files never all arrive (a worker died while writing, a
 // full disk) is never committed, and is removed with the older versions.
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/logging.h"
@@ -50,6 +53,34 @@ void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
         [this, m, job_dir, keep] { Commit(m, job_dir, keep); });
     if (!s.ok()) AQ_LOG_WARN("job {}: {}", job.id, s.ToString());
     it = job.pending_files.erase(it);
+  }
+}
+
+void CoordinatorCore::RequestCheckpointsLocked(absl::Time now) {
+  for (auto& [id, job] : jobs_) {
+    const double every = job.spec.checkpoint().every_seconds();
+    if (every <= 0 || job.state != v1::JOB_RUNNING || !job.has_plan) continue;
+    const absl::Time since = std::max(job.started, job.checkpoint_asked);
+    if (now - since < absl::Seconds(every)) continue;
+    const JobStatus s = StatusOfLocked(job);
+    int64_t ahead = 0;  // The version of the stage furthest on.
+    for (const v1::StageStatus& stage : s.stages()) {
+      ahead = std::max(ahead, stage.committed_version());
+    }
+    // Far enough ahead that every stage hears of it first: two heartbeats
+    // at the job's step rate, plus the pipeline's depth.
+    const double steps_per_s =
+        s.samples_per_second() / std::max<int64_t>(1, job.spec.batch_size());
+    const double heartbeat_s =
+        absl::ToDoubleSeconds(options_.registry.heartbeat_interval);
+    const int64_t margin =
+        static_cast<int64_t>(std::ceil(steps_per_s * 2 * heartbeat_s)) +
+        job.plan.stages_size() + 1;
+    job.checkpoint_asked = now;
+    if (job.total_steps > 0 && ahead + margin >= job.total_steps) continue;
+    job.checkpoint_at = ahead + margin;
+    AQ_LOG_DEBUG("job {}: checkpoint asked at version {}", id,
+                 job.checkpoint_at);
   }
 }
 

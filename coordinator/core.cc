@@ -89,7 +89,7 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
                                         const std::string& incarnation,
                                         const std::string& job_id,
                                         std::vector<std::string>* stop_jobs,
-                                        int attempt) {
+                                        int attempt, int64_t* checkpoint_at) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = registry_.Heartbeat(worker_id, incarnation); !s.ok()) {
     return s;
@@ -103,6 +103,8 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
         (status.ok() && status->job_id() != job_id) ||
         attempt > it->second.attempt) {
       stop_jobs->push_back(job_id);
+    } else if (checkpoint_at != nullptr) {
+      *checkpoint_at = it->second.checkpoint_at;
     }
   }
   return absl::OkStatus();
@@ -726,6 +728,7 @@ void CoordinatorCore::Tick() {
   HandleTransitionsLocked(registry_.Tick());
   const absl::Time now = clock_->Now();
   CheckAdoptionsLocked(now);
+  RequestCheckpointsLocked(now);
   for (const std::string& id : job_order_) {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;

@@ -85,7 +85,8 @@ class CoordinatorCore {
   absl::Status Heartbeat(const std::string& worker_id,
                          const std::string& incarnation,
                          const std::string& job_id,
-                         std::vector<std::string>* stop_jobs, int attempt = 0);
+                         std::vector<std::string>* stop_jobs, int attempt = 0,
+                         int64_t* checkpoint_at = nullptr);
   absl::Status DeregisterWorker(const std::string& worker_id,
                                 const std::string& incarnation);
   // FAILED_PRECONDITION for a stale incarnation or progress for a job or
@@ -184,6 +185,9 @@ class CoordinatorCore {
     bool probing = false;
     // The output stage committed a step since the latest restart.
     bool stepped_since_restart = false;
+    // checkpoint.every_seconds: the version asked for (0: none) and when.
+    int64_t checkpoint_at = 0;
+    absl::Time checkpoint_asked = absl::InfinitePast();
     // Checkpoints: committed ones kept, by version; files reported for
     // versions not committed yet ([version][stage]); the checkpoint the job
     // resumed from (version 0: none).
@@ -269,6 +273,10 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "stage s, replica r" of `worker_id` in `job`.
   static std::string WhereInJob(const Job& job, const std::string& worker_id);
+  // checkpoint.every_seconds: picks the next checkpoint version of the
+  // running jobs whose interval has passed (checkpoints.cc).
+  void RequestCheckpointsLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs taken back whose workers did not come back in time restart.
   void CheckAdoptionsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JournalStartLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -456,6 +456,35 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   EXPECT_TRUE(calls_.Has("assign w2:1 attempt 2 from v0"));
 }
 
+TEST_F(CoreTest, EverySecondsAsksForAVersionAheadOfTheStages) {
+  spec_.mutable_checkpoint()->set_dir(TempPath("core_test_every_seconds"));
+  spec_.mutable_checkpoint()->set_every_seconds(10);
+  spec_.set_epochs(0);
+  spec_.set_max_steps(1000);
+  AddWorker("w1");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  std::vector<std::string> stop;
+  int64_t at = -1;
+  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *id, &stop, 0, &at).ok());
+  EXPECT_EQ(at, 0);  // Nothing asked yet.
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *id, &stop, 0, &at).ok());
+    ASSERT_TRUE(core_
+                    ->ReportProgress("w1", "inc-w1",
+                                     {Progress(*id, 10 * (i + 1), false)})
+                    .ok());
+    core_->Tick();
+  }
+  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *id, &stop, 0, &at).ok());
+  // Ahead of the stage's version 100 by its steps in two heartbeats, plus
+  // the pipeline's depth.
+  EXPECT_GT(at, 100);
+  EXPECT_LT(at, 1000);
+  EXPECT_TRUE(stop.empty());
+}
+
 TEST_F(CoreTest, AFailedStageIsBlamedOnTheWorkerThatDied) {
   spec_.mutable_pipeline()->set_workers(2);
   AddWorker("w1");

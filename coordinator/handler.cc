@@ -63,11 +63,13 @@ class CoreHandler final : public CoordinatorHandler {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override {
     std::vector<std::string> stop;
-    absl::Status s =
-        core_->Heartbeat(request.worker_id(), request.incarnation(),
-                         request.job_id(), &stop, request.attempt());
+    int64_t checkpoint_at = 0;
+    absl::Status s = core_->Heartbeat(request.worker_id(),
+                                      request.incarnation(), request.job_id(),
+                                      &stop, request.attempt(), &checkpoint_at);
     if (!s.ok()) return s;
     v1::HeartbeatResponse response;
+    response.set_checkpoint_at(checkpoint_at);
     for (std::string& j : stop) response.add_stop_jobs(std::move(j));
     return response;
   }

@@ -66,6 +66,8 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
   job.awaiting.clear();
   job.pending_files.clear();
   job.stepped_since_restart = false;
+  job.checkpoint_at = 0;
+  job.checkpoint_asked = clock_->Now();
   job.pending_since = clock_->Now();
   job.ledger.Rollback(record.rolled_back_to());
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/a", old_attempt, "/"));

@@ -185,10 +185,20 @@ absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
         "checkpoint.every_steps is set but checkpoint.dir is not: say where "
         "the checkpoints go");
   }
-  if (!c.dir().empty() && c.every_steps() == 0) {
+  if (!(c.every_seconds() >= 0) || c.every_seconds() > 1e7) {
     return absl::InvalidArgumentError(
-        "checkpoint.dir is set but checkpoint.every_steps is not: say how "
-        "often to checkpoint");
+        absl::StrCat("checkpoint.every_seconds=", c.every_seconds(),
+                     " must be in [0, 1e7]"));
+  }
+  if (c.every_seconds() > 0 && c.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "checkpoint.every_seconds is set but checkpoint.dir is not: say "
+        "where the checkpoints go");
+  }
+  if (!c.dir().empty() && c.every_steps() == 0 && c.every_seconds() == 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint.dir is set but neither checkpoint.every_steps nor "
+        "checkpoint.every_seconds is: say how often to checkpoint");
   }
   if (!c.dir().empty() && c.dir()[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -30,6 +30,9 @@ class StageRuntimeAdapter final : public AgentRuntime {
                            const std::string& reason) override {
     return runtime_->Stop(job_id, reason, attempt);
   }
+  void RequestCheckpoint(const std::string& job_id, int64_t version) override {
+    runtime_->RequestCheckpoint(job_id, version);
+  }
 
  private:
   StageRuntime* const runtime_;
@@ -179,6 +182,9 @@ void WorkerAgent::HeartbeatLocked(absl::Time now) {
   absl::StatusOr<v1::HeartbeatResponse> response =
       client_->Heartbeat(request, options_.rpc_timeout);
   if (response.ok()) {
+    if (response->checkpoint_at() > 0 && claim.has_value()) {
+      runtime_->RequestCheckpoint(claim->job_id(), response->checkpoint_at());
+    }
     // The answer is about the attempt this heartbeat named: a later one,
     // assigned while it was on its way, keeps running.
     for (const std::string& job : response->stop_jobs()) {

@@ -89,6 +89,11 @@ class AgentRuntime {
     (void)attempt;
     return Stop(job_id, reason);
   }
+  // The coordinator asks `job_id` to checkpoint at `version`.
+  virtual void RequestCheckpoint(const std::string& job_id, int64_t version) {
+    (void)job_id;
+    (void)version;
+  }
 };
 
 class WorkerAgent {

@@ -90,6 +90,9 @@ class PipelineStage {
     std::function<absl::Status(int64_t version, const ParameterSet& params,
                                const Optimizer& optimizer)>
         on_checkpoint;
+    // When set, also a checkpoint at the version it holds when the stage
+    // reaches it (checkpoint.every_seconds: the coordinator's pick).
+    const std::atomic<int64_t>* checkpoint_at = nullptr;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's

@@ -8,6 +8,7 @@
 // minibatch v: minibatch v + j at stage s uses version v + the stashing
 // rule's version of j).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -291,6 +292,30 @@ TEST(ResumeTest, TrainLocalResumesBitIdentical) {
     local.weights.push_back(HostOf(device, t));
   }
   ExpectClose(moved, local, 1e-5, "train-local checkpoint on 2 stages");
+}
+
+// checkpoint.every_seconds: a checkpoint at the version the coordinator
+// picked, besides (or without) every_steps.
+TEST(ResumeTest, ACheckpointAtTheVersionAskedFor) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  CpuDevice device(CpuDeviceOptions{1});
+  std::atomic<int64_t> at{5};
+  std::vector<int64_t> versions;
+  LocalTrainOptions options;
+  options.evaluate = false;
+  options.checkpoint_at = &at;
+  options.on_checkpoint = [&](int64_t version, const ParameterSet&,
+                              const Optimizer& opt) -> absl::Status {
+    versions.push_back(version);
+    EXPECT_EQ(opt.steps(), version);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(TrainLocal(spec, &device, options).ok());
+  EXPECT_EQ(versions, std::vector<int64_t>{5});
+  options.checkpoint_every = 4;
+  versions.clear();
+  ASSERT_TRUE(TrainLocal(spec, &device, options).ok());
+  EXPECT_EQ(versions, (std::vector<int64_t>{4, 5, 8}));
 }
 
 TEST(ResumeTest, StashedCheckpointAndRestartSemantics) {

@@ -46,7 +46,8 @@ std::unique_ptr<CheckpointWriter> MakeWriter(const StageAssignment& a,
                                              const JobEnv& env, int begin,
                                              int end) {
   const v1::CheckpointSpec& c = a.spec().checkpoint();
-  if (c.dir().empty() || c.every_steps() <= 0 || a.replica() != 0) {
+  if (c.dir().empty() || (c.every_steps() <= 0 && c.every_seconds() <= 0) ||
+      a.replica() != 0) {
     return nullptr;
   }
   CheckpointWriterOptions options;
@@ -125,6 +126,7 @@ absl::Status RunLocalJob(const StageAssignment& a, const JobEnv& env) {
   }
   if (writer != nullptr) {
     options.checkpoint_every = a.spec().checkpoint().every_steps();
+    options.checkpoint_at = env.checkpoint_at;
     options.on_checkpoint = CheckpointHook(a, device.get(), writer.get());
   }
   AQ_LOG_INFO("job {}: training stage {} replica {} from step {}", a.job_id(),
@@ -239,6 +241,7 @@ PipelineStage::Options PipelineJob::StageOptions() {
   }
   if (writer_ != nullptr) {
     options.checkpoint_every = a_.spec().checkpoint().every_steps();
+    options.checkpoint_at = env_.checkpoint_at;
     options.on_checkpoint = CheckpointHook(a_, device_.get(), writer_.get());
   }
   return options;

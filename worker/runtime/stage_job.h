@@ -49,6 +49,8 @@ struct JobEnv {
   std::function<void(const DataPlane*)> on_data_plane;
   // Where the trained model goes (null: nowhere).
   ModelSink* model_sink = nullptr;
+  // The version the coordinator asked to checkpoint at (every_seconds).
+  const std::atomic<int64_t>* checkpoint_at = nullptr;
   // Longest wait for the job's checkpoint files to be written at its end.
   absl::Duration checkpoint_drain = absl::Seconds(120);
 };

@@ -85,6 +85,7 @@ absl::Status StageRuntime::Start(const std::string& job_id) {
   absl::MutexLock lock(&thread_mu_);
   if (thread_.joinable()) thread_.join();
   stop_ = false;
+  checkpoint_at_ = 0;
   thread_ = std::thread([this, a = std::move(a)] { Run(a); });
   return absl::OkStatus();
 }
@@ -107,6 +108,14 @@ absl::Status StageRuntime::Stop(const std::string& job_id,
   AbortLocked();
   if (phase_ == RuntimePhase::kAssigned) phase_ = RuntimePhase::kStopped;
   return absl::OkStatus();
+}
+
+void StageRuntime::RequestCheckpoint(const std::string& job_id,
+                                     int64_t version) {
+  absl::MutexLock lock(&mu_);
+  if (has_assignment_ && assignment_.job_id() == job_id) {
+    checkpoint_at_ = version;
+  }
 }
 
 void StageRuntime::Shutdown() {
@@ -145,6 +154,7 @@ void StageRuntime::Run(const StageAssignment& a) {
   env.progress = &progress_;
   env.on_data_plane = [this](const DataPlane* plane) { SetDataPlane(plane); };
   env.model_sink = options_.model_sink;
+  env.checkpoint_at = &checkpoint_at_;
   const absl::Status status =
       RunsLocally(a.plan()) ? RunLocalJob(a, env) : RunPipelineJob(a, env);
   End(a, status);

@@ -74,6 +74,9 @@ class StageRuntime {
                     std::optional<int> attempt = std::nullopt);
   // Stops whatever runs and waits for it.
   void Shutdown();
+  // checkpoint.every_seconds: the coordinator asks the running attempt of
+  // `job_id` to checkpoint at `version` (ignored for another job).
+  void RequestCheckpoint(const std::string& job_id, int64_t version);
 
   // Progress since the previous call (empty when nothing happened).
   std::vector<StageProgress> TakeProgress();
@@ -107,6 +110,7 @@ class StageRuntime {
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
   StageAssignment assignment_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> checkpoint_at_{0};
   const DataPlane* active_plane_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Whether a stop had been requested when the running job's data plane was
   // forgotten, just before it closed (false until then).

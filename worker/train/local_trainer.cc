@@ -195,8 +195,10 @@ StepReport MakeStepReport(int64_t step, int64_t total,
 absl::Status MaybeCheckpoint(const LocalTrainOptions& options, int64_t version,
                              int64_t total, const TrainState& state) {
   const int64_t every = options.checkpoint_every;
-  if (every <= 0 || !options.on_checkpoint || version % every != 0 ||
-      version >= total) {
+  const bool due = (every > 0 && version % every == 0) ||
+                   (options.checkpoint_at != nullptr &&
+                    version == options.checkpoint_at->load());
+  if (!due || !options.on_checkpoint || version >= total) {
     return absl::OkStatus();
   }
   return options.on_checkpoint(version, state.params, *state.optimizer);

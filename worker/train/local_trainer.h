@@ -63,6 +63,9 @@ struct LocalTrainOptions {
   std::function<absl::Status(int64_t version, const ParameterSet& params,
                              const Optimizer& optimizer)>
       on_checkpoint;
+  // When set, also a checkpoint at the version it holds when training
+  // reaches it (checkpoint.every_seconds: the coordinator's pick).
+  const std::atomic<int64_t>* checkpoint_at = nullptr;
   // Keep the trained parameters in the result (LocalTrainResult::model).
   bool export_model = false;
 };
