@@ -60,6 +60,9 @@ void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
   l.in_flight.assign(p.in_flight().begin(), p.in_flight().end());
   // The throughput window opens at the first report of a step (a run's
   // first reports may come before any, e.g. while it loads its data).
+  // The worker's time of the report when it says (reports kept while the
+  // coordinator was unreachable arrive together).
+  if (p.reported_ms() > 0) now = absl::FromUnixMillis(p.reported_ms());
   if (l.first_report == absl::InfinitePast() && p.minibatches_done() > 0) {
     l.first_report = now;
     l.first_done = p.minibatches_done();

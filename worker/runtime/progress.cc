@@ -205,6 +205,7 @@ std::optional<StageProgress> ProgressAccumulator::Take() {
   absl::MutexLock lock(&mu_);
   if (!dirty_) return std::nullopt;
   StageProgress out = pending_;
+  out.set_reported_ms(absl::ToUnixMillis(options_.clock->Now()));
   // Keep the identity and cumulative fields; clear the per-report ones.
   pending_.clear_step_ms();
   pending_.clear_losses();
