@@ -55,6 +55,9 @@ class FakeWorkerClient final : public WorkerClient {
                                        absl::Duration) override {
     return absl::UnimplementedError("no profiling in these tests");
   }
+  absl::StatusOr<WorkerRuntimeStatus> GetStatus(absl::Duration) override {
+    return WorkerRuntimeStatus();  // Alive.
+  }
 };
 
 // The models directory of a test: fresh and empty.

@@ -33,10 +33,7 @@ class WorkerClient {
   // What the worker runs. The coordinator asks a job's workers when a stage
   // reports a failure, to tell a dead worker from the peer that noticed.
   virtual absl::StatusOr<WorkerRuntimeStatus> GetStatus(
-      absl::Duration timeout) {
-    (void)timeout;
-    return absl::UnimplementedError("GetStatus");
-  }
+      absl::Duration timeout) = 0;
   virtual absl::StatusOr<ModelProfile> Profile(const JobSpec& spec,
                                                absl::Duration timeout) = 0;
 };

@@ -20,12 +20,6 @@ harness="$(dirname "$0")/daemon_harness.sh"
 # shellcheck source=tests/daemon_harness.sh
 source "$harness"
 
-# Drops $1 (reaped) from the pids the harness kills on exit.
-forget() {
-  local keep=() p
-  for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-  pids=("${keep[@]}")
-}
 restarts=0
 # Starts the coordinator on $1 (host:port); sets cpid.
 start_coordinator() {
@@ -47,7 +41,7 @@ start_coordinator 127.0.0.1:0 || { cat "$tmp"/coordinator-0.log; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
 aq() { "$AQ" "$@" --coordinator "$addr"; }
 for w in w1 w2 w3; do start_worker "$w"; done
-healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -ge "$1" ]; }
+healthy() { [ "$(healthy_count)" -ge "$1" ]; }
 wait_until 15 healthy 3 || { echo "workers never HEALTHY: $(aq workers)"; exit 1; }
 
 # Stage files of ~0.5 MB (weights and momentum) every 2 steps of ~25 ms.
@@ -72,7 +66,6 @@ checkpoint { dir: "$tmp/ckpt" every_steps: 2 keep_last: 3 }
 fault_tolerance { max_restarts: 100 }
 SPEC
 
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 status_json() { aq status "$id" --output json 2>/dev/null; }
 # The job's latest committed checkpoint while it is RUNNING, else -1.
 ckpt_version() {

@@ -26,12 +26,6 @@ start_coordinator() {
   cpid=$!; pids+=("$cpid")
   wait_until 10 test -s "$tmp/port"
 }
-# Drops $1 (reaped) from the pids the harness kills on exit.
-forget() {
-  local keep=() p
-  for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-  pids=("${keep[@]}")
-}
 start_coordinator 127.0.0.1:0 "$tmp/coordinator-0.log" ||
   { cat "$tmp/coordinator-0.log"; exit 1; }
 port=$(cat "$tmp/port")
@@ -42,7 +36,7 @@ for w in w1 w2; do
     --threads 1 --measure_gemm=false --peer_timeout_ms 10000 >"$tmp/$w.log" 2>&1 &
   pids+=("$!")
 done
-healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq 2 ]; }
+healthy() { [ "$(healthy_count)" -eq 2 ]; }
 wait_until 15 healthy || { echo "workers never HEALTHY: $(aq workers)"; exit 1; }
 
 cat >"$tmp/job.textproto" <<SPEC
@@ -66,7 +60,6 @@ checkpoint { dir: "$tmp/ckpt" every_steps: 5 keep_last: 1000 }
 fault_tolerance { max_restarts: 3 }
 SPEC
 
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 status_json() { aq status "$id" --output json 2>/dev/null; }
 step() { status_json | json 'int(d.get("step", 0))' 2>/dev/null || echo -1; }
 running_past() {  # RUNNING at a step past $1

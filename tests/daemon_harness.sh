@@ -28,3 +28,18 @@ wait_until() {
   while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done
   return 1
 }
+
+# Drops $1 (reaped) from the pids killed on exit: by then the number may
+# belong to another process.
+forget() {
+  local keep=() p
+  for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
+
+# Prints the Python expression $1 of the JSON document on stdin (as `d`).
+json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+
+# The number of HEALTHY workers (needs an `aq` function bound to the
+# coordinator).
+healthy_count() { aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l; }

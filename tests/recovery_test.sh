@@ -31,13 +31,6 @@ pids+=("$!")
 wait_until 10 test -s "$tmp/port" || { cat "$tmp/coordinator.log"; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
 aq() { "$AQ" "$@" --coordinator "$addr"; }
-# Drops $1 (reaped) from the pids the harness kills on exit: by then the
-# number may belong to another process.
-forget() {
-  local keep=() p
-  for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-  pids=("${keep[@]}")
-}
 # Where process $1 is (for a worker that should be alive and is not
 # answering): its state and, with gdb, its threads' stacks.
 describe_process() {
@@ -51,7 +44,7 @@ for w in w1 w2 w3; do
     --threads 1 --measure_gemm=false --peer_timeout_ms 3000 >"$tmp/$w.log" 2>&1 &
   pids+=("$!"); wpid[$w]=$!
 done
-healthy() { [ "$(aq workers --output json | grep -o '"state":"WORKER_HEALTHY"' | wc -l)" -eq "$1" ]; }
+healthy() { [ "$(healthy_count)" -eq "$1" ]; }
 wait_until 15 healthy 3 || { echo "workers never HEALTHY: $(aq workers)"; exit 1; }
 
 # A job of 80 steps, ~35 ms each: the delay layer makes layers [0, 4) the
@@ -86,7 +79,6 @@ spec 1 >"$tmp/job1.textproto"
 
 # Reads one field of the JSON document on stdin: $1 is a Python expression
 # over `d`.
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 status_json() { aq status "$1" --output json 2>/dev/null; }
 job_id_of() { sed -E 's/.*"job_id":"([^"]+)".*/\1/' "$1"; }
 # Version of job $1's latest committed checkpoint (0 before the first).
