@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The main job: starts a local coordinator and as many workers as the job
-# asks for (deploy/local), submits examples/fmnist_mlp_pipeline.textproto (a
-# 4-stage 1F1B pipeline with weight stashing over 4 worker daemons) with
-# `aq submit --wait`, checkpointing every 200 steps into the state directory,
-# which shows its progress and prints the final status with the test
-# accuracy; then fetches the trained model with `aq weights`, evaluates the
-# file on its own with `aq train-local --max_steps 0 --init_weights`, says
-# where it is, and stops the daemons. Another job spec may be given:
-#   ./run.sh examples/fmnist_mlp.textproto      (one worker)
+# asks for (deploy/local), submits examples/gpt_fortunes.textproto (a small
+# GPT on Debian's fortunes, a 4-stage 1F1B pipeline with a flush over 4
+# worker daemons, its head tied to its token embedding across the first and
+# last stage) with `aq submit --wait`, checkpointing every 500 steps into
+# the state directory, which shows its progress and prints the final status
+# with the validation loss; then fetches the trained model with `aq
+# weights` and ends with text sampled from it (`aq generate`), says where
+# the model is, and stops the daemons. Another job spec may be given:
+#   ./run.sh examples/fmnist_mlp_pipeline.textproto  (Fashion-MNIST MLP)
+#   ./run.sh examples/fmnist_mlp.textproto           (one worker)
+# For an image job the fetched model is evaluated on its own instead
+# (`aq train-local --max_steps 0 --init_weights`).
 # (For quick experiments in one process: aq train-local JOB --epochs N.)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,7 +20,7 @@ bazel build --config=opt //client:aq //coordinator:coordinator //worker:worker \
   >/dev/null 2>&1 ||
   bazel build --config=opt //client:aq //coordinator:coordinator //worker:worker
 bin="$(bazel info --config=opt bazel-bin 2>/dev/null)"
-job="${1:-examples/fmnist_mlp_pipeline.textproto}"
+job="${1:-examples/gpt_fortunes.textproto}"
 state="${AQ_STATE_DIR:-$(mktemp -d /tmp/aqueduct-run.XXXXXX)}"
 mkdir -p "$state" && state="$(cd "$state" && pwd)"  # Absolute: workers write there.
 workers=$(sed -n 's/^ *workers: *\([0-9]*\).*/\1/p' "$job" | head -1)
@@ -32,7 +36,7 @@ echo "coordinator at $address (logs in $state)"
 "$bin/client/aq" workers --coordinator "$address"
 set +e
 "$bin/client/aq" submit "$job" --wait --coordinator "$address" \
-  --checkpoint_dir "$state/checkpoints" --checkpoint_every 200
+  --checkpoint_dir "$state/checkpoints" --checkpoint_every 500
 rc=$?
 set -e
 "$bin/client/aq" jobs --coordinator "$address"
@@ -40,7 +44,14 @@ set -e
 id=$("$bin/client/aq" jobs --coordinator "$address" | awk 'END { print $1 }')
 "$bin/client/aq" weights "$id" -o "$state/model.safetensors" \
   --coordinator "$address"
-echo "the trained model, evaluated from the file alone:"
-"$bin/client/aq" train-local "$job" --max_steps 0 \
-  --init_weights "$state/model.safetensors" | grep "test accuracy"
+if grep -q "^ *text *{" "$job"; then
+  "$bin/client/aq" status "$id" --coordinator "$address" | grep -i "validation" || true
+  echo "a sample from the trained model (aq generate --seed 1):"
+  "$bin/client/aq" generate --spec "$job" --weights "$state/model.safetensors" \
+    --prompt "Q:" --tokens 400 --temperature 0.8 --top_k 20 --seed 1
+else
+  echo "the trained model, evaluated from the file alone:"
+  "$bin/client/aq" train-local "$job" --max_steps 0 \
+    --init_weights "$state/model.safetensors" | grep "test accuracy"
+fi
 echo "trained model: $state/model.safetensors"

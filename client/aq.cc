@@ -43,6 +43,8 @@ const Subcommand kSubcommands[] = {
      WeightsMain},
     {"checkpoints", "JOB", "list a job's committed checkpoints",
      CheckpointsMain},
+    {"generate", "--spec SPEC --weights FILE|--job JOB",
+     "sample text from a trained language model", GenerateMain},
     {"verify-checkpoint", "PATH",
      "check a checkpoint on disk, offline (no coordinator)",
      VerifyCheckpointMain},

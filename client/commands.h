@@ -29,6 +29,11 @@ int TraceMain(const std::vector<std::string>& args);
 int WeightsMain(const std::vector<std::string>& args);
 int CheckpointsMain(const std::vector<std::string>& args);
 int VerifyCheckpointMain(const std::vector<std::string>& args);
+// Fetches a finished job's model from the coordinator into `path`
+// (checked as aq weights does); returns the exit code, errors printed.
+int FetchModel(const std::string& job, const std::string& path, bool quiet);
+// Samples text from a trained language model (generate_command.cc).
+int GenerateMain(const std::vector<std::string>& args);
 
 }  // namespace aqueduct
 

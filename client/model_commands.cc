@@ -256,16 +256,10 @@ void PrintVerified(const v1::CheckpointManifest& m) {
 
 }  // namespace
 
-int WeightsMain(const std::vector<std::string>& args) {
-  const CommandLineSpec spec = WeightsSpec();
-  ParsedArgs parsed;
-  if (auto code = ParseSubcommand(spec, args, 1, 1, &parsed)) return *code;
-  const std::string path = absl::GetFlag(FLAGS_output_file);
-  if (path.empty()) return UsageError(spec, "weights needs -o FILE");
+int FetchModel(const std::string& job, const std::string& path, bool quiet) {
   if (absl::Status s = CheckWritable(path); !s.ok()) {
     return Fail(std::string(s.message()));
   }
-  const std::string& job = parsed.positional[0];
   ModelFile file(path);
   if (absl::Status s = file.Open(); !s.ok()) {
     return Fail(std::string(s.message()));
@@ -280,8 +274,17 @@ int WeightsMain(const std::vector<std::string>& args) {
   if (absl::Status f = file.Finish(); !f.ok()) {
     return Fail(absl::StrCat("the model of job ", job, ": ", f.message()));
   }
-  PrintWritten(job, path, file);
+  if (!quiet) PrintWritten(job, path, file);
   return kExitOk;
+}
+
+int WeightsMain(const std::vector<std::string>& args) {
+  const CommandLineSpec spec = WeightsSpec();
+  ParsedArgs parsed;
+  if (auto code = ParseSubcommand(spec, args, 1, 1, &parsed)) return *code;
+  const std::string path = absl::GetFlag(FLAGS_output_file);
+  if (path.empty()) return UsageError(spec, "weights needs -o FILE");
+  return FetchModel(parsed.positional[0], path, /*quiet=*/false);
 }
 
 int CheckpointsMain(const std::vector<std::string>& args) {

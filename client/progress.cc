@@ -1,5 +1,7 @@
 #include "client/progress.h"
 
+#include <cmath>
+
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -86,7 +88,11 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
   } else if (const std::string waiting = Waiting(job); !waiting.empty()) {
     absl::StrAppend(&line, " ", waiting);
   }
-  if (job.state() == v1::JOB_SUCCEEDED && job.test_accuracy() > 0) {
+  if (job.state() == v1::JOB_SUCCEEDED && job.eval_split() == "validation") {
+    absl::StrAppend(&line,
+                    absl::StrFormat(" validation loss %.4f perplexity %.2f",
+                                    job.test_loss(), std::exp(job.test_loss())));
+  } else if (job.state() == v1::JOB_SUCCEEDED && job.test_accuracy() > 0) {
     absl::StrAppend(
         &line, absl::StrFormat(" test accuracy %.4f", job.test_accuracy()));
   }
@@ -96,6 +102,19 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
 
 std::string JobDetails(const JobStatus& job) {
   std::string out;
+  if (!job.evals().empty()) {
+    absl::StrAppend(&out, job.eval_split(), " (step: loss, perplexity",
+                    job.eval_split() == "test" ? ", accuracy" : "", "):");
+    for (const v1::EvalPoint& e : job.evals()) {
+      absl::StrAppend(&out, absl::StrFormat(" %d: %.4f, %.2f", e.step(),
+                                            e.loss(), std::exp(e.loss())));
+      if (job.eval_split() == "test") {
+        absl::StrAppend(&out, absl::StrFormat(", %.4f", e.accuracy()));
+      }
+      absl::StrAppend(&out, ";");
+    }
+    out.back() = '\n';
+  }
   if (!job.model_path().empty()) {
     absl::StrAppend(&out, "model: ", job.model_path(), " (", job.model_bytes(),
                     " bytes) \u2014 fetch with: aq weights ", job.job_id(),

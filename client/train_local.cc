@@ -147,6 +147,14 @@ std::string ResultJson(const JobSpec& spec, const LocalTrainResult& r,
                     ",\"test_loss\":", JsonNumber(r.test->loss),
                     ",\"test_samples\":", r.test->samples);
   }
+  out += ",\"evals\":[";
+  for (size_t i = 0; i < r.evals.size(); ++i) {
+    const EvalAt& e = r.evals[i];
+    absl::StrAppend(&out, i ? "," : "", "{\"step\":", e.step,
+                    ",\"loss\":", JsonNumber(e.result.loss),
+                    ",\"accuracy\":", JsonNumber(e.result.accuracy), "}");
+  }
+  out += "]";
   out += ",\"loss\":[";
   for (size_t i = 0; i < r.losses.size(); ++i) {
     absl::StrAppend(&out, i ? "," : "", JsonNumber(r.losses[i]));
@@ -162,7 +170,13 @@ void PrintResultText(const JobSpec& spec, const LocalTrainResult& r,
       "throughput %.1f samples/s (%d threads)\n",
       spec.name(), r.steps, r.epochs, spec.batch_size(), r.parameters,
       r.losses.empty() ? 0.0 : r.losses.back(), r.samples_per_second, threads);
-  if (r.test.has_value()) {
+  if (r.test.has_value() && spec.data().has_text()) {
+    std::cout << absl::StrFormat(
+        "validation loss %.4f perplexity %.2f (token accuracy %.4f, %d "
+        "windows)\n",
+        r.test->loss, std::exp(r.test->loss), r.test->accuracy,
+        r.test->samples);
+  } else if (r.test.has_value()) {
     std::cout << absl::StrFormat("test accuracy %.4f (loss %.4f, %d samples)\n",
                                  r.test->accuracy, r.test->loss,
                                  r.test->samples);
@@ -277,6 +291,15 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   }
   const bool tty = isatty(STDERR_FILENO) != 0;
   if (tty) options.on_step = ShowProgress;
+  if (!JsonOutput()) {
+    options.on_eval = [tty](int64_t step, const EvalResult& e) {
+      if (tty) DrawInPlace(stderr, "");
+      std::cout << absl::StrFormat("step %d: held-out loss %.4f (perplexity "
+                                   "%.2f, accuracy %.4f)\n",
+                                   step, e.loss, std::exp(e.loss), e.accuracy)
+                << std::flush;
+    };
+  }
   auto result = TrainLocal(*job, &device, options);
   if (tty) DrawInPlace(stderr, "");
   if (!result.ok()) {

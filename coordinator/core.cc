@@ -600,6 +600,9 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
   auto schedule = ParseSchedule(job.spec.pipeline().schedule());
   s.set_schedule(
       ScheduleName(schedule.ok() ? *schedule : v1::SCHEDULE_UNSPECIFIED));
+  if (HasTestSplit(job.spec.data())) {
+    s.set_eval_split(job.spec.data().has_text() ? "validation" : "test");
+  }
   auto state_of =
       [this](const std::string& worker_id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         auto worker = registry_.Get(worker_id);

@@ -10,6 +10,10 @@ packages=(
   g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libopenblas-dev
   libgloo-dev zlib1g-dev dataset-fashion-mnist
+  # Text for the language-model examples and tests: plain UTF-8 files in
+  # /usr/share/games/fortunes/ (cookie, computers, songs-poems, ...; the
+  # .dat indexes and .u8 symlinks beside them are not for training).
+  fortunes
 )
 # shellcheck disable=SC2206
 packages+=(${AQ_SETUP_EXTRA:-})

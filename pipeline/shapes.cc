@@ -1,5 +1,7 @@
 #include "pipeline/shapes.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -200,6 +202,150 @@ absl::Status CheckDelay(const DelaySpec& s, int index) {
       " and backward_ms=", s.backward_ms(), " must be in [0, 60000]"));
 }
 
+// Sizes from a spec are bounded before anything is allocated: no tensor of
+// a transformer layer (a parameter, or an activation of one sample) holds
+// more than 2^32 floats, and the products below cannot overflow.
+constexpr int64_t kMaxFloats = int64_t{1} << 32;
+
+// Whether a * b <= kMaxFloats, for positive a and b (no overflow).
+bool Fits(int64_t a, int64_t b) { return a <= kMaxFloats / b; }
+
+absl::Status TooLarge(int index, absl::string_view kind,
+                      absl::string_view what) {
+  return Invalid(
+      absl::StrCat(Field(index, kind), ": ", what, " exceeds 2^32 floats"));
+}
+
+absl::StatusOr<SymbolicShape> TokenEmbedding(const v1::TokenEmbeddingSpec& s,
+                                             int index,
+                                             const SymbolicShape& in) {
+  // Ids travel as floats, which hold every integer below 2^24 exactly.
+  constexpr int64_t kMaxVocab = int64_t{1} << 24;
+  if (s.vocab_size() <= 0 || s.vocab_size() > kMaxVocab) {
+    return Invalid(absl::StrCat(Field(index, "token_embedding.vocab_size"), "=",
+                                s.vocab_size(), " must be in [1, ", kMaxVocab,
+                                "] (token ids travel as floats)"));
+  }
+  RETURN_IF_ERROR(CheckPositive(s.dim(), index, "token_embedding.dim"));
+  if (!Fits(s.vocab_size(), s.dim())) {
+    return TooLarge(index, "token_embedding",
+                    absl::StrCat("the weight [vocab_size, dim] = [",
+                                 s.vocab_size(), ", ", s.dim(), "]"));
+  }
+  if (in.rank_known && in.dims.size() != 1) {
+    return Invalid(absl::StrCat(
+        Field(index, "token_embedding"),
+        " expects token ids [T] per sample; the previous layer's output is ",
+        in.ToString()));
+  }
+  const int64_t len = in.rank_known ? in.dims[0] : kUnknownDim;
+  if (len != kUnknownDim && !Fits(len, s.dim())) {
+    return TooLarge(index, "token_embedding",
+                    absl::StrCat("the output [", len, ", ", s.dim(), "]"));
+  }
+  return SymbolicShape::Known({len, s.dim()});
+}
+
+// The positions T of an input that must be [T, dim] per sample (kUnknownDim
+// when unknown), or the error naming layer `kind`.
+absl::StatusOr<int64_t> Positions(const SymbolicShape& in, int index,
+                                  absl::string_view kind, int64_t dim) {
+  if (in.rank_known && in.dims.size() != 2) {
+    return Invalid(absl::StrCat(
+        Field(index, kind),
+        " expects [T, dim] per sample; the previous layer's output is ",
+        in.ToString()));
+  }
+  const int64_t last = in.LastDim();
+  if (last != kUnknownDim && last != dim) {
+    return Invalid(absl::StrCat(
+        Field(index, kind), ".dim=", dim,
+        " does not match the last dimension of the previous layer's output ",
+        in.ToString()));
+  }
+  return in.rank_known ? in.dims[0] : kUnknownDim;
+}
+
+absl::StatusOr<SymbolicShape> PositionEmbedding(
+    const v1::PositionEmbeddingSpec& s, int index, const SymbolicShape& in) {
+  RETURN_IF_ERROR(
+      CheckPositive(s.context(), index, "position_embedding.context"));
+  RETURN_IF_ERROR(CheckPositive(s.dim(), index, "position_embedding.dim"));
+  if (!Fits(s.context(), s.dim())) {
+    return TooLarge(index, "position_embedding",
+                    absl::StrCat("the weight [context, dim] = [", s.context(),
+                                 ", ", s.dim(), "]"));
+  }
+  ASSIGN_OR_RETURN(const int64_t len,
+                   Positions(in, index, "position_embedding", s.dim()));
+  if (len != kUnknownDim && len > s.context()) {
+    return Invalid(absl::StrCat(Field(index, "position_embedding.context"), "=",
+                                s.context(), " is shorter than the input's ",
+                                len, " positions"));
+  }
+  return SymbolicShape::Known({len, s.dim()});
+}
+
+// The checks attention and the block share; `kind` names the layer's field.
+// `width` is the widest activation per position (3 * dim for q, k, v, or
+// the MLP's hidden width when wider).
+absl::StatusOr<SymbolicShape> Attention(absl::string_view kind, int64_t dim,
+                                        int64_t heads, float dropout,
+                                        int64_t width, int index,
+                                        const SymbolicShape& in) {
+  const std::string field(kind);
+  RETURN_IF_ERROR(CheckPositive(dim, index, field + ".dim"));
+  RETURN_IF_ERROR(CheckPositive(heads, index, field + ".heads"));
+  if (dim % heads != 0) {
+    return Invalid(absl::StrCat(Field(index, kind), ".heads=", heads,
+                                " does not divide dim=", dim));
+  }
+  if (!(dropout >= 0 && dropout < 1)) {
+    return Invalid(absl::StrCat(Field(index, kind), ".dropout=", dropout,
+                                " must be in [0, 1)"));
+  }
+  if (dim > kMaxFloats / 3 || !Fits(3 * dim, dim)) {
+    return TooLarge(index, kind,
+                    absl::StrCat("the attention weight [3 * dim, dim] with "
+                                 "dim=",
+                                 dim));
+  }
+  ASSIGN_OR_RETURN(const int64_t len, Positions(in, index, kind, dim));
+  if (len != kUnknownDim &&
+      (!Fits(len, std::max(3 * dim, width)) || !Fits(heads * len, len))) {
+    return TooLarge(index, kind,
+                    absl::StrCat("a sample's activations over ", len,
+                                 " positions with ", heads,
+                                 " heads (the attention weights are [heads, T, "
+                                 "T])"));
+  }
+  return SymbolicShape::Known({len, dim});
+}
+
+absl::StatusOr<SymbolicShape> TransformerBlock(
+    const v1::TransformerBlockSpec& s, int index, const SymbolicShape& in) {
+  int64_t hidden = 0;
+  if (s.has_mlp_hidden()) {
+    RETURN_IF_ERROR(
+        CheckPositive(s.mlp_hidden(), index, "transformer_block.mlp_hidden"));
+    hidden = s.mlp_hidden();
+  } else if (s.dim() > 0) {
+    hidden = s.dim() <= kMaxFloats ? 4 * s.dim() : kMaxFloats + 1;
+  }
+  if (s.dim() > 0 && hidden > 0 && !Fits(hidden, s.dim())) {
+    return TooLarge(index, "transformer_block",
+                    absl::StrCat("the MLP weight [mlp_hidden, dim] = [", hidden,
+                                 ", ", s.dim(), "]"));
+  }
+  const float eps = s.has_eps() ? s.eps() : 1e-5f;
+  if (!(eps > 0)) {
+    return Invalid(absl::StrCat(Field(index, "transformer_block.eps"), "=", eps,
+                                " must be positive"));
+  }
+  return Attention("transformer_block", s.dim(), s.heads(), s.dropout(), hidden,
+                   index, in);
+}
+
 absl::Status CheckNotEmpty(const SymbolicShape& in, int index) {
   for (int64_t d : in.dims) {
     if (d != kUnknownDim && d <= 0) {
@@ -241,13 +387,97 @@ absl::StatusOr<SymbolicShape> InferLayerShape(const LayerSpec& spec, int index,
     case LayerSpec::kDelay:
       RETURN_IF_ERROR(CheckDelay(spec.delay(), index));
       return in;
+    case LayerSpec::kTokenEmbedding:
+      return TokenEmbedding(spec.token_embedding(), index, in);
+    case LayerSpec::kPositionEmbedding:
+      return PositionEmbedding(spec.position_embedding(), index, in);
+    case LayerSpec::kCausalSelfAttention: {
+      const v1::CausalSelfAttentionSpec& s = spec.causal_self_attention();
+      return Attention("causal_self_attention", s.dim(), s.heads(), s.dropout(),
+                       0, index, in);
+    }
+    case LayerSpec::kTransformerBlock:
+      return TransformerBlock(spec.transformer_block(), index, in);
     case LayerSpec::KIND_NOT_SET:
       break;
   }
-  return Invalid(
-      absl::StrCat("model.layers[", index,
-                   "] has no layer kind (set one of linear, relu, gelu, "
-                   "dropout, flatten, conv2d, max_pool2d, layer_norm, delay)"));
+  return Invalid(absl::StrCat(
+      "model.layers[", index,
+      "] has no layer kind (set one of linear, relu, gelu, dropout, flatten, "
+      "conv2d, max_pool2d, layer_norm, delay, token_embedding, "
+      "position_embedding, causal_self_attention, transformer_block)"));
+}
+
+namespace {
+
+// The shape of a layer's "weight" when it may be tied (linear,
+// token_embedding; the same [rows, dim] layout), else nullopt.
+std::optional<std::vector<int64_t>> TieableWeight(const LayerSpec& spec) {
+  switch (spec.kind_case()) {
+    case LayerSpec::kLinear:
+      return std::vector<int64_t>{spec.linear().out_features(),
+                                  spec.linear().in_features()};
+    case LayerSpec::kTokenEmbedding:
+      return std::vector<int64_t>{spec.token_embedding().vocab_size(),
+                                  spec.token_embedding().dim()};
+    default:
+      return std::nullopt;
+  }
+}
+
+// "linear", "transformer_block", ...: the kind's field name.
+std::string KindName(const LayerSpec& spec) {
+  const auto* field =
+      LayerSpec::descriptor()->FindFieldByNumber(spec.kind_case());
+  return field != nullptr ? field->name() : "no kind";
+}
+
+// Checks layer l's tie_weight_to against the layers before it.
+absl::Status CheckTie(const ModelSpec& model, int l,
+                      const std::vector<std::optional<int>>& tied) {
+  const LayerSpec& spec = model.layers(l);
+  const int owner = spec.tie_weight_to();
+  const std::string field =
+      absl::StrCat("model.layers[", l, "].tie_weight_to=", owner);
+  if (owner < 0 || owner >= l) {
+    return Invalid(absl::StrCat(
+        field, " must name an earlier layer ",
+        l == 0 ? "(layer 0 has none)" : absl::StrCat("(0 to ", l - 1, ")")));
+  }
+  for (int which : {l, owner}) {
+    if (TieableWeight(model.layers(which)).has_value()) continue;
+    return Invalid(absl::StrCat(field, ": layer ", which, " (",
+                                KindName(model.layers(which)),
+                                ") has no weight to tie (only linear and "
+                                "token_embedding layers tie)"));
+  }
+  const std::vector<int64_t> mine = *TieableWeight(spec);
+  const std::vector<int64_t> theirs = *TieableWeight(model.layers(owner));
+  if (mine != theirs) {
+    return Invalid(absl::StrCat(field, ": layer ", l, "'s weight is ",
+                                SymbolicShape::Known(mine).ToString(),
+                                " but layer ", owner, "'s is ",
+                                SymbolicShape::Known(theirs).ToString()));
+  }
+  if (tied[owner].has_value()) {
+    return Invalid(absl::StrCat(field, ": layer ", owner,
+                                " is itself tied to layer ", *tied[owner],
+                                " (tie to layer ", *tied[owner], ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::optional<int>>> TiedWeights(
+    const ModelSpec& model) {
+  std::vector<std::optional<int>> tied(model.layers_size());
+  for (int l = 0; l < model.layers_size(); ++l) {
+    if (!model.layers(l).has_tie_weight_to()) continue;
+    RETURN_IF_ERROR(CheckTie(model, l, tied));
+    tied[l] = model.layers(l).tie_weight_to();
+  }
+  return tied;
 }
 
 absl::StatusOr<std::vector<SymbolicShape>> InferModelShapes(
@@ -259,6 +489,7 @@ absl::StatusOr<std::vector<SymbolicShape>> InferModelShapes(
     ASSIGN_OR_RETURN(shape, InferLayerShape(model.layers(i), i, shape));
     out.push_back(shape);
   }
+  RETURN_IF_ERROR(TiedWeights(model).status());
   return out;
 }
 

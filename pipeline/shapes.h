@@ -47,10 +47,19 @@ struct SymbolicShape {
 absl::StatusOr<SymbolicShape> InferLayerShape(const LayerSpec& spec, int index,
                                               const SymbolicShape& in);
 
-// Each layer's output shape in order (INVALID_ARGUMENT for an empty model or
-// the first layer in error).
+// Each layer's output shape in order (INVALID_ARGUMENT for an empty model,
+// the first layer in error, or a tie TiedWeights refuses).
 absl::StatusOr<std::vector<SymbolicShape>> InferModelShapes(
     const ModelSpec& model, const SymbolicShape& input);
+
+// Weight tying (LayerSpec.tie_weight_to): for each layer, the earlier layer
+// whose "weight" it shares, or nullopt. INVALID_ARGUMENT naming the field
+// unless every tie names an earlier layer, both layers are linear or
+// token_embedding with weights of one shape ("model.layers[9].
+// tie_weight_to=0: layer 9's weight is [113, 128] but layer 0's is [256,
+// 128]"), and the earlier layer is not itself tied.
+absl::StatusOr<std::vector<std::optional<int>>> TiedWeights(
+    const ModelSpec& model);
 
 }  // namespace aqueduct
 

@@ -157,6 +157,78 @@ absl::Status ValidateIdx(const IdxData& idx) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateText(const v1::TextData& t) {
+  if (t.files().empty()) {
+    return absl::InvalidArgumentError(
+        "data.text.files is empty (name at least one UTF-8 text file)");
+  }
+  for (int i = 0; i < t.files_size(); ++i) {
+    if (t.files(i).empty() || t.files(i)[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.text.files[", i, "]='", t.files(i),
+          "' must be an absolute path (workers run in directories of their "
+          "own)"));
+    }
+  }
+  constexpr int64_t kMaxContext = int64_t{1} << 20;
+  if (t.context() < 1 || t.context() > kMaxContext) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.context=", t.context(), " must be in [1, ",
+                     kMaxContext, "]"));
+  }
+  if (!t.tokenizer().empty() && t.tokenizer() != "bytes" &&
+      t.tokenizer() != "chars") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.tokenizer='", t.tokenizer(),
+                     "' is not one of: bytes, chars"));
+  }
+  if (t.has_val_fraction() &&
+      !(t.val_fraction() >= 0 && t.val_fraction() <= 0.5f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.text.val_fraction=", t.val_fraction(), " must be in [0, 0.5]"));
+  }
+  if (t.val_windows() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.val_windows=", t.val_windows(),
+                     " must not be negative (0 = all)"));
+  }
+  if (t.val_windows() > 0 && t.has_val_fraction() && t.val_fraction() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.val_windows=", t.val_windows(),
+                     " but data.text.val_fraction=0 holds out no text"));
+  }
+  return absl::OkStatus();
+}
+
+// The DataSpec fields about images (and the limits, which text states in
+// its own terms) are refused for text rather than ignored.
+absl::Status RefuseImageFieldsForText(const DataSpec& spec) {
+  if (spec.mean() != 0) {
+    return absl::InvalidArgumentError(
+        "data.mean applies to image data, not data.text");
+  }
+  if (spec.has_std()) {
+    return absl::InvalidArgumentError(
+        "data.std applies to image data, not data.text");
+  }
+  if (spec.has_shuffle() && !spec.shuffle()) {
+    return absl::InvalidArgumentError(
+        "data.shuffle=false applies to image data, not data.text (training "
+        "windows are always drawn at random)");
+  }
+  if (spec.train_limit() != 0) {
+    return absl::InvalidArgumentError(
+        "data.train_limit applies to image data, not data.text (bound the "
+        "run with max_steps)");
+  }
+  if (spec.test_limit() != 0) {
+    return absl::InvalidArgumentError(
+        "data.test_limit applies to image data, not data.text (use "
+        "data.text.val_windows)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateLoop(const JobSpec& spec) {
   if (spec.batch_size() <= 0) {
     return absl::InvalidArgumentError(
@@ -226,10 +298,30 @@ absl::Status ValidateFaultTolerance(const v1::FaultToleranceSpec& f) {
   return absl::OkStatus();
 }
 
+// Text: the logits are [context, vocabulary] per sample; bytes need 256.
+absl::Status CheckTextLogits(const SymbolicShape& out, int last,
+                             const TextData& text) {
+  if (out.rank_known &&
+      (out.dims.size() != 2 || out.dims[0] != text.context())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", last, "] outputs ", out.ToString(),
+        " per sample; a language model needs logits [", text.context(),
+        ", vocabulary] (data.text.context=", text.context(), ")"));
+  }
+  if (text.tokenizer() == "bytes" && out.LastDim() != kUnknownDim &&
+      out.LastDim() < 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", last, "] outputs ", out.LastDim(),
+        " logits but data.text.tokenizer='bytes' has 256 tokens"));
+  }
+  return absl::OkStatus();
+}
+
 // The model's logits must be a vector with a logit per class.
 absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data) {
   const SymbolicShape& out = summary.layer_outputs.back();
   const int last = static_cast<int>(summary.layer_outputs.size()) - 1;
+  if (data.has_text()) return CheckTextLogits(out, last, data.text());
   if (out.rank_known && out.dims.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.layers[", last, "] outputs ", out.ToString(),
@@ -242,6 +334,28 @@ absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.layers[", last, "] outputs ", out.LastDim(),
                      " logits but the data has ", classes, " classes"));
+  }
+  return absl::OkStatus();
+}
+
+// Tied weights on two pipeline stages need a schedule that flushes: under
+// 1f1b_stashed or 1f1b_vertical_sync the first and the last stage would
+// apply their steps to the shared weight at different versions.
+absl::Status CheckTiesAndSchedule(const ModelSpec& model,
+                                  const PipelinePolicy& pipeline) {
+  const bool flushes = pipeline.schedule == v1::SCHEDULE_1F1B_FLUSH ||
+                       pipeline.schedule == v1::SCHEDULE_GPIPE;
+  if (flushes || pipeline.workers <= 1) return absl::OkStatus();
+  for (int l = 0; l < model.layers_size(); ++l) {
+    if (!model.layers(l).has_tie_weight_to()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", l, "].tie_weight_to=", model.layers(l).tie_weight_to(),
+        " needs pipeline.schedule 1f1b_flush or gpipe with more than one "
+        "worker: under ",
+        ScheduleName(pipeline.schedule),
+        " the stages holding the two copies would update the shared weight "
+        "at different weight versions, so the copies would diverge (untie "
+        "the layers to use it)"));
   }
   return absl::OkStatus();
 }
@@ -298,6 +412,7 @@ absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
 }
 
 absl::Status ValidateDataSpec(const DataSpec& spec) {
+  if (spec.has_text()) RETURN_IF_ERROR(RefuseImageFieldsForText(spec));
   if (spec.has_std() && !(spec.std() > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.std=", spec.std(), " must be positive"));
@@ -307,6 +422,8 @@ absl::Status ValidateDataSpec(const DataSpec& spec) {
         "data.train_limit and data.test_limit must not be negative");
   }
   switch (spec.source_case()) {
+    case DataSpec::kText:
+      return ValidateText(spec.text());
     case DataSpec::kSynthetic:
       return ValidateSynthetic(spec.synthetic());
     case DataSpec::kIdx:
@@ -318,12 +435,17 @@ absl::Status ValidateDataSpec(const DataSpec& spec) {
       break;
   }
   return absl::InvalidArgumentError(
-      "data has no source (set data.fashion_mnist_dir, data.idx or "
-      "data.synthetic)");
+      "data has no source (set data.text, data.fashion_mnist_dir, data.idx "
+      "or data.synthetic)");
 }
 
 bool HasTestSplit(const DataSpec& d) {
+  if (d.has_text()) {
+    return !d.text().has_val_fraction() || d.text().val_fraction() > 0;
+  }
   return d.has_fashion_mnist_dir() ||
+         (d.has_text() &&
+          (!d.text().has_val_fraction() || d.text().val_fraction() > 0)) ||
          (d.has_idx() && !d.idx().test_images().empty()) ||
          (d.has_synthetic() && d.synthetic().test_samples() > 0);
 }
@@ -347,9 +469,13 @@ absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
     }
     RETURN_IF_ERROR(TotalSteps(spec, summary.train_samples).status());
   }
+  if (spec.data().has_text()) {
+    summary.input = SymbolicShape::Known({spec.data().text().context()});
+  }
   ASSIGN_OR_RETURN(summary.layer_outputs,
                    InferModelShapes(spec.model(), summary.input));
   RETURN_IF_ERROR(CheckLogits(summary, spec.data()));
+  RETURN_IF_ERROR(CheckTiesAndSchedule(spec.model(), summary.pipeline));
   return summary;
 }
 

@@ -31,7 +31,8 @@ std::string Error(const JobSpec& spec) {
 
 TEST(SpecTest, TheExamplesAreValidWithoutTheirData) {
   for (const char* name :
-       {"fmnist_mlp", "fmnist_mlp_pipeline", "fmnist_cnn", "delay_4stage"}) {
+       {"fmnist_mlp", "fmnist_mlp_pipeline", "fmnist_cnn", "delay_4stage",
+        "gpt_fortunes"}) {
     auto spec = LoadJobSpecFile(std::string("examples/") + name + ".textproto");
     ASSERT_TRUE(spec.ok()) << spec.status();
     auto summary = CheckJobSpec(*spec);
@@ -100,11 +101,13 @@ TEST(SpecTest, FieldErrorsNameTheField) {
             "logits [classes] (add a flatten and a linear layer)");
   EXPECT_EQ(Error(With("layers { }", kFiles)),
             "model.layers[0] has no layer kind (set one of linear, relu, gelu, "
-            "dropout, flatten, conv2d, max_pool2d, layer_norm, delay)");
+            "dropout, flatten, conv2d, max_pool2d, layer_norm, delay, "
+            "token_embedding, position_embedding, causal_self_attention, "
+            "transformer_block)");
   EXPECT_EQ(Error(With("", kFiles)), "model.layers is empty");
   EXPECT_EQ(Error(With("layers { flatten {} }", "")),
-            "data has no source (set data.fashion_mnist_dir, data.idx or "
-            "data.synthetic)");
+            "data has no source (set data.text, data.fashion_mnist_dir, "
+            "data.idx or data.synthetic)");
 }
 
 TEST(SpecTest, LoopOptimizerAndPipelineAreChecked) {
@@ -130,6 +133,123 @@ TEST(SpecTest, LoopOptimizerAndPipelineAreChecked) {
   spec.set_epochs(1);
   EXPECT_EQ(Error(spec),
             "batch_size=128 is larger than the training set (64 samples)");
+}
+
+DataSpec ParseData(const std::string& text) {
+  return Parse("data { " + text + " }").data();
+}
+
+std::string DataError(const std::string& text) {
+  const absl::Status status = ValidateDataSpec(ParseData(text));
+  EXPECT_FALSE(status.ok()) << text;
+  return std::string(status.message());
+}
+
+// Text data is checked field by field without opening its files.
+TEST(SpecTest, TextDataFieldsAreCheckedWithoutTheirFiles) {
+  const std::string files = "files: \"/nonexistent/a.txt\" ";
+  EXPECT_TRUE(
+      ValidateDataSpec(ParseData("text { " + files + "context: 64 }")).ok());
+  EXPECT_TRUE(
+      ValidateDataSpec(ParseData("text { " + files + files +
+                                 "context: 1048576 tokenizer: \"bytes\" "
+                                 "val_fraction: 0.5 val_windows: 10 }"))
+          .ok());
+  EXPECT_TRUE(ValidateDataSpec(ParseData("text { " + files +
+                                         "context: 1 tokenizer: \"chars\" "
+                                         "val_fraction: 0 } shuffle: true"))
+                  .ok());
+  EXPECT_EQ(DataError("text { context: 64 }"),
+            "data.text.files is empty (name at least one UTF-8 text file)");
+  EXPECT_EQ(DataError("text { " + files + "files: \"\" context: 64 }"),
+            "data.text.files[1]='' must be an absolute path (workers run in "
+            "directories of their own)");
+  EXPECT_EQ(DataError("text { files: \"corpus.txt\" context: 64 }"),
+            "data.text.files[0]='corpus.txt' must be an absolute path "
+            "(workers run in directories of their own)");
+  EXPECT_EQ(DataError("text { " + files + "}"),
+            "data.text.context=0 must be in [1, 1048576]");
+  EXPECT_EQ(DataError("text { " + files + "context: 1048577 }"),
+            "data.text.context=1048577 must be in [1, 1048576]");
+  EXPECT_EQ(DataError("text { " + files + "context: 8 tokenizer: \"bpe\" }"),
+            "data.text.tokenizer='bpe' is not one of: bytes, chars");
+  EXPECT_EQ(DataError("text { " + files + "context: 8 val_fraction: 0.6 }"),
+            "data.text.val_fraction=0.6 must be in [0, 0.5]");
+  EXPECT_EQ(DataError("text { " + files + "context: 8 val_fraction: -0.1 }"),
+            "data.text.val_fraction=-0.1 must be in [0, 0.5]");
+  EXPECT_EQ(DataError("text { " + files + "context: 8 val_fraction: nan }"),
+            "data.text.val_fraction=nan must be in [0, 0.5]");
+  EXPECT_EQ(DataError("text { " + files + "context: 8 val_windows: -1 }"),
+            "data.text.val_windows=-1 must not be negative (0 = all)");
+  EXPECT_EQ(DataError("text { " + files +
+                      "context: 8 val_fraction: 0 val_windows: 4 }"),
+            "data.text.val_windows=4 but data.text.val_fraction=0 holds out "
+            "no text");
+}
+
+TEST(SpecTest, ImageFieldsAreRefusedForText) {
+  const std::string text = "text { files: \"/a.txt\" context: 8 } ";
+  EXPECT_EQ(DataError(text + "mean: 0.5"),
+            "data.mean applies to image data, not data.text");
+  EXPECT_EQ(DataError(text + "std: 1"),
+            "data.std applies to image data, not data.text");
+  EXPECT_EQ(DataError(text + "std: -1"),
+            "data.std applies to image data, not data.text");
+  EXPECT_EQ(DataError(text + "shuffle: false"),
+            "data.shuffle=false applies to image data, not data.text "
+            "(training windows are always drawn at random)");
+  EXPECT_EQ(DataError(text + "train_limit: 100"),
+            "data.train_limit applies to image data, not data.text (bound "
+            "the run with max_steps)");
+  EXPECT_EQ(DataError(text + "test_limit: 100"),
+            "data.test_limit applies to image data, not data.text (use "
+            "data.text.val_windows)");
+  EXPECT_TRUE(HasTestSplit(ParseData(text)));
+  EXPECT_TRUE(HasTestSplit(
+      ParseData("text { files: \"/a.txt\" context: 8 val_fraction: 0.01 }")));
+  EXPECT_FALSE(HasTestSplit(
+      ParseData("text { files: \"/a.txt\" context: 8 val_fraction: 0 }")));
+}
+
+// A GPT over text whose files are not opened: the context is the input's
+// length, so the model's shapes are checked by the coordinator.
+std::string Gpt(const std::string& head, const std::string& extra) {
+  return "model { layers { token_embedding { vocab_size: 256 dim: 8 } } "
+         "layers { position_embedding { context: 4 dim: 8 } } "
+         "layers { transformer_block { dim: 8 heads: 2 } } " +
+         head +
+         " } data { text { files: \"/nonexistent/t.txt\" context: 4 "
+         "tokenizer: \"bytes\" } } optimizer { adam { lr: 0.1 } } "
+         "batch_size: 8 max_steps: 3 " +
+         extra;
+}
+
+TEST(SpecTest, LanguageModelsAreCheckedWithoutTheirText) {
+  const std::string tied =
+      "layers { linear { in_features: 8 out_features: 256 bias: false } "
+      "tie_weight_to: 0 }";
+  EXPECT_TRUE(CheckJobSpec(Parse(Gpt(tied, ""))).ok());
+  // Tied across stages needs a flush.
+  EXPECT_TRUE(CheckJobSpec(Parse(Gpt(
+                               tied, "pipeline { workers: 2 schedule: "
+                                     "\"1f1b_flush\" }")))
+                  .ok());
+  EXPECT_NE(Error(Parse(Gpt(tied, "pipeline { workers: 2 }")))
+                .find("model.layers[3].tie_weight_to=0 needs "
+                      "pipeline.schedule 1f1b_flush or gpipe"),
+            std::string::npos);
+  // Logits per position, a vocabulary as large as the tokenizer's.
+  EXPECT_NE(Error(Parse(Gpt("layers { linear { in_features: 8 "
+                            "out_features: 100 } }",
+                            "")))
+                .find("outputs 100 logits but data.text.tokenizer='bytes' "
+                      "has 256 tokens"),
+            std::string::npos);
+  EXPECT_NE(Error(Parse(Gpt("layers { flatten {} } layers { linear { "
+                            "in_features: 32 out_features: 256 } }",
+                            "")))
+                .find("a language model needs logits [4, vocabulary]"),
+            std::string::npos);
 }
 
 TEST(SpecTest, ParseErrorsSayWhere) {

@@ -8,6 +8,7 @@
 namespace aqueduct {
 
 using v1::AdamSpec;
+using v1::CausalSelfAttentionSpec;
 using v1::Conv2dSpec;
 using v1::DataSpec;
 using v1::DelaySpec;
@@ -23,12 +24,16 @@ using v1::MaxPool2dSpec;
 using v1::ModelProfile;
 using v1::ModelSpec;
 using v1::OptimizerSpec;
+using v1::PositionEmbeddingSpec;
 using v1::PartitionPlan;
 using v1::PlanStage;
 using v1::ProfileEdge;
 using v1::SgdSpec;
 using v1::SyntheticData;
+using v1::TextData;
+using v1::TokenEmbeddingSpec;
 using v1::TopologyLevel;
+using v1::TransformerBlockSpec;
 
 }  // namespace aqueduct
 

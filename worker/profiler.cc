@@ -79,7 +79,8 @@ class LayerTimer {
         needs_dx_(model.num_layers(), false),
         forward_(model.num_layers()),
         backward_(model.num_layers()),
-        update_(model.num_layers()) {
+        update_(model.num_layers()),
+        saved_(model.num_layers(), 0) {
     // As in training (BackwardRange), a layer computes its input gradient
     // only if a layer with parameters lies below it.
     for (int l = 1; l < model.num_layers(); ++l) {
@@ -100,6 +101,8 @@ class LayerTimer {
   double ForwardMs(int l) const { return Median(forward_[l]); }
   double BackwardMs(int l) const { return Median(backward_[l]); }
   double UpdateMs(int l) const { return Median(update_[l]); }
+  // Bytes layer l's forward kept for its backward (the last iteration).
+  double SavedBytes(int l) const { return saved_[l]; }
 
  private:
   // Every layer's forward pass, filling `caches`.
@@ -116,6 +119,10 @@ class LayerTimer {
                                               ctx, &y, &(*caches)[l]));
       RETURN_IF_ERROR(device_->Synchronize());
       if (measure) forward_[l].push_back(MsSince(start));
+      saved_[l] = 0;
+      for (const Tensor& t : (*caches)[l].tensors) {
+        saved_[l] += static_cast<double>(t.nbytes());
+      }
       x = std::move(y);
     }
     return absl::OkStatus();
@@ -163,6 +170,7 @@ class LayerTimer {
   std::vector<LayerUpdate>* updates_;
   std::vector<bool> needs_dx_;
   std::vector<std::vector<double>> forward_, backward_, update_;
+  std::vector<double> saved_;
 };
 
 // Adds layer l's node (its median times and its sizes) to the profile, and
@@ -187,6 +195,7 @@ void AddLayerNode(const JobSpec& spec, const Model& model,
     param_bytes += static_cast<double>(p.shape.numel()) * 4;
   }
   node->set_parameter_bytes(param_bytes);
+  node->set_saved_bytes(timer.SavedBytes(l));
   node->set_layer_index(l);
   if (l > 0) {
     ProfileEdge* edge = profile->add_edges();

@@ -137,6 +137,19 @@ void CpuDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
               ldb, beta, c, ldc);
 }
 
+void CpuDevice::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
+                                   int64_t n, int64_t k, float alpha,
+                                   const float* a, int64_t lda,
+                                   int64_t stride_a, const float* b,
+                                   int64_t ldb, int64_t stride_b, float beta,
+                                   float* c, int64_t ldc, int64_t stride_c,
+                                   int64_t batch) {
+  for (int64_t i = 0; i < batch; ++i) {
+    Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda,
+         b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
+  }
+}
+
 void CpuDevice::Fill(float* x, int64_t n, float value) {
   std::fill(x, x + n, value);
 }
@@ -399,6 +412,65 @@ void CpuDevice::LayerNormBackward(const float* dy, const float* x,
       const float xhat = (xr[c] - mu) * rs;
       dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
     }
+  }
+}
+
+void CpuDevice::EmbeddingForward(const float* ids, const float* table,
+                                 int64_t vocab, int64_t rows, int64_t dim,
+                                 float* y) {
+  const float limit = static_cast<float>(vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float id = ids[r];
+    float* out = y + r * dim;
+    if (id >= 0 && id < limit) {
+      std::memcpy(out, table + static_cast<int64_t>(id) * dim,
+                  static_cast<size_t>(dim) * sizeof(float));
+    } else {
+      std::fill(out, out + dim, 0.0f);
+    }
+  }
+}
+
+void CpuDevice::EmbeddingBackward(const float* ids, const float* dy,
+                                  int64_t vocab, int64_t rows, int64_t dim,
+                                  float* dtable) {
+  const float limit = static_cast<float>(vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float id = ids[r];
+    if (!(id >= 0 && id < limit)) continue;
+    float* out = dtable + static_cast<int64_t>(id) * dim;
+    const float* g = dy + r * dim;
+    for (int64_t c = 0; c < dim; ++c) out[c] += g[c];
+  }
+}
+
+void CpuDevice::CausalSoftmax(float* s, int64_t count, int64_t t, float scale) {
+  for (int64_t row_index = 0; row_index < count * t; ++row_index) {
+    float* row = s + row_index * t;
+    const int64_t n = row_index % t + 1;  // positions 0..i
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) max = std::max(max, scale * row[j]);
+    float sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = std::exp(scale * row[j] - max);
+      sum += row[j];
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
+    std::fill(row + n, row + t, 0.0f);
+  }
+}
+
+void CpuDevice::CausalSoftmaxBackward(const float* p, float* d, int64_t count,
+                                      int64_t t, float scale) {
+  for (int64_t row_index = 0; row_index < count * t; ++row_index) {
+    const float* pr = p + row_index * t;
+    float* dr = d + row_index * t;
+    const int64_t n = row_index % t + 1;
+    float dot = 0;
+    for (int64_t j = 0; j < n; ++j) dot += pr[j] * dr[j];
+    for (int64_t j = 0; j < n; ++j) dr[j] = scale * pr[j] * (dr[j] - dot);
+    std::fill(dr + n, dr + t, 0.0f);
   }
 }
 

@@ -126,6 +126,19 @@ class Device {
                     float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float beta, float* c, int64_t ldc) = 0;
 
+  // Batched GEMM over `batch` triples of matrices at fixed strides:
+  // C_i = alpha * op(A_i) op(B_i) + beta * C_i with A_i = a + i * stride_a
+  // (likewise B_i, C_i), each as in Gemm. Strides are in elements; the
+  // matrices may be strided views into larger tensors (e.g. one attention
+  // head's columns of a [batch, T, 3 * dim] tensor: lda = 3 * dim,
+  // stride_a = T * 3 * dim). The C_i must not overlap.
+  virtual void GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
+                                  int64_t n, int64_t k, float alpha,
+                                  const float* a, int64_t lda, int64_t stride_a,
+                                  const float* b, int64_t ldb, int64_t stride_b,
+                                  float beta, float* c, int64_t ldc,
+                                  int64_t stride_c, int64_t batch) = 0;
+
   // ---- Elementwise and reductions ----
   virtual void Fill(float* x, int64_t n, float value) = 0;
   // y = a * x + b * y.
@@ -194,6 +207,32 @@ class Device {
                                  const float* rstd, int64_t rows, int64_t cols,
                                  float* dx, float* dgamma, float* dbeta,
                                  bool accumulate) = 0;
+
+  // ---- Embeddings and attention ----
+  // y[r, :] = table[ids[r], :] for r in [0, rows): a lookup in a table of
+  // [vocab, dim]. Ids are integers carried as floats; a row whose id is not
+  // in [0, vocab) (the data loader refuses those) reads as zeros rather
+  // than out of bounds.
+  virtual void EmbeddingForward(const float* ids, const float* table,
+                                int64_t vocab, int64_t rows, int64_t dim,
+                                float* y) = 0;
+  // dtable[ids[r], :] += dy[r, :] for every r (ids out of range skipped).
+  // Adds: the caller zeroes dtable first unless accumulating. CPU: in row
+  // order, deterministic; CUDA: atomic adds, so rows sharing an id sum in an
+  // unspecified order (run-to-run differences of float rounding).
+  virtual void EmbeddingBackward(const float* ids, const float* dy,
+                                 int64_t vocab, int64_t rows, int64_t dim,
+                                 float* dtable) = 0;
+  // In place over `count` score matrices s[count, t, t]: row i becomes the
+  // softmax of scale * s[i, 0..i], and its entries j > i become 0 (causal
+  // masking; the masked inputs are never read, so they may be garbage).
+  virtual void CausalSoftmax(float* s, int64_t count, int64_t t,
+                             float scale) = 0;
+  // The backward of CausalSoftmax, in place: from the probabilities p and
+  // d = dL/dP, d becomes dL/dS = scale * p * (d - rowsum(p * d)), 0 above
+  // the diagonal.
+  virtual void CausalSoftmaxBackward(const float* p, float* d, int64_t count,
+                                     int64_t t, float scale) = 0;
 
   // ---- Loss ----
   // Softmax cross-entropy of logits[rows, classes] against labels[rows]

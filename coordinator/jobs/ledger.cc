@@ -52,6 +52,7 @@ void JobLedger::Rollback(int64_t version) {
                                    }),
                     loss_curve_.end());
   loss_ = loss_curve_.empty() ? 0 : loss_curve_.back().loss();
+  evals_.erase(evals_.upper_bound(version), evals_.end());
 }
 
 void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
@@ -86,6 +87,7 @@ void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
 }
 
 void JobLedger::ApplyLosses(const v1::StageProgress& p) {
+  for (const v1::EvalPoint& e : p.evals()) evals_[e.step()] = e;
   for (v1::LossPoint point : p.losses()) {
     if (point.samples() > 0 && point.samples() < batch_size_) {
       auto& share = loss_shares_[point.minibatch()];
@@ -163,6 +165,7 @@ void JobLedger::FillStatus(
   *s->mutable_loss_curve() = {loss_curve_.begin(), loss_curve_.end()};
   s->set_test_accuracy(test_accuracy_);
   s->set_test_loss(test_loss_);
+  for (const auto& [step, e] : evals_) *s->add_evals() = e;
   const int stages = static_cast<int>(stage_workers.size());
   for (int st = 0; st < stages; ++st) {
     v1::StageStatus* stage = s->add_stages();

@@ -96,6 +96,8 @@ class JobLedger {
   int64_t loss_stride_ = 1;
   double loss_ = 0;
   double test_accuracy_ = 0, test_loss_ = 0;
+  // Evaluations by step (periodic ones and the final one).
+  std::map<int64_t, v1::EvalPoint> evals_;
   std::map<Key, v1::StageTrace> trace_;
   int64_t trace_events_ = 0, trace_dropped_ = 0;
 };

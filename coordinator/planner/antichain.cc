@@ -264,7 +264,7 @@ void FillStates(const ProfileGraph& g, const Closure& closure,
       state.compute_s +=
           (node.forward_ms + node.backward_ms + node.optimizer_ms) / 1000.0;
       state.backward_s += node.backward_ms / 1000.0;
-      state.activation_bytes += node.activation_bytes;
+      state.activation_bytes += node.MemoryBytes();
       state.parameter_bytes += node.parameter_bytes;
     }
   }

@@ -281,6 +281,7 @@ absl::StatusOr<ProfileGraph> ProfileGraph::FromProto(
     n.optimizer_ms = p.optimizer_ms();
     n.activation_bytes = p.activation_bytes();
     n.parameter_bytes = p.parameter_bytes();
+    n.saved_bytes = p.saved_bytes();
     n.stage_id = p.has_stage_id() ? p.stage_id() : -1;
     n.layer_index = p.has_layer_index() ? p.layer_index() : -1;
     RETURN_IF_ERROR(
@@ -307,6 +308,7 @@ ModelProfile ProfileGraph::ToProto() const {
     if (n.optimizer_ms != 0) l->set_optimizer_ms(n.optimizer_ms);
     l->set_activation_bytes(n.activation_bytes);
     l->set_parameter_bytes(n.parameter_bytes);
+    if (n.saved_bytes != 0) l->set_saved_bytes(n.saved_bytes);
     if (n.stage_id >= 0) l->set_stage_id(n.stage_id);
     if (n.layer_index >= 0) l->set_layer_index(n.layer_index);
   }

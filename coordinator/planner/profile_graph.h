@@ -32,6 +32,11 @@ struct ProfileNode {
   int stage_id = -1;
   int layer_index = -1;
   double optimizer_ms = 0;  // The weight update; counted as compute.
+  // Kept for backward (memory); 0: activation_bytes stands in.
+  double saved_bytes = 0;
+  double MemoryBytes() const {
+    return saved_bytes > 0 ? saved_bytes : activation_bytes;
+  }
 };
 
 class ProfileGraph {

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "pipeline/spec.h"
 #include "worker/data/idx.h"
+#include "worker/data/text.h"
 
 namespace aqueduct {
 
@@ -177,12 +178,14 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
       info.num_classes = max_label + 1;
       return info;
     }
+    case DataSpec::kText:
+      return DescribeTextData(spec.text());
     case DataSpec::SOURCE_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "data has no source (set data.fashion_mnist_dir, data.idx or "
-      "data.synthetic)");
+      "data has no source (set data.text, data.fashion_mnist_dir, data.idx "
+      "or data.synthetic)");
 }
 
 absl::StatusOr<DataSplits> LoadData(const DataSpec& spec) {
@@ -200,6 +203,7 @@ absl::StatusOr<DataSplits> LoadData(const DataSpec& spec) {
     }
     return splits;
   }
+  if (spec.has_text()) return LoadTextData(spec.text());
   if (spec.source_case() == DataSpec::SOURCE_NOT_SET) {
     return DescribeData(spec).status();
   }
@@ -239,7 +243,31 @@ EpochSampler::EpochSampler(int64_t dataset_size, int64_t batch_size,
       seed_(seed),
       batches_per_epoch_(batch_size > 0 ? dataset_size / batch_size : 0) {}
 
+EpochSampler EpochSampler::For(const Dataset& data, int64_t batch_size,
+                               bool shuffle, uint64_t seed) {
+  EpochSampler sampler(data.size, batch_size, shuffle, seed);
+  if (data.is_text()) {
+    sampler.random_windows_ = true;
+    sampler.batches_per_epoch_ =
+        batch_size > 0 ? static_cast<int64_t>(data.tokens.size()) /
+                             data.context / batch_size
+                       : 0;
+  }
+  return sampler;
+}
+
 absl::Span<const int64_t> EpochSampler::Batch(int64_t minibatch) {
+  if (random_windows_) {
+    if (minibatch != cached_epoch_) {
+      order_.resize(batch_size_);
+      for (int64_t r = 0; r < batch_size_; ++r) {
+        order_[r] = TextWindowStart(seed_, static_cast<uint64_t>(minibatch),
+                                    static_cast<uint64_t>(r), size_);
+      }
+      cached_epoch_ = minibatch;
+    }
+    return absl::MakeConstSpan(order_);
+  }
   const int64_t epoch = minibatch / batches_per_epoch_;
   const int64_t index = minibatch % batches_per_epoch_;
   if (epoch != cached_epoch_) {
@@ -262,6 +290,16 @@ absl::Span<const int64_t> EpochSampler::Batch(int64_t minibatch) {
 
 void GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
                  float* inputs, int32_t* labels) {
+  if (data.is_text()) {
+    const int64_t context = data.context;
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const int32_t* window = data.tokens.data() + indices[i] * data.stride;
+      float* x = inputs + i * context;
+      for (int64_t t = 0; t < context; ++t) x[t] = window[t];
+      std::memcpy(labels + i * context, window + 1, context * sizeof(int32_t));
+    }
+    return;
+  }
   const int64_t per = data.sample_shape.numel();
   for (size_t i = 0; i < indices.size(); ++i) {
     std::memcpy(inputs + i * per, data.inputs.data() + indices[i] * per,
@@ -274,10 +312,14 @@ absl::Status LoadBatch(const Dataset& data, absl::Span<const int64_t> indices,
                        Device& device, Tensor& inputs, Tensor& labels,
                        BatchStaging& staging) {
   const int64_t rows = static_cast<int64_t>(indices.size());
+  const int64_t label_count = rows * data.labels_per_sample;
   if (inputs.numel() != rows * data.sample_shape.numel() ||
-      labels.numel() != rows) {
+      labels.numel() != label_count) {
     return absl::InternalError(absl::StrCat(
         "a batch of ", rows, " samples of ", data.sample_shape.ToString(),
+        data.labels_per_sample == 1
+            ? std::string()
+            : absl::StrCat(" with ", data.labels_per_sample, " labels each"),
         " does not fit tensors of ", inputs.shape().ToString(), " and ",
         labels.shape().ToString()));
   }
@@ -286,7 +328,7 @@ absl::Status LoadBatch(const Dataset& data, absl::Span<const int64_t> indices,
     return absl::OkStatus();
   }
   staging.inputs.resize(static_cast<size_t>(inputs.numel()));
-  staging.labels.resize(static_cast<size_t>(rows));
+  staging.labels.resize(static_cast<size_t>(label_count));
   GatherBatch(data, indices, staging.inputs.data(), staging.labels.data());
   RETURN_IF_ERROR(device.CopyFromHost(staging.inputs.data(), inputs));
   return device.CopyFromHost(staging.labels.data(), labels);

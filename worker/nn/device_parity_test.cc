@@ -150,10 +150,59 @@ INSTANTIATE_TEST_SUITE_P(
                   {2, 7, 6}},
         LayerCase{
             "maxpool2d", "max_pool2d { kernel_size: 2 stride: 2 }", {3, 8, 6}},
-        LayerCase{"layernorm", "layer_norm { normalized_shape: 16 }", {16}}),
+        LayerCase{"layernorm", "layer_norm { normalized_shape: 16 }", {16}},
+        LayerCase{"position_embedding",
+                  "position_embedding { context: 16 dim: 16 }",
+                  {12, 16}},
+        LayerCase{"causal_self_attention",
+                  "causal_self_attention { dim: 16 heads: 4 dropout: 0.2 }",
+                  {12, 16}},
+        LayerCase{"causal_self_attention_long",
+                  "causal_self_attention { dim: 32 heads: 2 bias: false }",
+                  {70, 32}},
+        LayerCase{"transformer_block",
+                  "transformer_block { dim: 16 heads: 2 dropout: 0.2 }",
+                  {12, 16}}),
     [](const ::testing::TestParamInfo<LayerCase>& info) {
       return std::string(info.param.name);
     });
+
+// Token ids as input (the other layers take random floats), repeated so
+// that rows sum into the same table row (atomically on a GPU).
+TEST(TokenEmbeddingParityTest, ForwardAndBackwardMatchCpu) {
+  DeviceParity p;
+  if (!p.skip_reason.empty()) GTEST_SKIP() << p.skip_reason;
+  LayerSpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "token_embedding { vocab_size: 50 dim: 24 }", &spec));
+  auto layer = CreateLayer(spec, 0, Shape({10}), 42);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const int64_t batch = 8;
+  std::vector<float> ids(batch * 10);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<float>((i * 7) % 50);
+  }
+  const std::vector<float> dy = Random(batch * 10 * 24, 2);
+  auto run = [&](Device& d, Tensor* y, Tensor* grad) {
+    const Tensor table =
+        DeviceParity::Upload(d, Random(50 * 24, 10), Shape({50, 24}));
+    *grad = *d.Zeros(Shape({50, 24}), DType::kF32);
+    PassContext ctx;
+    LayerCache cache;
+    Tensor x = DeviceParity::Upload(d, ids, Shape({batch, 10}));
+    ASSERT_TRUE((*layer)->Forward(d, {table}, x, ctx, y, &cache).ok());
+    Tensor dyt = DeviceParity::Upload(d, dy, Shape({batch, 10, 24}));
+    ASSERT_TRUE(
+        (*layer)
+            ->Backward(d, {table}, cache, dyt, ctx, nullptr, {*grad}, true)
+            .ok());
+  };
+  Tensor y_cpu, g_cpu, y_other, g_other;
+  run(p.cpu(), &y_cpu, &g_cpu);
+  run(p.other(), &y_other, &g_other);
+  p.ExpectSame(y_cpu, y_other, "token_embedding forward");
+  p.ExpectSame(g_cpu, g_other, "token_embedding weight grad");
+}
 
 TEST(LossParityTest, SoftmaxCrossEntropyMatchesCpu) {
   DeviceParity p;

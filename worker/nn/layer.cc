@@ -7,22 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "pipeline/shapes.h"
+#include "worker/nn/transformer.h"
 
 namespace aqueduct {
 
 namespace {
-
-// Mixes a seed with integers into a key for DropoutUniform.
-uint64_t MixKey(uint64_t seed, uint64_t a, uint64_t b) {
-  uint64_t z = seed ^ 0x6A09E667F3BCC909ull;
-  for (uint64_t v : {a, b}) {
-    z += v * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-  }
-  return z;
-}
 
 // Fills `out` with U(-bound, bound) from (seed, layer, param).
 void UniformInit(uint64_t seed, int layer, int param, float bound,
@@ -537,6 +526,11 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
     case LayerSpec::kDelay:
       return std::unique_ptr<Layer>(std::make_unique<DelayLayer>(
           index, in, spec.delay().forward_ms(), spec.delay().backward_ms()));
+    case LayerSpec::kTokenEmbedding:
+    case LayerSpec::kPositionEmbedding:
+    case LayerSpec::kCausalSelfAttention:
+    case LayerSpec::kTransformerBlock:
+      return MakeTransformerLayer(spec, index, in, out, seed);
     case LayerSpec::KIND_NOT_SET:
       break;
   }

@@ -9,17 +9,22 @@ absl::StatusOr<LossOutput> SoftmaxCrossEntropy(Device& device,
                                                const Tensor& logits,
                                                const Tensor& labels,
                                                float grad_scale) {
-  if (logits.shape().rank() != 2 || labels.shape().rank() != 1 ||
-      labels.shape()[0] != logits.shape()[0] || labels.dtype() != DType::kI32 ||
-      logits.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "softmax cross-entropy needs F32 logits [batch, classes] and I32 "
-        "labels [batch]; got logits ",
-        logits.shape().ToString(), " ", DTypeName(logits.dtype()),
-        " and labels ", labels.shape().ToString(), " ",
-        DTypeName(labels.dtype())));
+  // Logits [batch, ..., classes] and labels [batch, ...]: one row per label.
+  const Shape& ls = logits.shape();
+  bool ok = ls.rank() >= 2 && labels.shape().rank() == ls.rank() - 1 &&
+            labels.dtype() == DType::kI32 && logits.dtype() == DType::kF32;
+  for (int i = 0; ok && i + 1 < ls.rank(); ++i) {
+    ok = labels.shape()[i] == ls[i];
   }
-  const int64_t rows = logits.shape()[0], classes = logits.shape()[1];
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "softmax cross-entropy needs F32 logits [batch, ..., classes] and I32 "
+        "labels [batch, ...]; got logits ",
+        ls.ToString(), " ", DTypeName(logits.dtype()), " and labels ",
+        labels.shape().ToString(), " ", DTypeName(labels.dtype())));
+  }
+  const int64_t classes = ls[ls.rank() - 1];
+  const int64_t rows = labels.numel();
   LossOutput out;
   ASSIGN_OR_RETURN(out.losses, device.Allocate(Shape({rows}), DType::kF32));
   ASSIGN_OR_RETURN(out.dlogits, device.Allocate(logits.shape(), DType::kF32));

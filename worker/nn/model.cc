@@ -21,7 +21,84 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
     shape = layer->output_shape();
     model->layers_.push_back(std::move(layer));
   }
+  RETURN_IF_ERROR(model->BuildTies(spec));
   return model;
+}
+
+absl::Status Model::BuildTies(const ModelSpec& spec) {
+  tied_to_.assign(layers_.size(), -1);
+  for (int l = 0; l < num_layers(); ++l) {
+    if (!spec.layers(l).has_tie_weight_to()) continue;
+    const int owner = spec.layers(l).tie_weight_to();
+    // pipeline/shapes.h refuses bad ties naming the field; this only keeps
+    // a spec that skipped those checks from indexing out of range.
+    const int wl = WeightParam(*layers_[l]);
+    const int wo =
+        owner >= 0 && owner < l ? WeightParam(*layers_[owner]) : -1;
+    if (wl < 0 || wo < 0 ||
+        layers_[l]->Params()[wl].shape != layers_[owner]->Params()[wo].shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.layers[", l, "].tie_weight_to=", owner,
+                       " does not name an earlier layer with a weight of the "
+                       "same shape"));
+    }
+    tied_to_[l] = owner;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<int, int>> Model::ties() const {
+  std::vector<std::pair<int, int>> out;
+  for (int l = 0; l < num_layers(); ++l) {
+    if (tied_to_[l] >= 0) out.emplace_back(tied_to_[l], l);
+  }
+  return out;
+}
+
+Shape LabelShape(const Model& model, int64_t rows) {
+  std::vector<int64_t> dims = model.output_shape().dims();
+  dims.pop_back();
+  dims.insert(dims.begin(), rows);
+  return Shape(std::move(dims));
+}
+
+int WeightParam(const Layer& layer) {
+  const std::vector<ParamSpec> params = layer.Params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name == "weight") return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const Tensor& WeightOf(const Model& model, const ParameterSet& set, int l) {
+  return set.ForLayer(l)[WeightParam(model.layer(l))];
+}
+
+namespace {
+
+bool InRange(const ParameterSet& set, int l) {
+  return l >= set.begin && l < set.end;
+}
+
+}  // namespace
+
+void SumTiedGradients(const Model& model, Device& device,
+                      const ParameterSet& grads) {
+  for (const auto& [owner, tied] : model.ties()) {
+    if (!InRange(grads, owner) || !InRange(grads, tied)) continue;
+    const Tensor& a = WeightOf(model, grads, owner);
+    const Tensor& b = WeightOf(model, grads, tied);
+    device.Axpby(a.numel(), 1.0f, b.f32(), 1.0f, a.f32());
+    device.Copy(a, b);
+  }
+}
+
+void CopyTiedWeights(const Model& model, Device& device,
+                     const ParameterSet& params) {
+  for (const auto& [owner, tied] : model.ties()) {
+    if (!InRange(params, owner) || !InRange(params, tied)) continue;
+    device.Copy(WeightOf(model, params, owner), WeightOf(model, params, tied));
+  }
 }
 
 absl::Span<const Tensor> ParameterSet::ForLayer(int l) const {
@@ -55,6 +132,17 @@ absl::StatusOr<ParameterSet> InitParameters(const Model& model, int begin,
       values[i].resize(specs[i].shape.numel());
     }
     layer.InitParams(model.seed(), &values);
+    if (model.tied_to(l) >= 0) {
+      // The tied copy starts as the owner's weight, wherever that lives.
+      const Layer& owner = model.layer(model.tied_to(l));
+      std::vector<ParamSpec> owner_specs = owner.Params();
+      std::vector<std::vector<float>> owner_values(owner_specs.size());
+      for (size_t i = 0; i < owner_specs.size(); ++i) {
+        owner_values[i].resize(owner_specs[i].shape.numel());
+      }
+      owner.InitParams(model.seed(), &owner_values);
+      values[WeightParam(layer)] = std::move(owner_values[WeightParam(owner)]);
+    }
     for (size_t i = 0; i < specs.size(); ++i) {
       ASSIGN_OR_RETURN(Tensor t, device->Allocate(specs[i].shape, DType::kF32));
       RETURN_IF_ERROR(device->CopyFromHost(values[i].data(), t));

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,10 +38,17 @@ class Model {
     return layers_.empty() ? input_shape_ : layers_.back()->output_shape();
   }
   uint64_t seed() const { return seed_; }
+  // Weight tying (LayerSpec.tie_weight_to): the layer whose "weight" layer
+  // `l` shares, or -1. Both hold a copy; see SumTiedGradients.
+  int tied_to(int l) const { return tied_to_[l]; }
+  // (owner, tied) pairs, in layer order.
+  std::vector<std::pair<int, int>> ties() const;
 
  private:
   Model() = default;
+  absl::Status BuildTies(const ModelSpec& spec);
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<int> tied_to_;
   Shape input_shape_;
   uint64_t seed_ = 0;
 };
@@ -65,6 +73,28 @@ struct ParameterSet {
 // fills them with the seeded initialisation (the model's seed).
 absl::StatusOr<ParameterSet> InitParameters(const Model& model, int begin,
                                             int end, Device* device);
+
+// The labels of `rows` samples for `model`'s logits: [rows] for logits
+// [classes] per sample, [rows, T] for logits [T, vocabulary].
+Shape LabelShape(const Model& model, int64_t rows);
+
+// The index, among layer.Params(), of its "weight" (-1: none).
+int WeightParam(const Layer& layer);
+
+// The tensor of layer `l`'s "weight" in `set` (l within the set's range).
+const Tensor& WeightOf(const Model& model, const ParameterSet& set, int l);
+
+// For every tie whose two layers both lie in `grads`' range: both
+// gradients become their sum (owner + tied, the same bits in either order),
+// so both copies take the same optimizer step. A tie split across pipeline
+// stages is summed by the stages (worker/runtime/pipeline_stage.h).
+void SumTiedGradients(const Model& model, Device& device,
+                      const ParameterSet& grads);
+
+// For every tie within `params`' range: the tied copy takes the owner's
+// values (after loading a weights file that may hold either).
+void CopyTiedWeights(const Model& model, Device& device,
+                     const ParameterSet& params);
 
 // A set of the same names and shapes as `like`, zero-filled.
 absl::StatusOr<ParameterSet> ZerosLike(const ParameterSet& like,

@@ -13,16 +13,24 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
                                            spec.seed()));
   const Shape& out = job.model->output_shape();
   const int last = job.model->num_layers() - 1;
-  if (out.rank() != 1) {
+  // Logits [classes], or [T, vocabulary] with a label per position.
+  const int64_t per_sample = job.data.labels_per_sample;
+  const bool shaped = per_sample > 1
+                          ? out.rank() == 2 && out[0] == per_sample
+                          : out.rank() == 1;
+  if (!shaped) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.layers[", last, "] outputs ", out.ToString(),
-        " per sample; the loss needs logits [classes] (add a flatten and a "
-        "linear layer)"));
+        " per sample; the loss needs logits ",
+        per_sample > 1 ? absl::StrCat("[", per_sample, ", vocabulary]")
+                       : "[classes] (add a flatten and a linear layer)"));
   }
-  if (out[0] < job.data.num_classes) {
+  const int64_t logits = out[out.rank() - 1];
+  if (logits < job.data.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[", last, "] outputs ", out[0],
-        " logits but the data has ", job.data.num_classes, " classes"));
+        "model.layers[", last, "] outputs ", logits, " logits but the data has ",
+        job.data.num_classes,
+        per_sample > 1 ? " tokens in its vocabulary" : " classes"));
   }
   return job;
 }

@@ -1,5 +1,6 @@
 #include "worker/runtime/evaluation.h"
 
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -10,8 +11,16 @@ namespace aqueduct {
 
 namespace {
 
-// Tags of the weights messages: kWeightsTag + stage (clear of frame tags).
+// Tags of the weights messages: kWeightsTag + stage at the end, and
+// kEvalTag + (version << 12) + stage for a periodic evaluation (clear of
+// frame tags, which stay below 2^58 for any feasible minibatch count).
 constexpr uint64_t kWeightsTag = uint64_t{1} << 58;
+constexpr uint64_t kEvalTag = uint64_t{1} << 59;
+
+uint64_t EvalTag(int64_t version, int stage) {
+  return kEvalTag + (static_cast<uint64_t>(version) << 12) +
+         static_cast<uint64_t>(stage);
+}
 
 // The parameters' bytes on the host, tensor after tensor.
 absl::StatusOr<std::string> Flatten(Device& device,
@@ -49,7 +58,8 @@ absl::Status Unflatten(const std::string& bytes, const PipelineLayout& layout,
 
 // The evaluator: every stage's weights (its own, and replica 0's of the
 // others) in one parameter set of the whole model.
-absl::StatusOr<ParameterSet> GatherWeights(const EvaluationInputs& in) {
+absl::StatusOr<ParameterSet> GatherWeights(
+    const EvaluationInputs& in, std::function<uint64_t(int)> tag_of) {
   const PipelineLayout& layout = in.layout->pipeline;
   const int S = layout.num_stages();
   ASSIGN_OR_RETURN(
@@ -60,7 +70,7 @@ absl::StatusOr<ParameterSet> GatherWeights(const EvaluationInputs& in) {
     if (s == S - 1) {
       ASSIGN_OR_RETURN(bytes, Flatten(*in.device, *in.stage_params));
     } else {
-      ASSIGN_OR_RETURN(bytes, in.comm->Recv(layout.ranks[s][0], kWeightsTag + s)
+      ASSIGN_OR_RETURN(bytes, in.comm->Recv(layout.ranks[s][0], tag_of(s))
                                   ->Wait(absl::Now() + in.timeout));
     }
     RETURN_IF_ERROR(Unflatten(bytes, layout, s, *in.device, full));
@@ -82,7 +92,8 @@ absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in) {
                         ->Wait(absl::Now() + in.timeout));
     return end;
   }
-  ASSIGN_OR_RETURN(ParameterSet full, GatherWeights(in));
+  ASSIGN_OR_RETURN(ParameterSet full,
+                   GatherWeights(in, [](int s) { return kWeightsTag + s; }));
   if (in.has_test_split) {
     if (in.test == nullptr) {
       return absl::InternalError("the test split did not load");
@@ -92,6 +103,28 @@ absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in) {
   }
   ASSIGN_OR_RETURN(end.model, ExportParameters(*in.device, full));
   return end;
+}
+
+absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
+    const EvaluationInputs& in, int64_t version,
+    std::vector<std::unique_ptr<Work>>* sends) {
+  const JobLayout& layout = *in.layout;
+  if (layout.replica != 0) return std::nullopt;
+  if (!layout.output_stage()) {
+    ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *in.stage_params));
+    sends->push_back(in.comm->Send(layout.evaluator_rank(),
+                                   EvalTag(version, layout.stage),
+                                   std::move(flat)));
+    return std::nullopt;
+  }
+  if (in.test == nullptr) {
+    return absl::InternalError("the held-out split did not load");
+  }
+  ASSIGN_OR_RETURN(ParameterSet full,
+                   GatherWeights(in, [version](int s) {
+                     return EvalTag(version, s);
+                   }));
+  return Evaluate(*in.model, in.device, full, *in.test, layout.batch_size);
 }
 
 }  // namespace aqueduct

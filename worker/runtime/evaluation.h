@@ -10,7 +10,9 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_
 #define AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_
 
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -47,6 +49,17 @@ struct EndOfJob {
 // `timeout`), DATA_LOSS for weights of the wrong size, INTERNAL when the
 // evaluator has no test split loaded.
 absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in);
+
+// A periodic evaluation (JobSpec.eval_every) of the weights of `version`,
+// called by every stage's replica 0 once it has made that version: other
+// stages send their weights without waiting (the send joins `sends`, to be
+// waited for before the stage ends); the evaluator gathers them, waiting
+// for stages behind it, and evaluates the held-out split. nullopt on every
+// other worker. No deadlock under any schedule: a stage's way to `version`
+// never needs the evaluator to do more than it has.
+absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
+    const EvaluationInputs& in, int64_t version,
+    std::vector<std::unique_ptr<Work>>* sends);
 
 }  // namespace aqueduct
 

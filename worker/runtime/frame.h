@@ -35,7 +35,13 @@
 
 namespace aqueduct {
 
-enum class FrameKind : uint32_t { kActivation = 1, kGradient = 2 };
+// kTiedGradient: a tied weight's gradient between the two stages that hold
+// it (its "microbatch" is the tie's index in Model::ties()).
+enum class FrameKind : uint32_t {
+  kActivation = 1,
+  kGradient = 2,
+  kTiedGradient = 3
+};
 
 // Tags of frames: bits 20.. minibatch, 3..19 microbatch, 1..2 kind, bit 0
 // clear.

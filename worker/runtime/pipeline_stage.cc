@@ -119,13 +119,14 @@ absl::Status PipelineStage::Prepare() {
         "batch_size=", spec_.batch_size(), " is not divisible into ",
         layout_.microbatches, " microbatches"));
   }
+  RETURN_IF_ERROR(CheckTies());
   if (stage_ == 0) {
     if (train_ == nullptr) {
       return absl::FailedPreconditionError("the input stage has no data");
     }
     const bool shuffle = !spec_.data().has_shuffle() || spec_.data().shuffle();
-    sampler_ = std::make_unique<EpochSampler>(train_->size, spec_.batch_size(),
-                                              shuffle, spec_.seed());
+    sampler_ = std::make_unique<EpochSampler>(
+        EpochSampler::For(*train_, spec_.batch_size(), shuffle, spec_.seed()));
   }
   ASSIGN_OR_RETURN(grads_, ZerosLike(latest_, device_));
   ASSIGN_OR_RETURN(optimizer_,
@@ -200,8 +201,8 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PipelineStage::PostRecv(
     const int begin = layout_.layer_begin[stage_];
     return PendingFrame::Post(
         *comm_, *device_, PeerRank(stage_ - 1, j), kind, m, j,
-        model_->layer(begin).input_shape().WithLeading(rows), rows,
-        options_.channels);
+        model_->layer(begin).input_shape().WithLeading(rows),
+        LabelShape(*model_, rows).numel(), options_.channels);
   }
   const int end = layout_.layer_begin[stage_ + 1];
   return PendingFrame::Post(
@@ -285,7 +286,8 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   InFlight f;
   Tensor x;
   int64_t version = version_;
-  ASSIGN_OR_RETURN(f.labels, device_->Allocate(Shape({rows}), DType::kI32));
+  ASSIGN_OR_RETURN(f.labels,
+                   device_->Allocate(LabelShape(*model_, rows), DType::kI32));
   const Shape in_shape = model_->layer(begin).input_shape().WithLeading(rows);
   if (stage_ == 0) {
     auto indices =
@@ -323,8 +325,10 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     ASSIGN_OR_RETURN(
         LossOutput loss,
         SoftmaxCrossEntropy(*device_, y, f.labels,
-                            1.0f / static_cast<float>(spec_.batch_size())));
-    std::vector<float> losses(rows);
+                            1.0f / static_cast<float>(LabelShape(
+                                       *model_, spec_.batch_size())
+                                                          .numel())));
+    std::vector<float> losses(f.labels.numel());
     RETURN_IF_ERROR(device_->CopyToHost(loss.losses, losses.data()));
     double sum = 0;
     for (float l : losses) sum += l;
@@ -333,7 +337,10 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
                                               m + 1, " (minibatch ", m, ") on ",
                                               Who(), ": the loss is ", sum));
     }
-    if (options_.on_loss) options_.on_loss(m, sum, rows);
+    // Reported per sample (a sample's loss: the mean over its tokens), so
+    // the minibatch's mean is the mean over every token.
+    const double per_sample = static_cast<double>(f.labels.numel()) / rows;
+    if (options_.on_loss) options_.on_loss(m, sum / per_sample, rows);
     f.dlogits = loss.dlogits;
   } else {
     const FrameInfo info{FrameKind::kActivation, m, j, comm_->rank(), version};
@@ -418,7 +425,72 @@ absl::Status PipelineStage::AllReduce(int64_t m) {
   return absl::OkStatus();
 }
 
-absl::Status PipelineStage::Step(int64_t) {
+bool PipelineStage::Holds(int layer) const {
+  return layer >= layout_.layer_begin[stage_] &&
+         layer < layout_.layer_begin[stage_ + 1];
+}
+
+int PipelineStage::StageOf(int layer) const {
+  int s = 0;
+  while (layer >= layout_.layer_begin[s + 1]) ++s;
+  return s;
+}
+
+absl::Status PipelineStage::CheckTies() const {
+  const bool flushes = layout_.policy == v1::SCHEDULE_1F1B_FLUSH ||
+                       layout_.policy == v1::SCHEDULE_GPIPE;
+  for (const auto& [owner, tied] : model_->ties()) {
+    if (StageOf(owner) != StageOf(tied) && !flushes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", tied, "].tie_weight_to=", owner,
+          ": the tied layers sit on stages ", StageOf(owner), " and ",
+          StageOf(tied), ", which under this schedule update the shared "
+          "weight at different versions; use 1f1b_flush or gpipe"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Megatron's embedding group: the two stages holding a tie's layers send
+// each other their gradient of the weight and both add the other's, so
+// both copies take the step of the sum. Replica r of one stage sends to
+// every replica q of the other with q % (this stage's replicas) == r, and
+// receives from replica r % (the other's replicas).
+absl::Status PipelineStage::ExchangeTiedGradients(int64_t m) {
+  const auto ties = model_->ties();
+  for (size_t t = 0; t < ties.size(); ++t) {
+    const auto [owner, tied] = ties[t];
+    if (Holds(owner) == Holds(tied)) continue;  // Summed locally, or not ours.
+    const int mine = Holds(owner) ? owner : tied;
+    const auto& peers = layout_.ranks[StageOf(Holds(owner) ? tied : owner)];
+    const int replicas = static_cast<int>(layout_.ranks[stage_].size());
+    const Tensor& g = WeightOf(*model_, grads_, mine);
+    const size_t bytes = g.nbytes();
+    std::string out(bytes, '\0');
+    RETURN_IF_ERROR(device_->CopyToHost(g, out.data()));
+    RETURN_IF_ERROR(device_->Synchronize());
+    const uint64_t tag =
+        FrameTag(FrameKind::kTiedGradient, m, static_cast<int>(t));
+    std::vector<std::unique_ptr<Work>> sends;
+    for (size_t q = 0; q < peers.size(); ++q) {
+      if (static_cast<int>(q) % replicas != replica_) continue;
+      sends.push_back(comm_->SendExact(peers[q], tag, out));
+    }
+    const int from = peers[replica_ % static_cast<int>(peers.size())];
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    ASSIGN_OR_RETURN(std::string in,
+                     comm_->RecvExact(from, tag, bytes)->Wait(deadline));
+    for (auto& send : sends) RETURN_IF_ERROR(send->Wait(deadline));
+    ASSIGN_OR_RETURN(Tensor theirs, device_->Allocate(g.shape(), DType::kF32));
+    RETURN_IF_ERROR(device_->CopyFromHost(in.data(), theirs));
+    device_->Axpby(g.numel(), 1.0f, theirs.f32(), 1.0f, g.f32());
+  }
+  SumTiedGradients(*model_, *device_, grads_);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Step(int64_t m) {
+  RETURN_IF_ERROR(ExchangeTiedGradients(m));
   // Keep the version about to be replaced if a minibatch in flight, or one
   // still to come, uses it.
   if (MustKeep(version_)) {
@@ -441,7 +513,13 @@ absl::Status PipelineStage::Step(int64_t) {
                static_cast<int64_t>(stash_.size()) * latest_.numel() *
                    static_cast<int64_t>(sizeof(float)));
   stats_.committed_version = version_;
-  return Checkpoint();
+  RETURN_IF_ERROR(Checkpoint());
+  const int64_t every = options_.eval_every;
+  if (every > 0 && version_ % every == 0 && replica_ == 0 &&
+      version_ < layout_.num_minibatches && options_.on_eval) {
+    return options_.on_eval(version_, latest_);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PipelineStage::Checkpoint() {

@@ -93,6 +93,13 @@ class PipelineStage {
     // When set, also a checkpoint at the version it holds when the stage
     // reaches it (checkpoint.every_seconds: the coordinator's pick).
     const std::atomic<int64_t>* checkpoint_at = nullptr;
+    // Periodic evaluation: after the step that makes version v, for every
+    // v that is a multiple of `eval_every` short of the last, replica 0
+    // calls `on_eval` with v and the new weights (worker/runtime/
+    // evaluation.h's EvaluateAtVersion); an error fails the stage.
+    int64_t eval_every = 0;
+    std::function<absl::Status(int64_t version, const ParameterSet& params)>
+        on_eval;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's
@@ -122,6 +129,14 @@ class PipelineStage {
   absl::Status Backward(int64_t m, int j);
   absl::Status Step(int64_t m);
   absl::Status AllReduce(int64_t m);
+  // Tied weights (Model::ties): the gradients of both copies become their
+  // sum, across stages or within this one.
+  absl::Status ExchangeTiedGradients(int64_t m);
+  // INVALID_ARGUMENT for a tie across stages under a schedule that does not
+  // flush (the copies would step at different versions).
+  absl::Status CheckTies() const;
+  bool Holds(int layer) const;
+  int StageOf(int layer) const;
   absl::StatusOr<const ParameterSet*> WeightsFor(int64_t version);
   // The weight versions of the minibatches in flight.
   std::vector<int64_t> InFlightVersions() const;

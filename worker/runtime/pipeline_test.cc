@@ -10,6 +10,8 @@
 #include "common/comm/in_memory_channels.h"
 #include "common/device/cpu_device.h"
 #include "common/device/factory.h"
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/spec.h"
@@ -72,6 +74,54 @@ constexpr char kCnn[] = R"pb(
   max_steps: 10
   seed: 3
 )pb";
+
+// A small GPT on a text file written for the test: tied head (layer 5 ->
+// layer 0), dropout inside the blocks (so microbatches must draw their
+// rows' share of the masks). %s: the tie, or nothing; %s: the text file.
+// SGD, not Adam: the gradient of attention's key bias is zero but for
+// rounding (softmax ignores a constant added to a row of scores), and Adam
+// scales that rounding noise, which differs with the microbatch split, up
+// to whole steps of size lr.
+constexpr char kGptFormat[] = R"pb(
+  model {
+    layers { token_embedding { vocab_size: 32 dim: 16 } }
+    layers { position_embedding { context: 8 dim: 16 } }
+    layers { transformer_block { dim: 16 heads: 2 dropout: 0.1 } }
+    layers { transformer_block { dim: 16 heads: 4 dropout: 0.1 } }
+    layers { layer_norm { normalized_shape: 16 } }
+    layers {
+      linear { in_features: 16 out_features: 32 bias: false }
+      %s
+    }
+  }
+  data {
+    text { files: "%s" context: 8 tokenizer: "chars" val_windows: 8 }
+  }
+  optimizer { sgd { lr: 0.1 momentum: 0.9 } }
+  batch_size: 8
+  max_steps: 8
+  seed: 5
+)pb";
+
+// The GPT spec over a text of lower-case words (28 characters), tied or not.
+JobSpec GptSpec(bool tied) {
+  const std::string path =
+      absl::StrCat(testing::TempDir(), "/pipeline_test_text.txt");
+  std::string text;
+  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over",
+                         "lazy", "dogs", "and", "cats", "sleep.\n"};
+  for (int i = 0; i < 800; ++i) {
+    absl::StrAppend(&text, words[(i * 7 + i / 11) % 11], " ");
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  auto spec = ParseJobSpec(
+      absl::StrFormat(kGptFormat, tied ? "tie_weight_to: 0" : "", path),
+      "gpt");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
 
 struct Result {
   std::vector<double> losses;               // Per minibatch, mean over samples.
@@ -186,6 +236,26 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
   return result;
 }
 
+// Tied weights (Model::ties) in the reference: both gradients become their
+// sum, whether the two layers share a stage or not.
+void SumTies(const Model& model, const PipelineLayout& layout, Device& device,
+             const std::vector<ParameterSet>& grads) {
+  auto stage_of = [&](int l) {
+    int s = 0;
+    while (l >= layout.layer_begin[s + 1]) ++s;
+    return s;
+  };
+  for (const auto& [owner, tied] : model.ties()) {
+    const int a = stage_of(owner), b = stage_of(tied);
+    if (a == b) continue;  // SumTiedGradients below.
+    const Tensor& ga = WeightOf(model, grads[a], owner);
+    const Tensor& gb = WeightOf(model, grads[b], tied);
+    device.Axpby(ga.numel(), 1.0f, gb.f32(), 1.0f, ga.f32());
+    device.Copy(ga, gb);
+  }
+  for (const ParameterSet& g : grads) SumTiedGradients(model, device, g);
+}
+
 // Sequential simulation: minibatch m at stage s uses weight version
 // WeightVersionFor(policy, ...); every stage steps once per minibatch on its
 // newest weights.
@@ -205,17 +275,20 @@ Result Reference(const JobSpec& spec, const PipelineLayout& layout) {
                                           &device, layout.num_minibatches));
     grads.push_back(*ZerosLike(versions[s][0], &device));
   }
-  EpochSampler sampler(data->train.size, spec.batch_size(), true, spec.seed());
+  EpochSampler sampler =
+      EpochSampler::For(data->train, spec.batch_size(), true, spec.seed());
   Result result;
   const int64_t B = spec.batch_size();
+  const Shape label_shape = LabelShape(model, B);
+  const int64_t L = label_shape.numel();
   for (int64_t m = 0; m < layout.num_minibatches; ++m) {
     std::vector<float> inputs(data->train.sample_shape.numel() * B);
-    std::vector<int32_t> labels(B);
+    std::vector<int32_t> labels(L);
     GatherBatch(data->train, sampler.Batch(m), inputs.data(), labels.data());
     Tensor x =
         *device.Allocate(data->train.sample_shape.WithLeading(B), DType::kF32);
     EXPECT_TRUE(device.CopyFromHost(inputs.data(), x).ok());
-    Tensor y_labels = *device.Allocate(Shape({B}), DType::kI32);
+    Tensor y_labels = *device.Allocate(label_shape, DType::kI32);
     EXPECT_TRUE(device.CopyFromHost(labels.data(), y_labels).ok());
     PassContext ctx;
     ctx.minibatch = static_cast<uint64_t>(m);
@@ -230,10 +303,10 @@ Result Reference(const JobSpec& spec, const PipelineLayout& layout) {
                       .ok());
       x = y;
     }
-    auto loss = SoftmaxCrossEntropy(device, x, y_labels, 1.0f / B);
+    auto loss = SoftmaxCrossEntropy(device, x, y_labels, 1.0f / L);
     double sum = 0;
-    for (int64_t i = 0; i < B; ++i) sum += loss->losses.f32()[i];
-    result.losses.push_back(sum / B);
+    for (int64_t i = 0; i < L; ++i) sum += loss->losses.f32()[i];
+    result.losses.push_back(sum / L);
     Tensor dy = loss->dlogits;
     for (int s = S - 1; s >= 0; --s) {
       Tensor dx;
@@ -242,6 +315,7 @@ Result Reference(const JobSpec& spec, const PipelineLayout& layout) {
                       .ok());
       dy = dx;
     }
+    SumTies(model, layout, device, grads);
     for (int s = 0; s < S; ++s) {
       ParameterSet next = versions[s].back();
       for (Tensor& t : next.tensors) {
@@ -325,6 +399,63 @@ TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
       }
     }
   }
+}
+
+// The GPT with its head tied to its embedding across the first and last
+// stage (Megatron's embedding group): equal to train-local per step and in
+// every final weight (both copies of the tied one included).
+TEST(PipelineTest, GptFlushAndGpipeEqualTrainLocal) {
+  const JobSpec spec = GptSpec(/*tied=*/true);
+  const std::vector<double> local = LocalLosses(spec);
+  ASSERT_EQ(local.size(), 8u);
+  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
+    for (const std::vector<int>& begin :
+         {std::vector<int>{0, 3}, std::vector<int>{0, 2, 3, 4}}) {
+      const PipelineLayout layout =
+          Layout(policy, begin, std::vector<int>(begin.size(), 1),
+                 spec.max_steps(), 4, 6);
+      const std::string what = absl::StrCat("gpt ", ScheduleName(policy), " ",
+                                            begin.size(), " stages");
+      const Result got = RunPipeline(spec, layout);
+      Result want = Reference(spec, layout);
+      ExpectClose(got, want, 1e-5, what + " vs reference");
+      want.losses = local;
+      ExpectClose(got, want, 1e-5, what + " vs train-local");
+      // The two copies of the tied weight stayed identical: the first
+      // parameter (embedding) and the last (head).
+      ASSERT_FALSE(got.weights.empty());
+      EXPECT_EQ(got.weights.front(), got.weights.back()) << what;
+    }
+  }
+}
+
+// Untied, under weight stashing and vertical sync: the sequential reference
+// of each policy's version semantics.
+TEST(PipelineTest, GptStashingPoliciesMatchTheirReference) {
+  const JobSpec spec = GptSpec(/*tied=*/false);
+  for (Schedule policy :
+       {v1::SCHEDULE_1F1B_STASHED, v1::SCHEDULE_1F1B_VERTICAL_SYNC}) {
+    for (const std::vector<int>& begin :
+         {std::vector<int>{0, 3}, std::vector<int>{0, 2, 3, 4}}) {
+      const PipelineLayout layout =
+          Layout(policy, begin, std::vector<int>(begin.size(), 1),
+                 spec.max_steps(), 1, 6);
+      ExpectClose(RunPipeline(spec, layout), Reference(spec, layout), 1e-5,
+                  absl::StrCat("gpt ", ScheduleName(policy), " ",
+                               begin.size(), " stages"));
+    }
+  }
+}
+
+// Tied across stages under weight stashing: refused, naming the field.
+TEST(PipelineTest, GptTiedAcrossStagesNeedsAFlush) {
+  const JobSpec spec = GptSpec(/*tied=*/true);
+  const PipelineLayout layout =
+      Layout(v1::SCHEDULE_1F1B_STASHED, {0, 3}, {1, 1}, spec.max_steps(), 1, 6);
+  const Result got = RunPipeline(spec, layout);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status.message()),
+              testing::HasSubstr("model.layers[5].tie_weight_to=0"));
 }
 
 // A 2-stage 1F1B pipeline with both stages on cuda:0 (two workers sharing

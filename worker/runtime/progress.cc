@@ -183,6 +183,19 @@ void ProgressAccumulator::SetTest(double accuracy, double loss) {
   absl::MutexLock lock(&mu_);
   pending_.set_test_accuracy(accuracy);
   pending_.set_test_loss(loss);
+  v1::EvalPoint* e = pending_.add_evals();
+  e->set_step(pending_.total_steps());
+  e->set_loss(loss);
+  e->set_accuracy(accuracy);
+  dirty_ = true;
+}
+
+void ProgressAccumulator::OnEval(int64_t step, double accuracy, double loss) {
+  absl::MutexLock lock(&mu_);
+  v1::EvalPoint* e = pending_.add_evals();
+  e->set_step(step);
+  e->set_loss(loss);
+  e->set_accuracy(accuracy);
   dirty_ = true;
 }
 
@@ -211,6 +224,7 @@ std::optional<StageProgress> ProgressAccumulator::Take() {
   pending_.clear_losses();
   pending_.clear_events();
   pending_.clear_checkpoints();
+  pending_.clear_evals();
   pending_.set_finished(false);
   pending_.clear_error();
   dirty_ = false;

@@ -65,8 +65,11 @@ class ProgressAccumulator {
   void SetBytes(int64_t sent, int64_t received);
   // A checkpoint file of this stage is durable.
   void OnCheckpoint(const CheckpointWritten& written);
-  // The test split's metrics of the trained model.
+  // The test split's metrics of the trained model (also an evaluation at
+  // the total step count).
   void SetTest(double accuracy, double loss);
+  // An evaluation of the weights after `step` steps (JobSpec.eval_every).
+  void OnEval(int64_t step, double accuracy, double loss);
   // The stage finished its work.
   void Finish();
   // The stage failed with `error` (of status code `code`).

@@ -171,6 +171,9 @@ class PipelineJob {
   absl::Status Train();
   absl::Status Evaluate();
   PipelineStage::Options StageOptions();
+  EvaluationInputs EvalInputs(const ParameterSet& params);
+  absl::Status EvaluatePeriodically(int64_t version,
+                                    const ParameterSet& params);
 
   const StageAssignment& a_;
   const JobEnv& env_;
@@ -183,6 +186,8 @@ class PipelineJob {
   std::optional<DataSplits> data_;  // Input and output stages only.
   std::optional<ParameterSet> params_;
   std::unique_ptr<PipelineStage> stage_;
+  // Sends of weights to periodic evaluations, not waited for yet.
+  std::vector<std::unique_ptr<Work>> eval_sends_;
 };
 
 absl::Status PipelineJob::Prepare() {
@@ -217,6 +222,7 @@ absl::Status PipelineJob::LoadInputs() {
     RETURN_IF_ERROR(
         Annotate(LoadParametersFile(spec.init_weights(), *device_, *params_),
                  "init_weights"));
+    CopyTiedWeights(*job_.model, *device_, *params_);
   }
   return absl::OkStatus();
 }
@@ -244,7 +250,38 @@ PipelineStage::Options PipelineJob::StageOptions() {
     options.checkpoint_at = env_.checkpoint_at;
     options.on_checkpoint = CheckpointHook(a_, device_.get(), writer_.get());
   }
+  if (a_.spec().eval_every() > 0 && HasTestSplit(a_.spec().data())) {
+    options.eval_every = a_.spec().eval_every();
+    options.on_eval = [this](int64_t version, const ParameterSet& params) {
+      return EvaluatePeriodically(version, params);
+    };
+  }
   return options;
+}
+
+EvaluationInputs PipelineJob::EvalInputs(const ParameterSet& params) {
+  EvaluationInputs in;
+  in.model = job_.model.get();
+  in.layout = &layout_;
+  in.has_test_split = HasTestSplit(a_.spec().data());
+  in.stage_params = &params;
+  in.test =
+      data_.has_value() && data_->test.has_value() ? &*data_->test : nullptr;
+  in.device = device_.get();
+  in.comm = plane_.comm.get();
+  in.timeout = env_.peer_timeout;
+  return in;
+}
+
+absl::Status PipelineJob::EvaluatePeriodically(int64_t version,
+                                               const ParameterSet& params) {
+  ASSIGN_OR_RETURN(std::optional<EvalResult> eval,
+                   EvaluateAtVersion(EvalInputs(params), version,
+                                     &eval_sends_));
+  if (eval.has_value()) {
+    env_.progress->OnEval(version, eval->accuracy, eval->loss);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PipelineJob::Train() {
@@ -263,17 +300,12 @@ absl::Status PipelineJob::Train() {
 }
 
 absl::Status PipelineJob::Evaluate() {
-  EvaluationInputs in;
-  in.model = job_.model.get();
-  in.layout = &layout_;
-  in.has_test_split = HasTestSplit(a_.spec().data());
-  in.stage_params = &stage_->params();
-  in.test =
-      data_.has_value() && data_->test.has_value() ? &*data_->test : nullptr;
-  in.device = device_.get();
-  in.comm = plane_.comm.get();
-  in.timeout = env_.peer_timeout;
-  ASSIGN_OR_RETURN(EndOfJob end, EvaluateAtEnd(in));
+  // The periodic evaluations' weights reached the evaluator.
+  for (auto& send : eval_sends_) {
+    RETURN_IF_ERROR(send->Wait(absl::Now() + env_.peer_timeout));
+  }
+  eval_sends_.clear();
+  ASSIGN_OR_RETURN(EndOfJob end, EvaluateAtEnd(EvalInputs(stage_->params())));
   if (end.eval.has_value()) {
     env_.progress->SetTest(end.eval->accuracy, end.eval->loss);
   }

@@ -1,5 +1,6 @@
 #include "worker/train/local_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -27,10 +28,14 @@ double Seconds(Clock::duration d) {
 // INVALID_ARGUMENT if the training data has more classes than the model has
 // logits.
 absl::Status CheckClasses(const Dataset& train, const Model& model) {
-  if (train.num_classes > model.output_shape()[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the training data has ", train.num_classes,
-        " classes but the model outputs ", model.output_shape()[0], " logits"));
+  const Shape& out = model.output_shape();
+  const int64_t logits = out[out.rank() - 1];
+  if (train.num_classes > logits) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the training data has ", train.num_classes,
+                     train.labels_per_sample > 1 ? " tokens in its vocabulary"
+                                                 : " classes",
+                     " but the model outputs ", logits, " logits"));
   }
   return absl::OkStatus();
 }
@@ -41,7 +46,7 @@ absl::StatusOr<EpochSampler> MakeSampler(const JobSpec& spec,
                                          const Dataset& train) {
   const int64_t batch = spec.batch_size();
   const bool shuffle = !spec.data().has_shuffle() || spec.data().shuffle();
-  EpochSampler sampler(train.size, batch, shuffle, spec.seed());
+  EpochSampler sampler = EpochSampler::For(train, batch, shuffle, spec.seed());
   if (sampler.batches_per_epoch() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size=", batch, " is larger than the training set (",
@@ -90,6 +95,7 @@ absl::Status InitTrainState(const JobSpec& spec,
   if (!init.empty() && options.restore == nullptr) {
     RETURN_IF_ERROR(Annotate(LoadParametersFile(init, *device, state->params),
                              "init_weights"));
+    CopyTiedWeights(model, *device, state->params);
   }
   ASSIGN_OR_RETURN(state->grads, ZerosLike(state->params, device));
   ASSIGN_OR_RETURN(
@@ -117,17 +123,21 @@ struct StepBuffers {
   BatchStaging staging;
   Tensor labels;
   std::vector<float> host_losses;
+  // Labels per minibatch: batch * labels per sample (tokens, for text).
+  int64_t num_labels = 0;
 };
 
 // Sizes `buffers` for batches of `batch` samples of `train` and allocates
 // the labels tensor.
-absl::Status InitStepBuffers(const Dataset& train, int64_t batch,
-                             Device* device, StepBuffers* buffers) {
+absl::Status InitStepBuffers(const Model& model, const Dataset& train,
+                             int64_t batch, Device* device,
+                             StepBuffers* buffers) {
   buffers->batch = batch;
   buffers->batch_shape = train.sample_shape.WithLeading(batch);
-  buffers->host_losses.resize(batch);
-  ASSIGN_OR_RETURN(buffers->labels,
-                   device->Allocate(Shape({batch}), DType::kI32));
+  const Shape labels = LabelShape(model, batch);
+  buffers->num_labels = labels.numel();
+  buffers->host_losses.resize(buffers->num_labels);
+  ASSIGN_OR_RETURN(buffers->labels, device->Allocate(labels, DType::kI32));
   return absl::OkStatus();
 }
 
@@ -153,16 +163,17 @@ absl::StatusOr<double> TrainStep(const Model& model, Device* device,
   ASSIGN_OR_RETURN(
       LossOutput loss,
       SoftmaxCrossEntropy(*device, logits, buffers->labels,
-                          1.0f / static_cast<float>(buffers->batch)));
+                          1.0f / static_cast<float>(buffers->num_labels)));
   RETURN_IF_ERROR(BackwardRange(model, *device, state->params, cache,
                                 loss.dlogits, ctx, nullptr, state->grads,
                                 false));
+  SumTiedGradients(model, *device, state->grads);
   RETURN_IF_ERROR(state->optimizer->Step(state->params, state->grads));
   RETURN_IF_ERROR(device->CopyToHost(loss.losses, buffers->host_losses.data()));
   RETURN_IF_ERROR(device->Synchronize());
   double sum = 0;
   for (float l : buffers->host_losses) sum += l;
-  const double mean = sum / buffers->batch;
+  const double mean = sum / static_cast<double>(buffers->num_labels);
   if (!std::isfinite(mean)) {
     return absl::DataLossError(
         absl::StrCat(kNonFiniteLoss, " at step ", step + 1,
@@ -206,53 +217,142 @@ absl::Status MaybeCheckpoint(const LocalTrainOptions& options, int64_t version,
 
 }  // namespace
 
+namespace {
+
+// Adds batch [start, start + n) of `data` to the sums: correct top-1
+// predictions and the loss, over every label (token) of the batch.
+absl::Status EvaluateBatch(const Model& model, Device* device,
+                           const ParameterSet& params, const Dataset& data,
+                           int64_t start, int64_t n, int64_t* correct,
+                           double* loss_sum) {
+  std::vector<int64_t> indices(n);
+  for (int64_t i = 0; i < n; ++i) indices[i] = start + i;
+  ASSIGN_OR_RETURN(Tensor x, device->Allocate(data.sample_shape.WithLeading(n),
+                                              DType::kF32));
+  ASSIGN_OR_RETURN(Tensor labels,
+                   device->Allocate(LabelShape(model, n), DType::kI32));
+  BatchStaging staging;
+  RETURN_IF_ERROR(LoadBatch(data, indices, *device, x, labels, staging));
+  PassContext ctx;
+  ctx.training = false;
+  Tensor logits;
+  RETURN_IF_ERROR(
+      ForwardRange(model, *device, params, x, ctx, &logits, nullptr));
+  ASSIGN_OR_RETURN(LossOutput loss,
+                   SoftmaxCrossEntropy(*device, logits, labels, 1.0f));
+  const int64_t rows = labels.numel();
+  const int64_t classes = logits.numel() / rows;
+  std::vector<float> logits_host(logits.numel());
+  std::vector<float> losses_host(rows);
+  std::vector<int32_t> labels_host(rows);
+  RETURN_IF_ERROR(device->CopyToHost(logits, logits_host.data()));
+  RETURN_IF_ERROR(device->CopyToHost(loss.losses, losses_host.data()));
+  RETURN_IF_ERROR(device->CopyToHost(labels, labels_host.data()));
+  RETURN_IF_ERROR(device->Synchronize());
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = &logits_host[i * classes];
+    const int64_t best = std::max_element(row, row + classes) - row;
+    if (best == labels_host[i]) ++*correct;
+    *loss_sum += losses_host[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<EvalResult> Evaluate(const Model& model, Device* device,
                                     const ParameterSet& params,
                                     const Dataset& data, int64_t batch_size) {
   EvalResult result;
-  const int64_t per = data.sample_shape.numel();
-  const int64_t classes = model.output_shape()[0];
-  std::vector<float> logits_host;
-  std::vector<float> losses_host;
   double loss_sum = 0;
   int64_t correct = 0;
-  PassContext ctx;
-  ctx.training = false;
   for (int64_t start = 0; start < data.size; start += batch_size) {
     const int64_t n = std::min(batch_size, data.size - start);
-    ASSIGN_OR_RETURN(
-        Tensor x,
-        device->Allocate(data.sample_shape.WithLeading(n), DType::kF32));
-    ASSIGN_OR_RETURN(Tensor labels, device->Allocate(Shape({n}), DType::kI32));
-    RETURN_IF_ERROR(device->CopyFromHost(data.inputs.data() + start * per, x));
-    RETURN_IF_ERROR(device->CopyFromHost(data.labels.data() + start, labels));
-    Tensor logits;
-    RETURN_IF_ERROR(
-        ForwardRange(model, *device, params, x, ctx, &logits, nullptr));
-    ASSIGN_OR_RETURN(LossOutput loss,
-                     SoftmaxCrossEntropy(*device, logits, labels, 1.0f));
-    logits_host.resize(n * classes);
-    losses_host.resize(n);
-    RETURN_IF_ERROR(device->CopyToHost(logits, logits_host.data()));
-    RETURN_IF_ERROR(device->CopyToHost(loss.losses, losses_host.data()));
-    for (int64_t i = 0; i < n; ++i) {
-      const float* row = &logits_host[i * classes];
-      int64_t best = 0;
-      for (int64_t c = 1; c < classes; ++c) {
-        if (row[c] > row[best]) best = c;
-      }
-      if (best == data.labels[start + i]) ++correct;
-      loss_sum += losses_host[i];
-    }
+    RETURN_IF_ERROR(EvaluateBatch(model, device, params, data, start, n,
+                                  &correct, &loss_sum));
   }
-  RETURN_IF_ERROR(device->Synchronize());
   result.samples = data.size;
-  if (data.size > 0) {
-    result.accuracy = static_cast<double>(correct) / data.size;
-    result.loss = loss_sum / data.size;
+  const int64_t labels = LabelShape(model, data.size).numel();
+  if (labels > 0) {
+    result.accuracy = static_cast<double>(correct) / labels;
+    result.loss = loss_sum / labels;
   }
   return result;
 }
+
+namespace {
+
+// What TrainLocal works on: the model, its data and sampler, the state.
+struct LocalRun {
+  const JobSpec* spec = nullptr;
+  const LocalTrainOptions* options = nullptr;
+  const Model* model = nullptr;
+  Device* device = nullptr;
+  const DataSplits* data = nullptr;
+  EpochSampler* sampler = nullptr;
+  TrainState* state = nullptr;
+  int64_t total = 0;
+};
+
+// Evaluates after `steps` steps when JobSpec.eval_every asks for it (the
+// final evaluation is made by the caller).
+absl::Status MaybeEvaluate(const LocalRun& run, int64_t steps,
+                           LocalTrainResult* result) {
+  const int64_t every = run.spec->eval_every();
+  if (every <= 0 || steps % every != 0 || steps >= run.total ||
+      !run.options->evaluate || !run.data->test.has_value()) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(EvalResult eval,
+                   Evaluate(*run.model, run.device, run.state->params,
+                            *run.data->test, run.spec->batch_size()));
+  result->evals.push_back({steps, eval});
+  if (run.options->on_eval) run.options->on_eval(steps, eval);
+  return absl::OkStatus();
+}
+
+// Runs steps [first_step, total): the training loop, with its reports,
+// checkpoints and periodic evaluations.
+absl::Status RunSteps(const LocalRun& run, LocalTrainResult* result) {
+  const LocalTrainOptions& options = *run.options;
+  const int64_t batch = run.spec->batch_size();
+  StepBuffers buffers;
+  RETURN_IF_ERROR(
+      InitStepBuffers(*run.model, run.data->train, batch, run.device,
+                      &buffers));
+  Clock::time_point window_start = Clock::now();
+  int64_t window_steps = 0;
+  for (int64_t step = options.first_step; step < run.total; ++step) {
+    if (options.stop != nullptr && options.stop->load()) {
+      return absl::CancelledError(
+          absl::StrCat("training stopped after ", step, " steps"));
+    }
+    const Clock::time_point step_start = Clock::now();
+    if (step == options.warmup_steps) {
+      window_start = Clock::now();
+      window_steps = 0;
+    }
+    ASSIGN_OR_RETURN(const double mean,
+                     TrainStep(*run.model, run.device, run.data->train,
+                               run.sampler, step, run.state, &buffers));
+    result->losses.push_back(mean);
+    ++window_steps;
+    RETURN_IF_ERROR(MaybeCheckpoint(options, step + 1, run.total, *run.state));
+    const double elapsed = Seconds(Clock::now() - window_start);
+    if (options.on_step) {
+      options.on_step(MakeStepReport(
+          step, run.total, run.sampler->batches_per_epoch(), mean,
+          window_steps * batch, elapsed, step_start));
+    }
+    RETURN_IF_ERROR(MaybeEvaluate(run, step + 1, result));
+  }
+  const double window = Seconds(Clock::now() - window_start);
+  result->samples_per_second =
+      window > 0 ? static_cast<double>(window_steps * batch) / window : 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
                                             const LocalTrainOptions& options) {
@@ -263,54 +363,28 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   RETURN_IF_ERROR(CheckClasses(data.train, model));
   const int64_t batch = spec.batch_size();
   ASSIGN_OR_RETURN(EpochSampler sampler, MakeSampler(spec, data.train));
-  ASSIGN_OR_RETURN(const int64_t total,
-                   StepsToRun(spec, options, data.train.size));
+  ASSIGN_OR_RETURN(
+      const int64_t total,
+      StepsToRun(spec, options, sampler.batches_per_epoch() * batch));
   TrainState state;
   RETURN_IF_ERROR(InitTrainState(spec, options, model, device, total, &state));
-
-  LocalTrainResult result;
-  result.parameters = state.params.numel();
-  result.losses.reserve(total);
-  StepBuffers buffers;
-  RETURN_IF_ERROR(InitStepBuffers(data.train, batch, device, &buffers));
-  Clock::time_point window_start = Clock::now();
-  int64_t window_steps = 0;
   if (options.first_step < 0 || options.first_step > total) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot resume at step ", options.first_step, " of a job of ", total));
   }
-  for (int64_t step = options.first_step; step < total; ++step) {
-    if (options.stop != nullptr && options.stop->load()) {
-      return absl::CancelledError(
-          absl::StrCat("training stopped after ", step, " steps"));
-    }
-    const Clock::time_point step_start = Clock::now();
-    if (step == options.warmup_steps) {
-      window_start = Clock::now();
-      window_steps = 0;
-    }
-    ASSIGN_OR_RETURN(
-        const double mean,
-        TrainStep(model, device, data.train, &sampler, step, &state, &buffers));
-    result.losses.push_back(mean);
-    ++window_steps;
-    RETURN_IF_ERROR(MaybeCheckpoint(options, step + 1, total, state));
-    const double elapsed = Seconds(Clock::now() - window_start);
-    if (options.on_step) {
-      options.on_step(MakeStepReport(step, total, sampler.batches_per_epoch(),
-                                     mean, window_steps * batch, elapsed,
-                                     step_start));
-    }
-  }
-  const double window = Seconds(Clock::now() - window_start);
+  LocalTrainResult result;
+  result.parameters = state.params.numel();
+  result.losses.reserve(total);
+  const LocalRun run{&spec,  &options, &model, device, &data,
+                     &sampler, &state, total};
+  RETURN_IF_ERROR(RunSteps(run, &result));
   result.steps = total;
   result.epochs =
       (total + sampler.batches_per_epoch() - 1) / sampler.batches_per_epoch();
-  if (total == 0) result.samples_per_second = 0;
-  result.samples_per_second = window > 0 ? window_steps * batch / window : 0;
   if (options.evaluate && data.test.has_value()) {
     ASSIGN_OR_RETURN(result.test,
                      Evaluate(model, device, state.params, *data.test, batch));
+    result.evals.push_back({total, *result.test});
   }
   if (!options.save_weights.empty()) {
     RETURN_IF_ERROR(

@@ -33,6 +33,20 @@ struct StepReport {
   double step_ms = 0;
 };
 
+// Metrics on a held-out split. For text, per token: accuracy of the top
+// prediction and the mean loss (exp(loss) is the perplexity).
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+  int64_t samples = 0;
+};
+
+// An evaluation after `step` steps.
+struct EvalAt {
+  int64_t step = 0;
+  EvalResult result;
+};
+
 struct LocalTrainOptions {
   // Overrides of the spec's max_steps / epochs when set; max_steps 0 trains
   // nothing (the initial or init_weights model is evaluated).
@@ -68,12 +82,9 @@ struct LocalTrainOptions {
   const std::atomic<int64_t>* checkpoint_at = nullptr;
   // Keep the trained parameters in the result (LocalTrainResult::model).
   bool export_model = false;
-};
-
-struct EvalResult {
-  double accuracy = 0;
-  double loss = 0;
-  int64_t samples = 0;
+  // Called after every periodic evaluation (JobSpec.eval_every) with the
+  // steps applied and the result.
+  std::function<void(int64_t steps, const EvalResult&)> on_eval;
 };
 
 struct LocalTrainResult {
@@ -82,6 +93,8 @@ struct LocalTrainResult {
   std::vector<double> losses;
   double samples_per_second = 0;
   std::optional<EvalResult> test;
+  // Periodic evaluations (JobSpec.eval_every) and the final one, in order.
+  std::vector<EvalAt> evals;
   double wall_seconds = 0;
   int64_t parameters = 0;
   // The trained parameters, when options.export_model.

@@ -213,6 +213,27 @@ absl::Status CudaDevice::GemmBf16(bool trans_a, bool trans_b, int64_t m,
       "cublasGemmEx", __FILE__, __LINE__);
 }
 
+void CudaDevice::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
+                                    int64_t n, int64_t k, float alpha,
+                                    const float* a, int64_t lda,
+                                    int64_t stride_a, const float* b,
+                                    int64_t ldb, int64_t stride_b, float beta,
+                                    float* c, int64_t ldc, int64_t stride_c,
+                                    int64_t batch) {
+  if (batch == 0 || m == 0 || n == 0) return;
+  // The row-major trick of Gemm, per matrix of the batch.
+  Record(CublasStatus(
+      cublasSgemmStridedBatched(
+          cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+          static_cast<int>(m), static_cast<int>(k), &alpha, b,
+          static_cast<int>(ldb), static_cast<long long>(stride_b), a,
+          static_cast<int>(lda), static_cast<long long>(stride_a), &beta, c,
+          static_cast<int>(ldc), static_cast<long long>(stride_c),
+          static_cast<int>(batch)),
+      "cublasSgemmStridedBatched", __FILE__, __LINE__));
+}
+
 void CudaDevice::Fill(float* x, int64_t n, float value) {
   cuda::Fill(x, n, value, stream_);
   AQ_LAUNCHED("Fill");
@@ -298,6 +319,28 @@ void CudaDevice::LayerNormBackward(const float* dy, const float* x,
   cuda::LayerNormBackward(dy, x, gamma, mean, rstd, rows, cols, dx, dgamma,
                           dbeta, accumulate, stream_);
   AQ_LAUNCHED("LayerNormBackward");
+}
+void CudaDevice::EmbeddingForward(const float* ids, const float* table,
+                                  int64_t vocab, int64_t rows, int64_t dim,
+                                  float* y) {
+  cuda::EmbeddingForward(ids, table, vocab, rows, dim, y, stream_);
+  AQ_LAUNCHED("EmbeddingForward");
+}
+void CudaDevice::EmbeddingBackward(const float* ids, const float* dy,
+                                   int64_t vocab, int64_t rows, int64_t dim,
+                                   float* dtable) {
+  cuda::EmbeddingBackward(ids, dy, vocab, rows, dim, dtable, stream_);
+  AQ_LAUNCHED("EmbeddingBackward");
+}
+void CudaDevice::CausalSoftmax(float* s, int64_t count, int64_t t,
+                               float scale) {
+  cuda::CausalSoftmax(s, count, t, scale, stream_);
+  AQ_LAUNCHED("CausalSoftmax");
+}
+void CudaDevice::CausalSoftmaxBackward(const float* p, float* d, int64_t count,
+                                       int64_t t, float scale) {
+  cuda::CausalSoftmaxBackward(p, d, count, t, scale, stream_);
+  AQ_LAUNCHED("CausalSoftmaxBackward");
 }
 void CudaDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                                      int64_t rows, int64_t classes,

@@ -68,6 +68,14 @@ class CudaDevice final : public Device {
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
             float alpha, const float* a, int64_t lda, const float* b,
             int64_t ldb, float beta, float* c, int64_t ldc) override;
+  // cublasSgemmStridedBatched (fp32, or TF32 when asked). bf16_gemm does not
+  // apply: the batched operands are strided views (attention heads) that
+  // would each need a converted copy of most of their tensor.
+  void GemmStridedBatched(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float* a, int64_t lda,
+                          int64_t stride_a, const float* b, int64_t ldb,
+                          int64_t stride_b, float beta, float* c, int64_t ldc,
+                          int64_t stride_c, int64_t batch) override;
   void Fill(float* x, int64_t n, float value) override;
   void Axpby(int64_t n, float a, const float* x, float b, float* y) override;
   void AddBias(float* y, const float* bias, int64_t rows, int64_t cols,
@@ -101,6 +109,14 @@ class CudaDevice final : public Device {
                          const float* mean, const float* rstd, int64_t rows,
                          int64_t cols, float* dx, float* dgamma, float* dbeta,
                          bool accumulate) override;
+  void EmbeddingForward(const float* ids, const float* table, int64_t vocab,
+                        int64_t rows, int64_t dim, float* y) override;
+  // atomicAdd: not bitwise deterministic when ids repeat.
+  void EmbeddingBackward(const float* ids, const float* dy, int64_t vocab,
+                         int64_t rows, int64_t dim, float* dtable) override;
+  void CausalSoftmax(float* s, int64_t count, int64_t t, float scale) override;
+  void CausalSoftmaxBackward(const float* p, float* d, int64_t count, int64_t t,
+                             float scale) override;
   void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                            int64_t rows, int64_t classes, float grad_scale,
                            float* losses, float* dlogits) override;

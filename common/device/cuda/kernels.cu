@@ -345,6 +345,97 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits,
   }
 }
 
+__global__ void EmbeddingForwardKernel(const float* ids, const float* table,
+                                       int64_t vocab, int64_t rows, int64_t dim,
+                                       float* y) {
+  const float limit = static_cast<float>(vocab);
+  AQ_GRID_STRIDE(i, rows * dim) {
+    const float id = ids[i / dim];
+    y[i] = (id >= 0.0f && id < limit)
+               ? table[static_cast<int64_t>(id) * dim + i % dim]
+               : 0.0f;
+  }
+}
+
+// Atomic adds: rows with the same id land in the same table row.
+__global__ void EmbeddingBackwardKernel(const float* ids, const float* dy,
+                                        int64_t vocab, int64_t rows,
+                                        int64_t dim, float* dtable) {
+  const float limit = static_cast<float>(vocab);
+  AQ_GRID_STRIDE(i, rows * dim) {
+    const float id = ids[i / dim];
+    if (id >= 0.0f && id < limit) {
+      atomicAdd(dtable + static_cast<int64_t>(id) * dim + i % dim, dy[i]);
+    }
+  }
+}
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+
+__device__ float WarpMax(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
+
+__device__ float WarpSum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+// Blocks for one warp per row (grid-stride beyond 65535 blocks).
+inline unsigned WarpBlocks(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1)
+                                              : 65535);
+}
+
+// Row r of the count * t rows is row r % t of its matrix; the loop bound is
+// the same for every lane of a warp, so the shuffles see full warps.
+#define AQ_WARP_ROWS(r, rows)                                          \
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + \
+                   threadIdx.x / kWarp;                                \
+       r < (rows); r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock)
+
+__global__ void CausalSoftmaxKernel(float* s, int64_t rows, int64_t t,
+                                    float scale) {
+  const int lane = threadIdx.x % kWarp;
+  AQ_WARP_ROWS(r, rows) {
+    float* row = s + r * t;
+    const int64_t n = r % t + 1;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < n; j += kWarp) m = fmaxf(m, scale * row[j]);
+    m = WarpMax(m);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < n; j += kWarp) sum += expf(scale * row[j] - m);
+    const float inv_sum = 1.0f / WarpSum(sum);
+    for (int64_t j = lane; j < t; j += kWarp) {
+      row[j] = j < n ? expf(scale * row[j] - m) * inv_sum : 0.0f;
+    }
+  }
+}
+
+__global__ void CausalSoftmaxBackwardKernel(const float* p, float* d,
+                                            int64_t rows, int64_t t,
+                                            float scale) {
+  const int lane = threadIdx.x % kWarp;
+  AQ_WARP_ROWS(r, rows) {
+    const float* pr = p + r * t;
+    float* dr = d + r * t;
+    const int64_t n = r % t + 1;
+    float dot = 0.0f;
+    for (int64_t j = lane; j < n; j += kWarp) dot += pr[j] * dr[j];
+    dot = WarpSum(dot);
+    for (int64_t j = lane; j < t; j += kWarp) {
+      dr[j] = j < n ? scale * pr[j] * (dr[j] - dot) : 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 void Fill(float* x, int64_t n, float value, cudaStream_t s) {
@@ -458,6 +549,28 @@ void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
   if (rows == 0) return;
   SoftmaxCrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
       logits, labels, classes, grad_scale, losses, dlogits);
+}
+
+void EmbeddingForward(const float* ids, const float* table, int64_t vocab,
+                      int64_t rows, int64_t dim, float* y, cudaStream_t s) {
+  EmbeddingForwardKernel<<<Blocks(rows * dim), kThreads, 0, s>>>(
+      ids, table, vocab, rows, dim, y);
+}
+void EmbeddingBackward(const float* ids, const float* dy, int64_t vocab,
+                       int64_t rows, int64_t dim, float* dtable,
+                       cudaStream_t s) {
+  EmbeddingBackwardKernel<<<Blocks(rows * dim), kThreads, 0, s>>>(
+      ids, dy, vocab, rows, dim, dtable);
+}
+void CausalSoftmax(float* x, int64_t count, int64_t t, float scale,
+                   cudaStream_t s) {
+  CausalSoftmaxKernel<<<WarpBlocks(count * t), kThreads, 0, s>>>(x, count * t,
+                                                                 t, scale);
+}
+void CausalSoftmaxBackward(const float* p, float* d, int64_t count, int64_t t,
+                           float scale, cudaStream_t s) {
+  CausalSoftmaxBackwardKernel<<<WarpBlocks(count * t), kThreads, 0, s>>>(
+      p, d, count * t, t, scale);
 }
 
 }  // namespace cuda

@@ -70,6 +70,20 @@ void LayerNormBackward(const float* dy, const float* x, const float* gamma,
                        const float* mean, const float* rstd, int64_t rows,
                        int64_t cols, float* dx, float* dgamma, float* dbeta,
                        bool accumulate, cudaStream_t stream);
+// y[r, :] = table[ids[r], :] (zeros for ids outside [0, vocab)).
+void EmbeddingForward(const float* ids, const float* table, int64_t vocab,
+                      int64_t rows, int64_t dim, float* y, cudaStream_t stream);
+// dtable[ids[r], :] += dy[r, :] with atomicAdd: rows sharing an id sum in an
+// unspecified order, so the result is not bitwise deterministic.
+void EmbeddingBackward(const float* ids, const float* dy, int64_t vocab,
+                       int64_t rows, int64_t dim, float* dtable,
+                       cudaStream_t stream);
+// Causal softmax of scale * s over count matrices [t, t], in place, and its
+// backward (d: dL/dP in, dL/dS out); one warp per row.
+void CausalSoftmax(float* s, int64_t count, int64_t t, float scale,
+                   cudaStream_t stream);
+void CausalSoftmaxBackward(const float* p, float* d, int64_t count, int64_t t,
+                           float scale, cudaStream_t stream);
 void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                          int64_t rows, int64_t classes, float grad_scale,
                          float* losses, float* dlogits, cudaStream_t stream);

@@ -1,0 +1,206 @@
+// Shape rules and field errors of the GPT layers, and weight tying, through
+// InferModelShapes (the checks every daemon and `aq` run on a spec).
+#include "pipeline/shapes.h"
+
+#include <string>
+
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+ModelSpec Model(const std::string& text) {
+  ModelSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec))
+      << text;
+  return spec;
+}
+
+// The first error InferModelShapes reports for `layers` over token ids
+// [input_len] per sample.
+std::string Error(const std::string& layers, int64_t input_len = 128) {
+  auto shapes =
+      InferModelShapes(Model(layers), SymbolicShape::Known({input_len}));
+  EXPECT_FALSE(shapes.ok()) << layers;
+  if (shapes.ok()) return "";
+  EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(shapes.status().message());
+}
+
+constexpr char kEmbed[] =
+    "layers { token_embedding { vocab_size: 256 dim: 128 } } ";
+constexpr char kGpt[] =
+    "layers { token_embedding { vocab_size: 256 dim: 128 } } "
+    "layers { position_embedding { context: 128 dim: 128 } } "
+    "layers { transformer_block { dim: 128 heads: 4 dropout: 0.1 } } "
+    "layers { causal_self_attention { dim: 128 heads: 8 bias: false } } "
+    "layers { layer_norm { normalized_shape: 128 } } "
+    "layers { linear { in_features: 128 out_features: 256 bias: false } "
+    "tie_weight_to: 0 }";
+
+TEST(ShapesTest, GptShapes) {
+  auto shapes = InferModelShapes(Model(kGpt), SymbolicShape::Known({64}));
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  ASSERT_EQ(shapes->size(), 6u);
+  EXPECT_EQ((*shapes)[0].ToString(), "[64, 128]");
+  EXPECT_EQ((*shapes)[1].ToString(), "[64, 128]");
+  EXPECT_EQ((*shapes)[2].ToString(), "[64, 128]");
+  EXPECT_EQ((*shapes)[3].ToString(), "[64, 128]");
+  EXPECT_EQ((*shapes)[5].ToString(), "[64, 256]");
+  // Data whose shape the coordinator does not know.
+  auto unknown = InferModelShapes(Model(kGpt), SymbolicShape::Unknown());
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ((*unknown)[5].ToString(), "[?, 256]");
+}
+
+TEST(ShapesTest, TokenEmbeddingErrors) {
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 0 dim: 8 } }"),
+            "model.layers[0].token_embedding.vocab_size=0 must be in [1, "
+            "16777216] (token ids travel as floats)");
+  EXPECT_EQ(
+      Error("layers { token_embedding { vocab_size: 16777217 dim: 8 } }"),
+      "model.layers[0].token_embedding.vocab_size=16777217 must be in [1, "
+      "16777216] (token ids travel as floats)");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 10 } }"),
+            "model.layers[0].token_embedding.dim=0 must be positive");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 16777216 dim: "
+                  "1000 } }"),
+            "model.layers[0].token_embedding: the weight [vocab_size, dim] = "
+            "[16777216, 1000] exceeds 2^32 floats");
+  EXPECT_EQ(Error(std::string(kEmbed) + kEmbed),
+            "model.layers[1].token_embedding expects token ids [T] per "
+            "sample; the previous layer's output is [128, 128]");
+}
+
+TEST(ShapesTest, PositionEmbeddingErrors) {
+  EXPECT_EQ(Error(std::string(kEmbed) +
+                  "layers { position_embedding { context: 64 dim: 128 } }"),
+            "model.layers[1].position_embedding.context=64 is shorter than "
+            "the input's 128 positions");
+  EXPECT_EQ(Error(std::string(kEmbed) +
+                  "layers { position_embedding { context: 128 dim: 64 } }"),
+            "model.layers[1].position_embedding.dim=64 does not match the "
+            "last dimension of the previous layer's output [128, 128]");
+  EXPECT_EQ(Error("layers { position_embedding { context: 128 dim: 64 } }"),
+            "model.layers[0].position_embedding expects [T, dim] per sample; "
+            "the previous layer's output is [128]");
+  EXPECT_EQ(
+      Error(std::string(kEmbed) + "layers { position_embedding { dim: 128 } }"),
+      "model.layers[1].position_embedding.context=0 must be positive");
+}
+
+TEST(ShapesTest, AttentionAndBlockErrors) {
+  const std::string embed = kEmbed;
+  EXPECT_EQ(
+      Error(embed + "layers { relu {} } "
+                    "layers { transformer_block { dim: 128 heads: 3 } }"),
+      "model.layers[2].transformer_block.heads=3 does not divide dim=128");
+  EXPECT_EQ(Error(embed + "layers { causal_self_attention { dim: 128 } }"),
+            "model.layers[1].causal_self_attention.heads=0 must be positive");
+  EXPECT_EQ(Error(embed + "layers { causal_self_attention { dim: 64 heads: "
+                          "4 } }"),
+            "model.layers[1].causal_self_attention.dim=64 does not match the "
+            "last dimension of the previous layer's output [128, 128]");
+  EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 "
+                          "dropout: 1 } }"),
+            "model.layers[1].transformer_block.dropout=1 must be in [0, 1)");
+  EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 "
+                          "dropout: -0.5 } }"),
+            "model.layers[1].transformer_block.dropout=-0.5 must be in [0, 1)");
+  EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 "
+                          "mlp_hidden: 0 } }"),
+            "model.layers[1].transformer_block.mlp_hidden=0 must be positive");
+  EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 "
+                          "eps: 0 } }"),
+            "model.layers[1].transformer_block.eps=0 must be positive");
+  EXPECT_EQ(Error("layers { transformer_block { dim: 128 heads: 4 } }"),
+            "model.layers[0].transformer_block expects [T, dim] per sample; "
+            "the previous layer's output is [128]");
+}
+
+TEST(ShapesTest, SizesAreBoundedWithoutOverflow) {
+  EXPECT_EQ(
+      Error(
+          "layers { token_embedding { vocab_size: 2 dim: 40000 } } "
+          "layers { transformer_block { dim: 40000 heads: 1 mlp_hidden: 1 } }"),
+      "model.layers[1].transformer_block: the attention weight [3 * "
+      "dim, dim] with dim=40000 exceeds 2^32 floats");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: 4 } } "
+                  "layers { transformer_block { dim: 4 heads: 1 "
+                  "mlp_hidden: 9223372036854775807 } }"),
+            "model.layers[1].transformer_block: the MLP weight [mlp_hidden, "
+            "dim] = [9223372036854775807, 4] exceeds 2^32 floats");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: 8 } } "
+                  "layers { causal_self_attention { dim: 8 heads: 2 } }",
+                  70000),
+            "model.layers[1].causal_self_attention: a sample's activations "
+            "over 70000 positions with 2 heads (the attention weights are "
+            "[heads, T, T]) exceeds 2^32 floats");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: "
+                  "9223372036854775807 } }"),
+            "model.layers[0].token_embedding: the weight [vocab_size, dim] = "
+            "[2, 9223372036854775807] exceeds 2^32 floats");
+}
+
+TEST(ShapesTest, TiedWeights) {
+  auto tied = TiedWeights(Model(kGpt));
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  ASSERT_EQ(tied->size(), 6u);
+  EXPECT_EQ((*tied)[5], 0);
+  EXPECT_FALSE((*tied)[0].has_value());
+  EXPECT_FALSE((*tied)[2].has_value());
+}
+
+TEST(ShapesTest, TieErrors) {
+  const std::string embed = kEmbed;
+  const std::string ln = "layers { layer_norm { normalized_shape: 128 } } ";
+  EXPECT_EQ(Error(embed + ln +
+                  "layers { linear { in_features: 128 out_features: 113 } "
+                  "tie_weight_to: 0 }"),
+            "model.layers[2].tie_weight_to=0: layer 2's weight is [113, 128] "
+            "but layer 0's is [256, 128]");
+  EXPECT_EQ(Error(embed + ln +
+                  "layers { linear { in_features: 128 out_features: 256 } "
+                  "tie_weight_to: 2 }"),
+            "model.layers[2].tie_weight_to=2 must name an earlier layer (0 "
+            "to 1)");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 4 dim: 4 } "
+                  "tie_weight_to: 0 }"),
+            "model.layers[0].tie_weight_to=0 must name an earlier layer "
+            "(layer 0 has none)");
+  EXPECT_EQ(Error(embed + ln +
+                  "layers { linear { in_features: 128 out_features: 256 } "
+                  "tie_weight_to: -1 }"),
+            "model.layers[2].tie_weight_to=-1 must name an earlier layer (0 "
+            "to 1)");
+  EXPECT_EQ(Error(embed + ln +
+                  "layers { linear { in_features: 128 out_features: 256 } "
+                  "tie_weight_to: 1 }"),
+            "model.layers[2].tie_weight_to=1: layer 1 (layer_norm) has no "
+            "weight to tie (only linear and token_embedding layers tie)");
+  EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 } "
+                          "tie_weight_to: 0 }"),
+            "model.layers[1].tie_weight_to=0: layer 1 (transformer_block) has "
+            "no weight to tie (only linear and token_embedding layers tie)");
+  EXPECT_EQ(Error(embed + ln +
+                  "layers { linear { in_features: 128 out_features: 256 } "
+                  "tie_weight_to: 0 } "
+                  "layers { relu {} } "
+                  "layers { linear { in_features: 256 out_features: 128 } } "
+                  "layers { linear { in_features: 128 out_features: 256 } "
+                  "tie_weight_to: 2 }"),
+            "model.layers[5].tie_weight_to=2: layer 2 is itself tied to layer "
+            "0 (tie to layer 0)");
+}
+
+TEST(ShapesTest, NoKindListsEveryKind) {
+  EXPECT_EQ(Error("layers { }"),
+            "model.layers[0] has no layer kind (set one of linear, relu, "
+            "gelu, dropout, flatten, conv2d, max_pool2d, layer_norm, delay, "
+            "token_embedding, position_embedding, causal_self_attention, "
+            "transformer_block)");
+}
+
+}  // namespace
+}  // namespace aqueduct

@@ -1,0 +1,786 @@
+#include "worker/nn/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/device/dropout_hash.h"
+#include "common/status.h"
+
+namespace aqueduct {
+
+uint64_t MixKey(uint64_t seed, uint64_t a, uint64_t b) {
+  uint64_t z = seed ^ 0x6A09E667F3BCC909ull;
+  for (uint64_t v : {a, b}) {
+    z += v * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  }
+  return z;
+}
+
+void NormalInit(uint64_t seed, int layer, int param, float stddev,
+                std::vector<float>* out) {
+  const uint64_t key = MixKey(seed, static_cast<uint64_t>(layer) + 1,
+                              static_cast<uint64_t>(param) + 1);
+  constexpr double kTwoPi = 6.283185307179586;
+  for (size_t i = 0; i < out->size(); i += 2) {
+    // u1 in (0, 1], so the logarithm is finite.
+    const double u1 = 1.0 - DropoutUniform(key, i);
+    const double u2 = DropoutUniform(key, i + 1);
+    const double r = stddev * std::sqrt(-2.0 * std::log(u1));
+    (*out)[i] = static_cast<float>(r * std::cos(kTwoPi * u2));
+    if (i + 1 < out->size()) {
+      (*out)[i + 1] = static_cast<float>(r * std::sin(kTwoPi * u2));
+    }
+  }
+}
+
+namespace {
+
+constexpr float kInitStddev = 0.02f;
+
+// Dropout sites of a layer; each draws its own mask.
+enum DropoutSite : uint64_t {
+  kAttentionWeights = 1,  // softmax(q k^T) before it weights v
+  kAttentionOutput = 2,   // after attn.c_proj (the residual dropout)
+  kMlpOutput = 3,         // after mlp.c_proj
+};
+
+// Dropout with probability p at the sites of layer `layer`.
+class SiteDropout {
+ public:
+  SiteDropout(float p, uint64_t seed, int layer)
+      : p_(p), seed_(seed), layer_(layer) {}
+
+  bool active(const PassContext& ctx) const { return ctx.training && p_ > 0; }
+
+  // y = dropout(x) over n elements of a (micro)batch whose samples hold
+  // `per_sample` elements each; y may be x. Backward applies the same call
+  // to the gradient (the mask is a function of the key and the index).
+  void Apply(Device& dev, DropoutSite site, const PassContext& ctx,
+             const float* x, float* y, int64_t n, int64_t per_sample) const {
+    // DropoutLayer's key is MixKey(seed, layer + 0x100000, minibatch); the
+    // site in the high bits keeps these apart from it and from each other.
+    const uint64_t key =
+        MixKey(seed_, (site << 40) + 0x100000 + static_cast<uint64_t>(layer_),
+               ctx.minibatch);
+    dev.Dropout(x, y, n, p_, key,
+                ctx.sample_offset * static_cast<uint64_t>(per_sample));
+  }
+
+ private:
+  float p_;
+  uint64_t seed_;
+  int layer_;
+};
+
+// y[rows, out] = x[rows, in] W^T (+ b when b is not null); W is [out, in].
+void LinearForward(Device& dev, const float* x, int64_t rows, int64_t in,
+                   int64_t out, const Tensor& w, const Tensor* b, float* y) {
+  dev.Gemm(false, true, rows, out, in, 1.0f, x, in, w.f32(), in, 0.0f, y, out);
+  if (b != nullptr) dev.AddBias(y, b->f32(), rows, out, false);
+}
+
+// The backward of LinearForward: dW = dy^T x and db = sum of dy's rows
+// (written, or added when accumulating), then dx = dy W when dx is not
+// null. dx may alias x: it is written after the last read of x.
+void LinearBackward(Device& dev, const float* x, const float* dy, int64_t rows,
+                    int64_t in, int64_t out, const Tensor& w, const Tensor& dw,
+                    const Tensor* db, bool accumulate, float* dx) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  dev.Gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, beta, dw.f32(),
+           in);
+  if (db != nullptr) dev.SumRows(dy, rows, out, beta, db->f32());
+  if (dx != nullptr) {
+    dev.Gemm(false, false, rows, in, out, 1.0f, dy, out, w.f32(), in, 0.0f, dx,
+             in);
+  }
+}
+
+// One operand of the per-head GEMMs: head h's matrix for sample s starts at
+// base + s * stride + h * head_step, its rows ld apart.
+struct HeadView {
+  float* base;
+  int64_t ld;
+  int64_t stride;
+  int64_t head_step;
+};
+
+// For every head, C_h = op(A_h) op(B_h) over the batch (beta 0).
+void PerHeadGemm(Device& dev, int64_t heads, int64_t batch, bool trans_a,
+                 bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const HeadView& a, const HeadView& b, const HeadView& c) {
+  for (int64_t h = 0; h < heads; ++h) {
+    dev.GemmStridedBatched(trans_a, trans_b, m, n, k, 1.0f,
+                           a.base + h * a.head_step, a.ld, a.stride,
+                           b.base + h * b.head_step, b.ld, b.stride, 0.0f,
+                           c.base + h * c.head_step, c.ld, c.stride, batch);
+  }
+}
+
+// The tensors of an attention (c_attn then c_proj; biases may be null), as
+// parameters or as their gradients.
+struct AttentionTensors {
+  const Tensor* attn_w;
+  const Tensor* attn_b;
+  const Tensor* proj_w;
+  const Tensor* proj_b;
+};
+
+// What an attention forward keeps for its backward, besides its input.
+struct AttentionSaved {
+  Tensor qkv;     // [B, T, 3C]: q, k, v side by side
+  Tensor probs;   // [B, H, T, T]: softmax weights, before dropout
+  Tensor merged;  // [B, T, C]: the heads' outputs, the input of c_proj
+};
+
+// nanoGPT's CausalSelfAttention over [B, T, C], shared by the attention
+// layer and the block. Heads are strided views of qkv and of the merged
+// output (row stride 3C or C): no per-head copies.
+class Attention {
+ public:
+  Attention(int64_t dim, int64_t heads, const SiteDropout& dropout)
+      : dim_(dim),
+        heads_(heads),
+        head_dim_(dim / heads),
+        scale_(static_cast<float>(1.0 /
+                                  std::sqrt(static_cast<double>(dim / heads)))),
+        dropout_(dropout) {}
+
+  // out = attn(h). `saved` is filled in any case (temporaries when not
+  // training).
+  absl::Status Forward(Device& dev, const AttentionTensors& w, const Tensor& h,
+                       const PassContext& ctx, Tensor* out,
+                       AttentionSaved* saved) const;
+
+  // From dy (left unchanged), dh (allocated and written when not null) and
+  // the parameter gradients (written, or added to when accumulating).
+  absl::Status Backward(Device& dev, const AttentionTensors& w,
+                        const AttentionSaved& saved, const Tensor& h,
+                        const Tensor& dy, const PassContext& ctx, Tensor* dh,
+                        const AttentionTensors& grads, bool accumulate) const;
+
+  // The projections' 2 * params * T, plus q k^T and att v over the causal
+  // half of the [T, T] scores.
+  double FlopsPerSample(int64_t t) const {
+    const double td = static_cast<double>(t), c = static_cast<double>(dim_);
+    return 2.0 * td * (4.0 * c * c) + 2.0 * td * td * c;
+  }
+
+ private:
+  // Part 0, 1 or 2 (q, k, v) of a [B, T, 3C] tensor, per head.
+  HeadView Qkv(const Tensor& t, int part) const {
+    const int64_t len = t.shape()[1];
+    return {t.f32() + part * dim_, 3 * dim_, len * 3 * dim_, head_dim_};
+  }
+  // [B, H, T, T] scores or probabilities, per head.
+  HeadView Scores(const Tensor& t) const {
+    const int64_t len = t.shape()[2];
+    return {t.f32(), len, heads_ * len * len, len * len};
+  }
+  // [B, T, C] with head h in columns [h * hd, (h + 1) * hd).
+  HeadView Merged(const Tensor& t) const {
+    const int64_t len = t.shape()[1];
+    return {t.f32(), dim_, len * dim_, head_dim_};
+  }
+  void HeadsBackward(Device& dev, const AttentionSaved& saved,
+                     const Tensor& dmerged, const PassContext& ctx,
+                     const Tensor& scratch, const Tensor& dqkv) const;
+
+  int64_t dim_, heads_, head_dim_;
+  float scale_;
+  SiteDropout dropout_;
+};
+
+absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
+                                const Tensor& h, const PassContext& ctx,
+                                Tensor* out, AttentionSaved* saved) const {
+  const int64_t batch = h.shape()[0], len = h.shape()[1];
+  const int64_t rows = batch * len;
+  ASSIGN_OR_RETURN(saved->qkv,
+                   dev.Allocate(Shape({batch, len, 3 * dim_}), DType::kF32));
+  LinearForward(dev, h.f32(), rows, dim_, 3 * dim_, *w.attn_w, w.attn_b,
+                saved->qkv.f32());
+  // S = q k^T per head, then P = causal softmax of S / sqrt(hd).
+  ASSIGN_OR_RETURN(saved->probs,
+                   dev.Allocate(Shape({batch, heads_, len, len}), DType::kF32));
+  PerHeadGemm(dev, heads_, batch, false, true, len, len, head_dim_,
+              Qkv(saved->qkv, 0), Qkv(saved->qkv, 1), Scores(saved->probs));
+  dev.CausalSoftmax(saved->probs.f32(), batch * heads_, len, scale_);
+  Tensor weights = saved->probs;
+  if (dropout_.active(ctx)) {
+    ASSIGN_OR_RETURN(weights, dev.Allocate(saved->probs.shape(), DType::kF32));
+    dropout_.Apply(dev, kAttentionWeights, ctx, saved->probs.f32(),
+                   weights.f32(), weights.numel(), heads_ * len * len);
+  }
+  // y = P v per head, written straight into the merged [B, T, C] layout.
+  ASSIGN_OR_RETURN(saved->merged,
+                   dev.Allocate(Shape({batch, len, dim_}), DType::kF32));
+  PerHeadGemm(dev, heads_, batch, false, false, len, head_dim_, len,
+              Scores(weights), Qkv(saved->qkv, 2), Merged(saved->merged));
+  ASSIGN_OR_RETURN(*out, dev.Allocate(Shape({batch, len, dim_}), DType::kF32));
+  LinearForward(dev, saved->merged.f32(), rows, dim_, dim_, *w.proj_w, w.proj_b,
+                out->f32());
+  if (dropout_.active(ctx)) {
+    dropout_.Apply(dev, kAttentionOutput, ctx, out->f32(), out->f32(),
+                   rows * dim_, len * dim_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
+                                 const AttentionSaved& saved, const Tensor& h,
+                                 const Tensor& dy, const PassContext& ctx,
+                                 Tensor* dh, const AttentionTensors& grads,
+                                 bool accumulate) const {
+  const int64_t batch = h.shape()[0], len = h.shape()[1];
+  const int64_t rows = batch * len;
+  Tensor dout = dy;
+  if (dropout_.active(ctx)) {
+    ASSIGN_OR_RETURN(dout, dev.Allocate(dy.shape(), DType::kF32));
+    dropout_.Apply(dev, kAttentionOutput, ctx, dy.f32(), dout.f32(),
+                   rows * dim_, len * dim_);
+  }
+  ASSIGN_OR_RETURN(Tensor dmerged, dev.Allocate(h.shape(), DType::kF32));
+  LinearBackward(dev, saved.merged.f32(), dout.f32(), rows, dim_, dim_,
+                 *w.proj_w, *grads.proj_w, grads.proj_b, accumulate,
+                 dmerged.f32());
+  ASSIGN_OR_RETURN(Tensor dqkv, dev.Allocate(saved.qkv.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(Tensor scratch,
+                   dev.Allocate(saved.probs.shape(), DType::kF32));
+  HeadsBackward(dev, saved, dmerged, ctx, scratch, dqkv);
+  float* dh_data = nullptr;
+  if (dh != nullptr) {
+    ASSIGN_OR_RETURN(*dh, dev.Allocate(h.shape(), DType::kF32));
+    dh_data = dh->f32();
+  }
+  LinearBackward(dev, h.f32(), dqkv.f32(), rows, dim_, 3 * dim_, *w.attn_w,
+                 *grads.attn_w, grads.attn_b, accumulate, dh_data);
+  return absl::OkStatus();
+}
+
+// From d(merged), dqkv. `scratch` ([B, H, T, T]) holds in turn the dropped
+// weights, their gradient and the scores' gradient.
+void Attention::HeadsBackward(Device& dev, const AttentionSaved& saved,
+                              const Tensor& dmerged, const PassContext& ctx,
+                              const Tensor& scratch, const Tensor& dqkv) const {
+  const int64_t batch = dmerged.shape()[0], len = dmerged.shape()[1];
+  const bool dropping = dropout_.active(ctx);
+  const int64_t per_sample = heads_ * len * len;
+  // dv = P'^T dy per head, P' the weights the forward used (dropped).
+  if (dropping) {
+    dropout_.Apply(dev, kAttentionWeights, ctx, saved.probs.f32(),
+                   scratch.f32(), scratch.numel(), per_sample);
+  }
+  PerHeadGemm(dev, heads_, batch, true, false, len, head_dim_, len,
+              Scores(dropping ? scratch : saved.probs), Merged(dmerged),
+              Qkv(dqkv, 2));
+  // dP' = dy v^T, then through the dropout mask and the softmax.
+  PerHeadGemm(dev, heads_, batch, false, true, len, len, head_dim_,
+              Merged(dmerged), Qkv(saved.qkv, 2), Scores(scratch));
+  if (dropping) {
+    dropout_.Apply(dev, kAttentionWeights, ctx, scratch.f32(), scratch.f32(),
+                   scratch.numel(), per_sample);
+  }
+  dev.CausalSoftmaxBackward(saved.probs.f32(), scratch.f32(), batch * heads_,
+                            len, scale_);
+  // dq = dS k and dk = dS^T q.
+  PerHeadGemm(dev, heads_, batch, false, false, len, head_dim_, len,
+              Scores(scratch), Qkv(saved.qkv, 1), Qkv(dqkv, 0));
+  PerHeadGemm(dev, heads_, batch, true, false, len, head_dim_, len,
+              Scores(scratch), Qkv(saved.qkv, 0), Qkv(dqkv, 1));
+}
+
+// The tensor at `slot` of a layer's parameters (or gradients); null for an
+// absent one (slot -1: a bias the layer does not have).
+const Tensor* At(absl::Span<const Tensor> tensors, int slot) {
+  return slot < 0 ? nullptr : &tensors[slot];
+}
+
+// ---------------------------------------------------------- TokenEmbedding
+
+class TokenEmbeddingLayer final : public Layer {
+ public:
+  TokenEmbeddingLayer(int index, Shape in, Shape out, int64_t vocab,
+                      int64_t dim)
+      : Layer(index, std::move(in), std::move(out)), vocab_(vocab), dim_(dim) {}
+
+  std::string kind() const override { return "token_embedding"; }
+
+  std::vector<ParamSpec> Params() const override {
+    return {{"weight", Shape({vocab_, dim_})}};
+  }
+
+  void InitParams(uint64_t seed,
+                  std::vector<std::vector<float>>* values) const override {
+    NormalInit(seed, index(), 0, kInitStddev, &(*values)[0]);
+  }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    std::vector<int64_t> dims = x.shape().dims();
+    dims.push_back(dim_);
+    ASSIGN_OR_RETURN(*y, dev.Allocate(Shape(std::move(dims)), DType::kF32));
+    dev.EmbeddingForward(x.f32(), params[0].f32(), vocab_, x.numel(), dim_,
+                         y->f32());
+    if (ctx.training) cache->tensors = {x};
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor>,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext&, Tensor* dx,
+                        absl::Span<const Tensor> grads,
+                        bool accumulate) const override {
+    const Tensor& ids = cache.tensors[0];
+    if (!accumulate) dev.Fill(grads[0].f32(), grads[0].numel(), 0.0f);
+    dev.EmbeddingBackward(ids.f32(), dy.f32(), vocab_, ids.numel(), dim_,
+                          grads[0].f32());
+    // Token ids have no gradient; a stage below gets zeros.
+    if (dx != nullptr) {
+      ASSIGN_OR_RETURN(*dx, dev.Zeros(ids.shape(), DType::kF32));
+    }
+    return absl::OkStatus();
+  }
+
+  double ForwardFlopsPerSample() const override {
+    return static_cast<double>(output_shape().numel());  // a copy per element
+  }
+
+ private:
+  int64_t vocab_, dim_;
+};
+
+// ------------------------------------------------------- PositionEmbedding
+
+class PositionEmbeddingLayer final : public Layer {
+ public:
+  PositionEmbeddingLayer(int index, Shape shape, int64_t context, int64_t dim)
+      : Layer(index, shape, shape), context_(context), dim_(dim) {}
+
+  std::string kind() const override { return "position_embedding"; }
+
+  std::vector<ParamSpec> Params() const override {
+    return {{"weight", Shape({context_, dim_})}};
+  }
+
+  void InitParams(uint64_t seed,
+                  std::vector<std::vector<float>>* values) const override {
+    NormalInit(seed, index(), 0, kInitStddev, &(*values)[0]);
+  }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext&, Tensor* y,
+                       LayerCache*) const override {
+    // The model may run on fewer positions than it was built for (e.g.
+    // generation), never on more than the table holds.
+    if (x.shape().rank() != 3 || x.shape()[1] > context_ ||
+        x.shape()[2] != dim_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layers.", index(), ".position_embedding: input ",
+                       x.shape().ToString(), " is not [batch, T <= ", context_,
+                       ", ", dim_, "]"));
+    }
+    // Not in place: the input may be a tensor another layer saved (ReLU
+    // saves its output), so y is a new tensor. weight[0..T) as one bias
+    // over the [T * C] of every sample.
+    ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
+    dev.Copy(x, *y);
+    dev.AddBias(y->f32(), params[0].f32(), x.shape()[0], PerSample(x), false);
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor>,
+                        const LayerCache&, const Tensor& dy, const PassContext&,
+                        Tensor* dx, absl::Span<const Tensor> grads,
+                        bool accumulate) const override {
+    const int64_t per_sample = PerSample(dy);
+    // Positions T..context get no gradient from this batch.
+    if (!accumulate) {
+      dev.Fill(grads[0].f32() + per_sample, grads[0].numel() - per_sample,
+               0.0f);
+    }
+    dev.SumRows(dy.f32(), dy.shape()[0], per_sample, accumulate ? 1.0f : 0.0f,
+                grads[0].f32());
+    if (dx != nullptr) *dx = dy;
+    return absl::OkStatus();
+  }
+
+  double ForwardFlopsPerSample() const override {
+    return static_cast<double>(input_shape().numel());
+  }
+
+ private:
+  static int64_t PerSample(const Tensor& t) {
+    return t.shape()[1] * t.shape()[2];
+  }
+  int64_t context_, dim_;
+};
+
+// ----------------------------------------------------- CausalSelfAttention
+
+class CausalSelfAttentionLayer final : public Layer {
+ public:
+  CausalSelfAttentionLayer(int index, Shape shape, int64_t dim, int64_t heads,
+                           float dropout, bool bias, uint64_t seed)
+      : Layer(index, shape, shape),
+        dim_(dim),
+        bias_(bias),
+        attention_(dim, heads, SiteDropout(dropout, seed, index)) {}
+
+  std::string kind() const override { return "causal_self_attention"; }
+
+  std::vector<ParamSpec> Params() const override {
+    std::vector<ParamSpec> p = {
+        {"attn.c_attn.weight", Shape({3 * dim_, dim_})}};
+    if (bias_) p.push_back({"attn.c_attn.bias", Shape({3 * dim_})});
+    p.push_back({"attn.c_proj.weight", Shape({dim_, dim_})});
+    if (bias_) p.push_back({"attn.c_proj.bias", Shape({dim_})});
+    return p;
+  }
+
+  void InitParams(uint64_t seed,
+                  std::vector<std::vector<float>>* values) const override {
+    const std::vector<ParamSpec> specs = Params();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<float>& v = (*values)[i];
+      if (specs[i].shape.rank() == 2) {
+        NormalInit(seed, index(), static_cast<int>(i), kInitStddev, &v);
+      } else {
+        std::fill(v.begin(), v.end(), 0.0f);
+      }
+    }
+  }
+
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override {
+    AttentionSaved saved;
+    RETURN_IF_ERROR(
+        attention_.Forward(dev, Tensors(params), x, ctx, y, &saved));
+    if (ctx.training) {
+      cache->tensors = {x, saved.qkv, saved.probs, saved.merged};
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(Device& dev, absl::Span<const Tensor> params,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext& ctx, Tensor* dx,
+                        absl::Span<const Tensor> grads,
+                        bool accumulate) const override {
+    const std::vector<Tensor>& c = cache.tensors;
+    const AttentionSaved saved{c[1], c[2], c[3]};
+    return attention_.Backward(dev, Tensors(params), saved, c[0], dy, ctx, dx,
+                               Tensors(grads), accumulate);
+  }
+
+  double ForwardFlopsPerSample() const override {
+    return attention_.FlopsPerSample(input_shape()[0]);
+  }
+
+ private:
+  AttentionTensors Tensors(absl::Span<const Tensor> t) const {
+    return bias_ ? AttentionTensors{&t[0], &t[1], &t[2], &t[3]}
+                 : AttentionTensors{&t[0], nullptr, &t[1], nullptr};
+  }
+  int64_t dim_;
+  bool bias_;
+  Attention attention_;
+};
+
+// -------------------------------------------------------- TransformerBlock
+
+// Where each tensor of a block sits among its parameters; -1: absent.
+struct BlockSlots {
+  int ln1_w = -1, ln1_b = -1, attn_w = -1, attn_b = -1, proj_w = -1,
+      proj_b = -1, ln2_w = -1, ln2_b = -1, fc_w = -1, fc_b = -1, mlp_w = -1,
+      mlp_b = -1;
+};
+
+class TransformerBlockLayer final : public Layer {
+ public:
+  struct Config {
+    int64_t dim, heads, hidden;
+    float dropout, eps;
+    bool bias;
+  };
+
+  TransformerBlockLayer(int index, Shape shape, const Config& config,
+                        uint64_t seed)
+      : Layer(index, shape, shape),
+        config_(config),
+        dropout_(config.dropout, seed, index),
+        attention_(config.dim, config.heads, dropout_) {
+    int next = 0;
+    for (const auto& [name, slot] : SlotNames()) {
+      const bool is_bias =
+          name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+      const bool always = name.rfind("ln_", 0) == 0;  // LayerNorms
+      if (!is_bias || always || config_.bias) *slot = next++;
+    }
+  }
+
+  std::string kind() const override { return "transformer_block"; }
+
+  std::vector<ParamSpec> Params() const override;
+  void InitParams(uint64_t seed,
+                  std::vector<std::vector<float>>* values) const override;
+  absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
+                       const Tensor& x, const PassContext& ctx, Tensor* y,
+                       LayerCache* cache) const override;
+  absl::Status Backward(Device& dev, absl::Span<const Tensor> params,
+                        const LayerCache& cache, const Tensor& dy,
+                        const PassContext& ctx, Tensor* dx,
+                        absl::Span<const Tensor> grads,
+                        bool accumulate) const override;
+
+  double ForwardFlopsPerSample() const override {
+    const double t = static_cast<double>(input_shape()[0]);
+    return attention_.FlopsPerSample(input_shape()[0]) +
+           2.0 * t * (2.0 * config_.dim * config_.hidden);
+  }
+
+ private:
+  // Every parameter name in order, with the slot it fills.
+  std::vector<std::pair<std::string, int*>> SlotNames() {
+    BlockSlots& s = slots_;
+    return {{"ln_1.weight", &s.ln1_w},         {"ln_1.bias", &s.ln1_b},
+            {"attn.c_attn.weight", &s.attn_w}, {"attn.c_attn.bias", &s.attn_b},
+            {"attn.c_proj.weight", &s.proj_w}, {"attn.c_proj.bias", &s.proj_b},
+            {"ln_2.weight", &s.ln2_w},         {"ln_2.bias", &s.ln2_b},
+            {"mlp.c_fc.weight", &s.fc_w},      {"mlp.c_fc.bias", &s.fc_b},
+            {"mlp.c_proj.weight", &s.mlp_w},   {"mlp.c_proj.bias", &s.mlp_b}};
+  }
+  AttentionTensors AttnTensors(absl::Span<const Tensor> t) const {
+    return {At(t, slots_.attn_w), At(t, slots_.attn_b), At(t, slots_.proj_w),
+            At(t, slots_.proj_b)};
+  }
+  // ln(x) with the LayerNorm whose weight is at `w_slot` and bias at
+  // `w_slot + 1`; mean and rstd (per row) are allocated and written.
+  absl::StatusOr<Tensor> Norm(Device& dev, absl::Span<const Tensor> params,
+                              int w_slot, const Tensor& x, Tensor* mean,
+                              Tensor* rstd) const;
+  // The MLP half's backward: from dy, the gradient of x2 (the block's
+  // middle: x2 = x + attn(ln_1(x)), y = x2 + mlp(ln_2(x2))).
+  absl::StatusOr<Tensor> MlpBackward(Device& dev,
+                                     absl::Span<const Tensor> params,
+                                     const Tensor& x2, const Tensor& f,
+                                     const Tensor& dy, const PassContext& ctx,
+                                     absl::Span<const Tensor> grads,
+                                     bool accumulate) const;
+
+  Config config_;
+  BlockSlots slots_;
+  SiteDropout dropout_;
+  Attention attention_;
+};
+
+std::vector<ParamSpec> TransformerBlockLayer::Params() const {
+  const int64_t c = config_.dim, hidden = config_.hidden;
+  const bool b = config_.bias;
+  std::vector<ParamSpec> p;
+  p.push_back({"ln_1.weight", Shape({c})});
+  p.push_back({"ln_1.bias", Shape({c})});
+  p.push_back({"attn.c_attn.weight", Shape({3 * c, c})});
+  if (b) p.push_back({"attn.c_attn.bias", Shape({3 * c})});
+  p.push_back({"attn.c_proj.weight", Shape({c, c})});
+  if (b) p.push_back({"attn.c_proj.bias", Shape({c})});
+  p.push_back({"ln_2.weight", Shape({c})});
+  p.push_back({"ln_2.bias", Shape({c})});
+  p.push_back({"mlp.c_fc.weight", Shape({hidden, c})});
+  if (b) p.push_back({"mlp.c_fc.bias", Shape({hidden})});
+  p.push_back({"mlp.c_proj.weight", Shape({c, hidden})});
+  if (b) p.push_back({"mlp.c_proj.bias", Shape({c})});
+  return p;
+}
+
+void TransformerBlockLayer::InitParams(
+    uint64_t seed, std::vector<std::vector<float>>* values) const {
+  const std::vector<ParamSpec> specs = Params();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::vector<float>& v = (*values)[i];
+    const std::string& name = specs[i].name;
+    if (specs[i].shape.rank() == 2) {
+      NormalInit(seed, index(), static_cast<int>(i), kInitStddev, &v);
+    } else {
+      const bool ln_weight = name == "ln_1.weight" || name == "ln_2.weight";
+      std::fill(v.begin(), v.end(), ln_weight ? 1.0f : 0.0f);
+    }
+  }
+}
+
+absl::StatusOr<Tensor> TransformerBlockLayer::Norm(
+    Device& dev, absl::Span<const Tensor> params, int w_slot, const Tensor& x,
+    Tensor* mean, Tensor* rstd) const {
+  const int64_t rows = x.numel() / config_.dim;
+  ASSIGN_OR_RETURN(Tensor y, dev.Allocate(x.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(*mean, dev.Allocate(Shape({rows}), DType::kF32));
+  ASSIGN_OR_RETURN(*rstd, dev.Allocate(Shape({rows}), DType::kF32));
+  dev.LayerNorm(x.f32(), params[w_slot].f32(), params[w_slot + 1].f32(), rows,
+                config_.dim, config_.eps, y.f32(), mean->f32(), rstd->f32());
+  return y;
+}
+
+absl::Status TransformerBlockLayer::Forward(Device& dev,
+                                            absl::Span<const Tensor> params,
+                                            const Tensor& x,
+                                            const PassContext& ctx, Tensor* y,
+                                            LayerCache* cache) const {
+  const int64_t batch = x.shape()[0], len = x.shape()[1];
+  const int64_t rows = batch * len, n = x.numel();
+  const int64_t c = config_.dim, hidden = config_.hidden;
+  Tensor mean, rstd;
+  // x2 = x + attn(ln_1(x)). The LayerNorms' outputs and statistics are not
+  // kept: backward recomputes them from x and x2 (cheap, and 2C floats per
+  // position less in flight).
+  ASSIGN_OR_RETURN(Tensor h1, Norm(dev, params, slots_.ln1_w, x, &mean, &rstd));
+  AttentionSaved saved;
+  Tensor x2;
+  RETURN_IF_ERROR(
+      attention_.Forward(dev, AttnTensors(params), h1, ctx, &x2, &saved));
+  dev.Axpby(n, 1.0f, x.f32(), 1.0f, x2.f32());
+  // y = x2 + dropout(c_proj(gelu(c_fc(ln_2(x2))))).
+  ASSIGN_OR_RETURN(Tensor h2,
+                   Norm(dev, params, slots_.ln2_w, x2, &mean, &rstd));
+  ASSIGN_OR_RETURN(Tensor f,
+                   dev.Allocate(Shape({batch, len, hidden}), DType::kF32));
+  LinearForward(dev, h2.f32(), rows, c, hidden, params[slots_.fc_w],
+                At(params, slots_.fc_b), f.f32());
+  ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
+  dev.Gelu(f.f32(), g.f32(), f.numel());
+  ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
+  LinearForward(dev, g.f32(), rows, hidden, c, params[slots_.mlp_w],
+                At(params, slots_.mlp_b), y->f32());
+  if (dropout_.active(ctx)) {
+    dropout_.Apply(dev, kMlpOutput, ctx, y->f32(), y->f32(), n, len * c);
+  }
+  dev.Axpby(n, 1.0f, x2.f32(), 1.0f, y->f32());
+  // The GELU output is recomputed from f in backward, too.
+  if (ctx.training) {
+    cache->tensors = {x, x2, saved.qkv, saved.probs, saved.merged, f};
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
+    Device& dev, absl::Span<const Tensor> params, const Tensor& x2,
+    const Tensor& f, const Tensor& dy, const PassContext& ctx,
+    absl::Span<const Tensor> grads, bool accumulate) const {
+  const int64_t rows = x2.numel() / config_.dim, n = x2.numel();
+  const int64_t c = config_.dim, hidden = config_.hidden;
+  Tensor dm = dy;
+  if (dropout_.active(ctx)) {
+    ASSIGN_OR_RETURN(dm, dev.Allocate(dy.shape(), DType::kF32));
+    dropout_.Apply(dev, kMlpOutput, ctx, dy.f32(), dm.f32(), n,
+                   n / x2.shape()[0]);
+  }
+  // c_proj, with its input gelu(f) recomputed; the gradient of that input
+  // then overwrites it, and GELU's backward turns it into df in place.
+  ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
+  dev.Gelu(f.f32(), g.f32(), f.numel());
+  LinearBackward(dev, g.f32(), dm.f32(), rows, hidden, c, params[slots_.mlp_w],
+                 grads[slots_.mlp_w], At(grads, slots_.mlp_b), accumulate,
+                 g.f32());
+  dev.GeluBackward(f.f32(), g.f32(), g.f32(), f.numel());
+  // c_fc, with its input ln_2(x2) recomputed and then overwritten by its
+  // gradient.
+  Tensor mean, rstd;
+  ASSIGN_OR_RETURN(Tensor h2,
+                   Norm(dev, params, slots_.ln2_w, x2, &mean, &rstd));
+  LinearBackward(dev, h2.f32(), g.f32(), rows, c, hidden, params[slots_.fc_w],
+                 grads[slots_.fc_w], At(grads, slots_.fc_b), accumulate,
+                 h2.f32());
+  // ln_2, then the residual: dx2 = dy + ln_2'(dh2).
+  ASSIGN_OR_RETURN(Tensor dx2, dev.Allocate(x2.shape(), DType::kF32));
+  dev.LayerNormBackward(h2.f32(), x2.f32(), params[slots_.ln2_w].f32(),
+                        mean.f32(), rstd.f32(), rows, c, dx2.f32(),
+                        grads[slots_.ln2_w].f32(), grads[slots_.ln2_b].f32(),
+                        accumulate);
+  dev.Axpby(n, 1.0f, dy.f32(), 1.0f, dx2.f32());
+  return dx2;
+}
+
+absl::Status TransformerBlockLayer::Backward(
+    Device& dev, absl::Span<const Tensor> params, const LayerCache& cache,
+    const Tensor& dy, const PassContext& ctx, Tensor* dx,
+    absl::Span<const Tensor> grads, bool accumulate) const {
+  const std::vector<Tensor>& c = cache.tensors;
+  const Tensor& x = c[0];
+  const Tensor& x2 = c[1];
+  const AttentionSaved saved{c[2], c[3], c[4]};
+  ASSIGN_OR_RETURN(Tensor dx2, MlpBackward(dev, params, x2, c[5], dy, ctx,
+                                           grads, accumulate));
+  Tensor mean, rstd;
+  ASSIGN_OR_RETURN(Tensor h1, Norm(dev, params, slots_.ln1_w, x, &mean, &rstd));
+  Tensor dh1;
+  RETURN_IF_ERROR(attention_.Backward(dev, AttnTensors(params), saved, h1, dx2,
+                                      ctx, &dh1, AttnTensors(grads),
+                                      accumulate));
+  // ln_1 (its parameter gradients are needed even without dx), then the
+  // residual: dx = dx2 + ln_1'(dh1).
+  float* dx_data = nullptr;
+  if (dx != nullptr) {
+    ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
+    dx_data = dx->f32();
+  }
+  const int64_t rows = x.numel() / config_.dim;
+  dev.LayerNormBackward(dh1.f32(), x.f32(), params[slots_.ln1_w].f32(),
+                        mean.f32(), rstd.f32(), rows, config_.dim, dx_data,
+                        grads[slots_.ln1_w].f32(), grads[slots_.ln1_b].f32(),
+                        accumulate);
+  if (dx_data != nullptr) dev.Axpby(x.numel(), 1.0f, dx2.f32(), 1.0f, dx_data);
+  return absl::OkStatus();
+}
+
+using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
+
+LayerOr MakeBlock(const v1::TransformerBlockSpec& s, int index, const Shape& in,
+                  uint64_t seed) {
+  TransformerBlockLayer::Config config;
+  config.dim = s.dim();
+  config.heads = s.heads();
+  config.hidden = s.has_mlp_hidden() ? s.mlp_hidden() : 4 * s.dim();
+  config.dropout = s.dropout();
+  config.eps = s.has_eps() ? s.eps() : 1e-5f;
+  config.bias = !s.has_bias() || s.bias();
+  return std::unique_ptr<Layer>(
+      std::make_unique<TransformerBlockLayer>(index, in, config, seed));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Layer>> MakeTransformerLayer(
+    const LayerSpec& spec, int index, const Shape& in, const Shape& out,
+    uint64_t seed) {
+  switch (spec.kind_case()) {
+    case LayerSpec::kTokenEmbedding:
+      return std::unique_ptr<Layer>(std::make_unique<TokenEmbeddingLayer>(
+          index, in, out, spec.token_embedding().vocab_size(),
+          spec.token_embedding().dim()));
+    case LayerSpec::kPositionEmbedding:
+      return std::unique_ptr<Layer>(std::make_unique<PositionEmbeddingLayer>(
+          index, in, spec.position_embedding().context(),
+          spec.position_embedding().dim()));
+    case LayerSpec::kCausalSelfAttention: {
+      const v1::CausalSelfAttentionSpec& s = spec.causal_self_attention();
+      return std::unique_ptr<Layer>(std::make_unique<CausalSelfAttentionLayer>(
+          index, in, s.dim(), s.heads(), s.dropout(), !s.has_bias() || s.bias(),
+          seed));
+    }
+    case LayerSpec::kTransformerBlock:
+      return MakeBlock(spec.transformer_block(), index, in, seed);
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.layers[", index, "] is not a transformer layer"));
+}
+
+}  // namespace aqueduct
