@@ -66,6 +66,8 @@ absl::StatusOr<PlanRequest> RequestFor(const JobSpec& spec, int workers) {
   const OptimizerSpec& opt = spec.optimizer();
   request.optimizer_state_factor =
       opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
+  auto microbatches = MicrobatchesFor(policy, spec.batch_size(), workers);
+  request.microbatches = microbatches.ok() ? *microbatches : 1;
   // Weight stashing runs unreplicated stages: plan a straight pipeline.
   request.straight_pipeline = StashesWeights(policy.schedule);
   return request;

@@ -298,9 +298,23 @@ absl::Status ValidateFaultTolerance(const v1::FaultToleranceSpec& f) {
   return absl::OkStatus();
 }
 
+// The bytes tokenizer's 256 ids must index every token embedding.
+absl::Status CheckBytesEmbedding(const ModelSpec& model) {
+  for (int l = 0; l < model.layers_size(); ++l) {
+    if (!model.layers(l).has_token_embedding()) continue;
+    const int64_t vocab = model.layers(l).token_embedding().vocab_size();
+    if (vocab < 256) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", l, "].token_embedding.vocab_size=", vocab,
+          " is smaller than data.text.tokenizer='bytes''s 256 tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Text: the logits are [context, vocabulary] per sample; bytes need 256.
 absl::Status CheckTextLogits(const SymbolicShape& out, int last,
-                             const TextData& text) {
+                             const TextData& text, const ModelSpec& model) {
   if (out.rank_known &&
       (out.dims.size() != 2 || out.dims[0] != text.context())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -308,6 +322,7 @@ absl::Status CheckTextLogits(const SymbolicShape& out, int last,
         " per sample; a language model needs logits [", text.context(),
         ", vocabulary] (data.text.context=", text.context(), ")"));
   }
+  if (text.tokenizer() == "bytes") RETURN_IF_ERROR(CheckBytesEmbedding(model));
   if (text.tokenizer() == "bytes" && out.LastDim() != kUnknownDim &&
       out.LastDim() < 256) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -318,10 +333,13 @@ absl::Status CheckTextLogits(const SymbolicShape& out, int last,
 }
 
 // The model's logits must be a vector with a logit per class.
-absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data) {
+absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data,
+                         const ModelSpec& model) {
   const SymbolicShape& out = summary.layer_outputs.back();
   const int last = static_cast<int>(summary.layer_outputs.size()) - 1;
-  if (data.has_text()) return CheckTextLogits(out, last, data.text());
+  if (data.has_text()) {
+    return CheckTextLogits(out, last, data.text(), model);
+  }
   if (out.rank_known && out.dims.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.layers[", last, "] outputs ", out.ToString(),
@@ -474,7 +492,7 @@ absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
   }
   ASSIGN_OR_RETURN(summary.layer_outputs,
                    InferModelShapes(spec.model(), summary.input));
-  RETURN_IF_ERROR(CheckLogits(summary, spec.data()));
+  RETURN_IF_ERROR(CheckLogits(summary, spec.data(), spec.model()));
   RETURN_IF_ERROR(CheckTiesAndSchedule(spec.model(), summary.pipeline));
   return summary;
 }

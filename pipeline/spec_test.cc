@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -245,6 +246,13 @@ TEST(SpecTest, LanguageModelsAreCheckedWithoutTheirText) {
                 .find("outputs 100 logits but data.text.tokenizer='bytes' "
                       "has 256 tokens"),
             std::string::npos);
+  EXPECT_NE(
+      Error(Parse(absl::StrReplaceAll(
+                Gpt(tied, ""), {{"vocab_size: 256", "vocab_size: 200"},
+                                {"out_features: 256", "out_features: 200"}})))
+          .find("model.layers[0].token_embedding.vocab_size=200 is smaller "
+                "than data.text.tokenizer='bytes''s 256 tokens"),
+      std::string::npos);
   EXPECT_NE(Error(Parse(Gpt("layers { flatten {} } layers { linear { "
                             "in_features: 32 out_features: 256 } }",
                             "")))

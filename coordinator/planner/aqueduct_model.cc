@@ -71,14 +71,9 @@ StageCost Cost(const Cumulative& c, const AqueductModelOptions& o, int total,
   cost.time_s = std::max((compute + exposed) / r, cost.transfer_s);
   cost.warmup_depth =
       static_cast<int>(std::ceil(static_cast<double>(total - (hi + 1)) / r));
-  const bool stashed = StashesWeights(o.schedule);
-  const int versions = stashed ? cost.warmup_depth + 1 : 1;
-  int in_flight = cost.warmup_depth + 1;
-  if (o.schedule == v1::SCHEDULE_GPIPE && o.microbatches > 0) {
-    in_flight = o.microbatches;
-  }
   cost.memory_bytes =
-      w * (versions + 1 + o.optimizer_state_factor) + act * in_flight;
+      StageMemoryBytes(o.schedule, o.microbatches, w, act, cost.warmup_depth,
+                       o.optimizer_state_factor);
   cost.feasible = !o.memory_limit_bytes.has_value() ||
                   cost.memory_bytes <= *o.memory_limit_bytes;
   return cost;
@@ -222,6 +217,21 @@ absl::StatusOr<AqueductSolution> SolveAqueductModel(
   }
   std::reverse(solution.stages.begin(), solution.stages.end());
   return solution;
+}
+
+double StageMemoryBytes(Schedule schedule, int microbatches, double w,
+                        double act, int depth, double optimizer_state_factor) {
+  const bool stashed = StashesWeights(schedule);
+  const int versions = stashed ? depth + 1 : 1;
+  // Activations in flight, in minibatches (act is a minibatch's).
+  double in_flight = depth + 1;
+  const int m = std::max(1, microbatches);
+  if (schedule == v1::SCHEDULE_GPIPE) {
+    in_flight = 1;  // Every microbatch of the minibatch.
+  } else if (schedule == v1::SCHEDULE_1F1B_FLUSH) {
+    in_flight = static_cast<double>(std::min(m, depth + 1)) / m;
+  }
+  return w * (versions + 1 + optimizer_state_factor) + act * in_flight;
 }
 
 }  // namespace aqueduct

@@ -16,8 +16,9 @@
 // says. Memory per worker counts what the schedule keeps: with warm-up
 // depth d = ceil(workers after this stage / r), 1F1B with weight stashing
 // keeps d + 1 weight versions and d + 1 minibatches of activations;
-// 1F1B-flush and GPipe one version (GPipe: `microbatches` activations);
-// plus gradients and optimizer state. The plan is the partition minimising
+// 1F1B-flush and GPipe one version, and min(microbatches, d + 1) and all
+// `microbatches` microbatches of activations; plus gradients and optimizer
+// state (StageMemoryBytes). The plan is the partition minimising
 // the largest stage time; the DP is exact over contiguous rank placements
 // (heterogeneous speeds make the placement matter).
 //
@@ -90,6 +91,14 @@ StageCost AqueductStageCost(const StateSequence& seq,
 // FAILED_PRECONDITION when nothing fits the memory limit.
 absl::StatusOr<AqueductSolution> SolveAqueductModel(
     const StateSequence& seq, const AqueductModelOptions& options);
+
+// Bytes a worker of a stage holds: weights `w` (versions as the schedule
+// keeps them, gradients and optimizer_state_factor x w of optimizer state)
+// and the activations in flight (`act` per minibatch; microbatches of
+// 1/microbatches of it under 1F1B-flush and GPipe), at warm-up depth
+// `depth`. Both cost models report it.
+double StageMemoryBytes(Schedule schedule, int microbatches, double w,
+                        double act, int depth, double optimizer_state_factor);
 
 }  // namespace aqueduct
 

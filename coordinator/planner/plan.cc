@@ -112,7 +112,8 @@ absl::StatusOr<std::vector<Placed>> PlacePipeDream(const StateSequence& seq,
         static_cast<int>(std::ceil(static_cast<double>(used - rank - r) / r));
     placed.push_back(
         {st.start, st.end, r, rank, t / r + allreduce, t, allreduce, 0,
-         w * (depth + 2 + request.optimizer_state_factor) + act * (depth + 1),
+         StageMemoryBytes(request.schedule, request.microbatches, w, act,
+                          depth, request.optimizer_state_factor),
          depth});
     rank += r;
   }
@@ -136,6 +137,7 @@ absl::StatusOr<std::vector<Placed>> PlaceAqueduct(const StateSequence& seq,
   o.schedule = request.schedule;
   o.allreduce_overlap = request.allreduce_overlap;
   o.optimizer_state_factor = request.optimizer_state_factor;
+  o.microbatches = request.microbatches;
   if (request.activation_compression_ratio.has_value()) {
     return absl::InvalidArgumentError(
         "activation compression is a PipeDream cost-model option");

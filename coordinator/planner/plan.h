@@ -33,6 +33,9 @@ struct PlanRequest {
   Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
   double allreduce_overlap = 0;
   double optimizer_state_factor = 1;
+  // Microbatches per minibatch (1F1B-flush and GPipe), for the predicted
+  // memory; 0 counts as 1.
+  int microbatches = 0;
   // Threads for the solver (0: all cores).
   int threads = 0;
 };

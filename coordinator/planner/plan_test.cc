@@ -67,9 +67,20 @@ TEST(AqueductModelTest, StageCostByHand) {
   EXPECT_DOUBLE_EQ(c.time_s, 0.020);
   EXPECT_EQ(c.warmup_depth, 3);
   EXPECT_DOUBLE_EQ(c.memory_bytes, 2e6 * (4 + 1 + 1) + 1e6 * 4);
+  // Flushing schedules keep one version; 1F1B-flush at most depth + 1 of
+  // the minibatch's microbatches in flight, GPipe all of them.
   o.schedule = v1::SCHEDULE_1F1B_FLUSH;
+  o.microbatches = 8;
   EXPECT_DOUBLE_EQ(AqueductStageCost(*seq, o, 0, 0, 0, 0).memory_bytes,
-                   2e6 * 3 + 1e6 * 4);
+                   2e6 * 3 + 1e6 * 4 / 8);
+  o.microbatches = 2;
+  EXPECT_DOUBLE_EQ(AqueductStageCost(*seq, o, 0, 0, 0, 0).memory_bytes,
+                   2e6 * 3 + 1e6);
+  o.schedule = v1::SCHEDULE_GPIPE;
+  o.microbatches = 8;
+  EXPECT_DOUBLE_EQ(AqueductStageCost(*seq, o, 0, 0, 0, 0).memory_bytes,
+                   2e6 * 3 + 1e6);
+  o.microbatches = 0;
 
   // Replicas across servers all-reduce at the outer bandwidth.
   o.schedule = v1::SCHEDULE_1F1B_STASHED;

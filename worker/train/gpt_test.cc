@@ -66,7 +66,8 @@ TEST(GptTest, TrainsTiedWithPeriodicValidation) {
   auto r = TrainLocal(spec, &device, options);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->losses.size(), 200u);
-  // Chance is ln(9 characters) = 2.2; the sentence is nearly deterministic.
+  // Chance is ln(11 characters) = 2.4; the sentence is nearly
+  // deterministic.
   EXPECT_GT(r->losses.front(), 1.8);
   EXPECT_LT(r->losses.back(), 0.5);
   ASSERT_TRUE(r->test.has_value());
@@ -121,6 +122,20 @@ TEST(GptTest, GeneratesTheLearnedSentenceDeterministically) {
   auto b = Generate(*job->model, device, *params, *prompt, sampled);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(*a, *b) << "the same seed gives the same text";
+}
+
+TEST(GptTest, AVocabularySmallerThanTheTokenizersIsRefused) {
+  JobSpec spec = GptSpec(1);
+  spec.mutable_model()->mutable_layers(0)->mutable_token_embedding()
+      ->set_vocab_size(8);  // The text has 11 distinct characters.
+  spec.mutable_model()->mutable_layers(4)->mutable_linear()->set_out_features(
+      8);
+  auto job = ValidateJobSpec(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(std::string(job.status().message()),
+              testing::HasSubstr("model.layers[0].token_embedding.vocab_size=8 "
+                                 "is smaller than the tokenizer's vocabulary "
+                                 "of 11 tokens"));
 }
 
 TEST(GptTest, GenerateRefusesBadInput) {
