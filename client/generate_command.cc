@@ -43,19 +43,19 @@ constexpr char kGenerateDescription[] =
     "continuation. The same flags and --seed give the same text.\n";
 
 CommandLineSpec GenerateSpec() {
-  return SubcommandSpec(
-      "generate", "--spec SPEC (--weights FILE | --job JOB) [flags]",
-      kGenerateDescription,
-      {{"spec", "SPEC", ""},
-       {"weights", "FILE", ""},
-       {"job", "JOB", ""},
-       {"prompt", "TEXT", ""},
-       {"tokens", "N", ""},
-       {"temperature", "T", ""},
-       {"top_k", "K", ""},
-       {"seed", "S", ""},
-       {"threads", "T", ""},
-       CoordinatorFlag()});
+  return SubcommandSpec("generate",
+                        "--spec SPEC (--weights FILE | --job JOB) [flags]",
+                        kGenerateDescription,
+                        {{"spec", "SPEC", ""},
+                         {"weights", "FILE", ""},
+                         {"job", "JOB", ""},
+                         {"prompt", "TEXT", ""},
+                         {"tokens", "N", ""},
+                         {"temperature", "T", ""},
+                         {"top_k", "K", ""},
+                         {"seed", "S", ""},
+                         {"threads", "T", ""},
+                         CoordinatorFlag()});
 }
 
 // Fetches --job's model into a temporary file; its path, or empty after
@@ -74,8 +74,9 @@ absl::StatusOr<std::string> Run(const std::string& spec_path,
   ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecFile(spec_path));
   if (!spec.data().has_text()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(spec_path, ": data.text is not set: generation needs "
-                                "the text spec the model was trained on"));
+        absl::StrCat(spec_path,
+                     ": data.text is not set: generation needs "
+                     "the text spec the model was trained on"));
   }
   absl::StatusOr<ValidatedJob> valid = ValidateJobSpec(spec);
   if (!valid.ok()) return Annotate(valid.status(), spec_path);
@@ -84,11 +85,10 @@ absl::StatusOr<std::string> Run(const std::string& spec_path,
   CpuDeviceOptions device_options;
   device_options.threads = std::max(1, absl::GetFlag(FLAGS_threads));
   CpuDevice device(device_options);
-  ASSIGN_OR_RETURN(ParameterSet params,
-                   InitParameters(*job.model, 0, job.model->num_layers(),
-                                  &device));
-  RETURN_IF_ERROR(
-      Annotate(LoadParametersFile(weights, device, params), weights));
+  ASSIGN_OR_RETURN(
+      ParameterSet params,
+      InitParameters(*job.model, 0, job.model->num_layers(), &device));
+  RETURN_IF_ERROR(LoadParametersFile(weights, device, params));
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(prompt);
   if (!ids.ok()) return Annotate(ids.status(), "--prompt");

@@ -1,11 +1,10 @@
 #include "client/progress.h"
 
-#include <cmath>
-
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -89,9 +88,9 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
     absl::StrAppend(&line, " ", waiting);
   }
   if (job.state() == v1::JOB_SUCCEEDED && job.eval_split() == "validation") {
-    absl::StrAppend(&line,
-                    absl::StrFormat(" validation loss %.4f perplexity %.2f",
-                                    job.test_loss(), std::exp(job.test_loss())));
+    absl::StrAppend(
+        &line, absl::StrFormat(" validation loss %.4f perplexity %.2f",
+                               job.test_loss(), std::exp(job.test_loss())));
   } else if (job.state() == v1::JOB_SUCCEEDED && job.test_accuracy() > 0) {
     absl::StrAppend(
         &line, absl::StrFormat(" test accuracy %.4f", job.test_accuracy()));

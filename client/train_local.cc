@@ -294,9 +294,10 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   if (!JsonOutput()) {
     options.on_eval = [tty](int64_t step, const EvalResult& e) {
       if (tty) DrawInPlace(stderr, "");
-      std::cout << absl::StrFormat("step %d: held-out loss %.4f (perplexity "
-                                   "%.2f, accuracy %.4f)\n",
-                                   step, e.loss, std::exp(e.loss), e.accuracy)
+      std::cout << absl::StrFormat(
+                       "step %d: held-out loss %.4f (perplexity "
+                       "%.2f, accuracy %.4f)\n",
+                       step, e.loss, std::exp(e.loss), e.accuracy)
                 << std::flush;
     };
   }

@@ -325,9 +325,9 @@ absl::Status CheckTextLogits(const SymbolicShape& out, int last,
   if (text.tokenizer() == "bytes") RETURN_IF_ERROR(CheckBytesEmbedding(model));
   if (text.tokenizer() == "bytes" && out.LastDim() != kUnknownDim &&
       out.LastDim() < 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[", last, "] outputs ", out.LastDim(),
-        " logits but data.text.tokenizer='bytes' has 256 tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers[", last, "] outputs ", out.LastDim(),
+                     " logits but data.text.tokenizer='bytes' has 256 tokens"));
   }
   return absl::OkStatus();
 }

@@ -31,9 +31,8 @@ std::string Error(const JobSpec& spec) {
 }
 
 TEST(SpecTest, TheExamplesAreValidWithoutTheirData) {
-  for (const char* name :
-       {"fmnist_mlp", "fmnist_mlp_pipeline", "fmnist_cnn", "delay_4stage",
-        "gpt_fortunes"}) {
+  for (const char* name : {"fmnist_mlp", "fmnist_mlp_pipeline", "fmnist_cnn",
+                           "delay_4stage", "gpt_fortunes"}) {
     auto spec = LoadJobSpecFile(std::string("examples/") + name + ".textproto");
     ASSERT_TRUE(spec.ok()) << spec.status();
     auto summary = CheckJobSpec(*spec);
@@ -231,8 +230,8 @@ TEST(SpecTest, LanguageModelsAreCheckedWithoutTheirText) {
       "tie_weight_to: 0 }";
   EXPECT_TRUE(CheckJobSpec(Parse(Gpt(tied, ""))).ok());
   // Tied across stages needs a flush.
-  EXPECT_TRUE(CheckJobSpec(Parse(Gpt(
-                               tied, "pipeline { workers: 2 schedule: "
+  EXPECT_TRUE(CheckJobSpec(Parse(Gpt(tied,
+                                     "pipeline { workers: 2 schedule: "
                                      "\"1f1b_flush\" }")))
                   .ok());
   EXPECT_NE(Error(Parse(Gpt(tied, "pipeline { workers: 2 }")))

@@ -112,8 +112,8 @@ absl::StatusOr<std::vector<Placed>> PlacePipeDream(const StateSequence& seq,
         static_cast<int>(std::ceil(static_cast<double>(used - rank - r) / r));
     placed.push_back(
         {st.start, st.end, r, rank, t / r + allreduce, t, allreduce, 0,
-         StageMemoryBytes(request.schedule, request.microbatches, w, act,
-                          depth, request.optimizer_state_factor),
+         StageMemoryBytes(request.schedule, request.microbatches, w, act, depth,
+                          request.optimizer_state_factor),
          depth});
     rank += r;
   }

@@ -49,8 +49,8 @@ int32_t Sample(std::vector<float> logits, const GenerateOptions& o,
                std::mt19937_64& rng) {
   const int64_t v = static_cast<int64_t>(logits.size());
   if (o.temperature == 0 || o.top_k == 1) {
-    return static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                logits.begin());
   }
   if (o.top_k > 0 && o.top_k < v) {
     std::vector<float> sorted = logits;

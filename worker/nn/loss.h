@@ -18,8 +18,9 @@ struct LossOutput {
 };
 
 // grad_scale is usually 1/labels (the mean loss); a microbatch of a larger
-// minibatch uses 1/(the minibatch's labels). INVALID_ARGUMENT when shapes disagree. Labels
-// must be in [0, classes): the data loader checks them against the model.
+// minibatch uses 1/(the minibatch's labels). INVALID_ARGUMENT when shapes
+// disagree. Labels must be in [0, classes): the data loader checks them against
+// the model.
 absl::StatusOr<LossOutput> SoftmaxCrossEntropy(Device& device,
                                                const Tensor& logits,
                                                const Tensor& labels,

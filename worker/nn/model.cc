@@ -33,8 +33,7 @@ absl::Status Model::BuildTies(const ModelSpec& spec) {
     // pipeline/shapes.h refuses bad ties naming the field; this only keeps
     // a spec that skipped those checks from indexing out of range.
     const int wl = WeightParam(*layers_[l]);
-    const int wo =
-        owner >= 0 && owner < l ? WeightParam(*layers_[owner]) : -1;
+    const int wo = owner >= 0 && owner < l ? WeightParam(*layers_[owner]) : -1;
     if (wl < 0 || wo < 0 ||
         layers_[l]->Params()[wl].shape != layers_[owner]->Params()[wo].shape) {
       return absl::InvalidArgumentError(

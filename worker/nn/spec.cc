@@ -37,9 +37,8 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
   const int last = job.model->num_layers() - 1;
   // Logits [classes], or [T, vocabulary] with a label per position.
   const int64_t per_sample = job.data.labels_per_sample;
-  const bool shaped = per_sample > 1
-                          ? out.rank() == 2 && out[0] == per_sample
-                          : out.rank() == 1;
+  const bool shaped = per_sample > 1 ? out.rank() == 2 && out[0] == per_sample
+                                     : out.rank() == 1;
   if (!shaped) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.layers[", last, "] outputs ", out.ToString(),
@@ -50,8 +49,8 @@ absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
   const int64_t logits = out[out.rank() - 1];
   if (logits < job.data.num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[", last, "] outputs ", logits, " logits but the data has ",
-        job.data.num_classes,
+        "model.layers[", last, "] outputs ", logits,
+        " logits but the data has ", job.data.num_classes,
         per_sample > 1 ? " tokens in its vocabulary" : " classes"));
   }
   return job;

@@ -120,8 +120,7 @@ absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
   if (in.test == nullptr) {
     return absl::InternalError("the held-out split did not load");
   }
-  ASSIGN_OR_RETURN(ParameterSet full,
-                   GatherWeights(in, [version](int s) {
+  ASSIGN_OR_RETURN(ParameterSet full, GatherWeights(in, [version](int s) {
                      return EvalTag(version, s);
                    }));
   return Evaluate(*in.model, in.device, full, *in.test, layout.batch_size);

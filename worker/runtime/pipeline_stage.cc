@@ -324,10 +324,10 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   if (stage_ == S - 1) {
     ASSIGN_OR_RETURN(
         LossOutput loss,
-        SoftmaxCrossEntropy(*device_, y, f.labels,
-                            1.0f / static_cast<float>(LabelShape(
-                                       *model_, spec_.batch_size())
-                                                          .numel())));
+        SoftmaxCrossEntropy(
+            *device_, y, f.labels,
+            1.0f / static_cast<float>(
+                       LabelShape(*model_, spec_.batch_size()).numel())));
     std::vector<float> losses(f.labels.numel());
     RETURN_IF_ERROR(device_->CopyToHost(loss.losses, losses.data()));
     double sum = 0;
@@ -444,7 +444,8 @@ absl::Status PipelineStage::CheckTies() const {
       return absl::InvalidArgumentError(absl::StrCat(
           "model.layers[", tied, "].tie_weight_to=", owner,
           ": the tied layers sit on stages ", StageOf(owner), " and ",
-          StageOf(tied), ", which under this schedule update the shared "
+          StageOf(tied),
+          ", which under this schedule update the shared "
           "weight at different versions; use 1f1b_flush or gpipe"));
     }
   }

@@ -6,11 +6,11 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "common/comm/in_memory.h"
 #include "common/comm/in_memory_channels.h"
 #include "common/device/cpu_device.h"
 #include "common/device/factory.h"
-#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/nn/loss.h"
@@ -89,14 +89,9 @@ constexpr char kGptFormat[] = R"pb(
     layers { transformer_block { dim: 16 heads: 2 dropout: 0.1 } }
     layers { transformer_block { dim: 16 heads: 4 dropout: 0.1 } }
     layers { layer_norm { normalized_shape: 16 } }
-    layers {
-      linear { in_features: 16 out_features: 32 bias: false }
-      %s
-    }
+    layers { linear { in_features: 16 out_features: 32 bias: false } %s }
   }
-  data {
-    text { files: "%s" context: 8 tokenizer: "chars" val_windows: 8 }
-  }
+  data { text { files: "%s" context: 8 tokenizer: "chars" val_windows: 8 } }
   optimizer { sgd { lr: 0.1 momentum: 0.9 } }
   batch_size: 8
   max_steps: 8
@@ -108,8 +103,8 @@ JobSpec GptSpec(bool tied) {
   const std::string path =
       absl::StrCat(testing::TempDir(), "/pipeline_test_text.txt");
   std::string text;
-  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over",
-                         "lazy", "dogs", "and", "cats", "sleep.\n"};
+  const char* words[] = {"the",  "quick", "brown", "fox",  "jumps",   "over",
+                         "lazy", "dogs",  "and",   "cats", "sleep.\n"};
   for (int i = 0; i < 800; ++i) {
     absl::StrAppend(&text, words[(i * 7 + i / 11) % 11], " ");
   }
@@ -117,8 +112,7 @@ JobSpec GptSpec(bool tied) {
   std::fwrite(text.data(), 1, text.size(), f);
   std::fclose(f);
   auto spec = ParseJobSpec(
-      absl::StrFormat(kGptFormat, tied ? "tie_weight_to: 0" : "", path),
-      "gpt");
+      absl::StrFormat(kGptFormat, tied ? "tie_weight_to: 0" : "", path), "gpt");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -441,8 +435,8 @@ TEST(PipelineTest, GptStashingPoliciesMatchTheirReference) {
           Layout(policy, begin, std::vector<int>(begin.size(), 1),
                  spec.max_steps(), 1, 6);
       ExpectClose(RunPipeline(spec, layout), Reference(spec, layout), 1e-5,
-                  absl::StrCat("gpt ", ScheduleName(policy), " ",
-                               begin.size(), " stages"));
+                  absl::StrCat("gpt ", ScheduleName(policy), " ", begin.size(),
+                               " stages"));
     }
   }
 }

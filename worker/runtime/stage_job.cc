@@ -275,9 +275,9 @@ EvaluationInputs PipelineJob::EvalInputs(const ParameterSet& params) {
 
 absl::Status PipelineJob::EvaluatePeriodically(int64_t version,
                                                const ParameterSet& params) {
-  ASSIGN_OR_RETURN(std::optional<EvalResult> eval,
-                   EvaluateAtVersion(EvalInputs(params), version,
-                                     &eval_sends_));
+  ASSIGN_OR_RETURN(
+      std::optional<EvalResult> eval,
+      EvaluateAtVersion(EvalInputs(params), version, &eval_sends_));
   if (eval.has_value()) {
     env_.progress->OnEval(version, eval->accuracy, eval->loss);
   }

@@ -49,8 +49,7 @@ JobSpec GptSpec(int64_t steps) {
     eval_every: 50
     seed: 3
   )pb";
-  auto spec =
-      ParseJobSpec(absl::StrFormat(kFormat, WriteText(), steps), "gpt");
+  auto spec = ParseJobSpec(absl::StrFormat(kFormat, WriteText(), steps), "gpt");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -97,8 +96,8 @@ TEST(GptTest, GeneratesTheLearnedSentenceDeterministically) {
   ASSERT_TRUE(TrainLocal(spec, &device, options).ok());
   auto job = ValidateJobSpec(spec);
   ASSERT_TRUE(job.ok());
-  auto params = InitParameters(*job->model, 0, job->model->num_layers(),
-                               &device);
+  auto params =
+      InitParameters(*job->model, 0, job->model->num_layers(), &device);
   ASSERT_TRUE(LoadParametersFile(weights, device, *params).ok());
   auto tokenizer = Tokenizer::ForSpec(spec.data().text());
   ASSERT_TRUE(tokenizer.ok());
@@ -126,7 +125,9 @@ TEST(GptTest, GeneratesTheLearnedSentenceDeterministically) {
 
 TEST(GptTest, AVocabularySmallerThanTheTokenizersIsRefused) {
   JobSpec spec = GptSpec(1);
-  spec.mutable_model()->mutable_layers(0)->mutable_token_embedding()
+  spec.mutable_model()
+      ->mutable_layers(0)
+      ->mutable_token_embedding()
       ->set_vocab_size(8);  // The text has 11 distinct characters.
   spec.mutable_model()->mutable_layers(4)->mutable_linear()->set_out_features(
       8);
@@ -143,8 +144,8 @@ TEST(GptTest, GenerateRefusesBadInput) {
   const JobSpec spec = GptSpec(1);
   auto job = ValidateJobSpec(spec);
   ASSERT_TRUE(job.ok()) << job.status();
-  auto params = InitParameters(*job->model, 0, job->model->num_layers(),
-                               &device);
+  auto params =
+      InitParameters(*job->model, 0, job->model->num_layers(), &device);
   GenerateOptions o;
   auto empty = Generate(*job->model, device, *params, {}, o);
   EXPECT_THAT(std::string(empty.status().message()),

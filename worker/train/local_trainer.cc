@@ -31,11 +31,10 @@ absl::Status CheckClasses(const Dataset& train, const Model& model) {
   const Shape& out = model.output_shape();
   const int64_t logits = out[out.rank() - 1];
   if (train.num_classes > logits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the training data has ", train.num_classes,
-                     train.labels_per_sample > 1 ? " tokens in its vocabulary"
-                                                 : " classes",
-                     " but the model outputs ", logits, " logits"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the training data has ", train.num_classes,
+        train.labels_per_sample > 1 ? " tokens in its vocabulary" : " classes",
+        " but the model outputs ", logits, " logits"));
   }
   return absl::OkStatus();
 }
@@ -317,9 +316,8 @@ absl::Status RunSteps(const LocalRun& run, LocalTrainResult* result) {
   const LocalTrainOptions& options = *run.options;
   const int64_t batch = run.spec->batch_size();
   StepBuffers buffers;
-  RETURN_IF_ERROR(
-      InitStepBuffers(*run.model, run.data->train, batch, run.device,
-                      &buffers));
+  RETURN_IF_ERROR(InitStepBuffers(*run.model, run.data->train, batch,
+                                  run.device, &buffers));
   Clock::time_point window_start = Clock::now();
   int64_t window_steps = 0;
   for (int64_t step = options.first_step; step < run.total; ++step) {
@@ -340,9 +338,9 @@ absl::Status RunSteps(const LocalRun& run, LocalTrainResult* result) {
     RETURN_IF_ERROR(MaybeCheckpoint(options, step + 1, run.total, *run.state));
     const double elapsed = Seconds(Clock::now() - window_start);
     if (options.on_step) {
-      options.on_step(MakeStepReport(
-          step, run.total, run.sampler->batches_per_epoch(), mean,
-          window_steps * batch, elapsed, step_start));
+      options.on_step(
+          MakeStepReport(step, run.total, run.sampler->batches_per_epoch(),
+                         mean, window_steps * batch, elapsed, step_start));
     }
     RETURN_IF_ERROR(MaybeEvaluate(run, step + 1, result));
   }
@@ -375,8 +373,8 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   LocalTrainResult result;
   result.parameters = state.params.numel();
   result.losses.reserve(total);
-  const LocalRun run{&spec,  &options, &model, device, &data,
-                     &sampler, &state, total};
+  const LocalRun run{&spec, &options, &model, device,
+                     &data, &sampler, &state, total};
   RETURN_IF_ERROR(RunSteps(run, &result));
   result.steps = total;
   result.epochs =
