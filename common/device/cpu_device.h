@@ -101,6 +101,9 @@ class CpuDevice final : public Device {
   void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
                 const AdamParams& p) override;
 
+  // The allocator's counters (raw allocations against cache hits).
+  CachingAllocator::Stats allocator_stats() const { return alloc_.stats(); }
+
  private:
   const CpuDeviceOptions options_;
   CachingAllocator alloc_;

@@ -506,6 +506,48 @@ TEST(TransformerTest, SmallGptTrainsThroughTheModel) {
   EXPECT_GT(norm, 0.0) << "the gradient reaches the token embedding";
 }
 
+// Steady-state training steps of a block allocate nothing new: every
+// buffer (QKV, attention weights, MLP hidden, gradients) comes back from the
+// device's caching allocator after the first step.
+TEST(TransformerTest, StepsAfterTheFirstAllocateNothingNew) {
+  ModelSpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "layers { token_embedding { vocab_size: 16 dim: 32 } } "
+      "layers { position_embedding { context: 16 dim: 32 } } "
+      "layers { transformer_block { dim: 32 heads: 4 dropout: 0.1 } } "
+      "layers { layer_norm { normalized_shape: 32 } } "
+      "layers { linear { in_features: 32 out_features: 16 bias: false } }",
+      &spec));
+  auto model = Model::Build(spec, Shape({16}), 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  CpuDevice device;
+  auto params = InitParameters(**model, 0, 5, &device);
+  auto grads = ZerosLike(*params, &device);
+  ASSERT_TRUE(params.ok() && grads.ok());
+  std::vector<float> ids(4 * 16);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>(i % 16);
+  auto step = [&](int m) {
+    Tensor x = *device.Allocate(Shape({4, 16}), DType::kF32);
+    ASSERT_TRUE(device.CopyFromHost(ids.data(), x).ok());
+    PassContext ctx;
+    ctx.minibatch = static_cast<uint64_t>(m);
+    RangeCache cache;
+    Tensor y;
+    ASSERT_TRUE(
+        ForwardRange(**model, device, *params, x, ctx, &y, &cache).ok());
+    Tensor dy = *device.Allocate(y.shape(), DType::kF32);
+    device.Fill(dy.f32(), dy.numel(), 0.01f);
+    ASSERT_TRUE(BackwardRange(**model, device, *params, cache, dy, ctx, nullptr,
+                              *grads, false)
+                    .ok());
+  };
+  step(0);
+  const int64_t raw = device.allocator_stats().raw_allocs;
+  for (int m = 1; m < 5; ++m) step(m);
+  EXPECT_EQ(device.allocator_stats().raw_allocs, raw);
+  EXPECT_GT(device.allocator_stats().hits, 0);
+}
+
 // ---------------------------------------------------------------- Kernels
 
 TEST(TransformerKernelTest, CausalSoftmaxAndBackward) {
