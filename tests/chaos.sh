@@ -7,7 +7,7 @@
 # and test accuracy, and checks that no committed checkpoint version appears
 # twice and the latest one verifies.
 #   tests/chaos.sh [SPEC] [--every K] [--worker-kills N] [--coordinator-kills M]
-# Defaults: the main job (examples/fmnist_mlp_pipeline.textproto), K=300,
+# Defaults: the Fashion-MNIST pipeline (examples/fmnist_mlp_pipeline.textproto), K=300,
 # N=3, M=2, a checkpoint every 100 steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."

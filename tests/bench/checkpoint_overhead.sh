@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoint overhead on the main job (opt build): the main job
+# Checkpoint overhead on the Fashion-MNIST pipeline (opt build): the job
 # (examples/fmnist_mlp_pipeline.textproto, 4 workers, EPOCHS epochs, default
 # 2) run without checkpoints and with a checkpoint every ~SECONDS s of
 # training (default 30: every_steps set from the first run's step rate),

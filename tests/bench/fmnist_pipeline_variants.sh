@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job's example (examples/fmnist_mlp_pipeline.textproto) through 4
+# The Fashion-MNIST pipeline example (examples/fmnist_mlp_pipeline.textproto) through 4
 # local worker daemons, with the optimizer, batch size and epochs replaced by
 # each variant; prints the test accuracy, throughput and the plan's split
 # (stage end layers) of each run.

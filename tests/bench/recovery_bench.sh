@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recovery time from SIGKILL of a worker to the next committed step, on
-# one host (opt build): the main job (examples/fmnist_mlp_pipeline.textproto,
+# one host (opt build): the Fashion-MNIST pipeline (examples/fmnist_mlp_pipeline.textproto,
 # 4 workers, 1F1B with weight stashing) with a spare worker and a
 # checkpoint every 50 steps; a random worker of the job is killed ROUNDS
 # times (default 5), ~15 s apart (the spare takes its place), and started
