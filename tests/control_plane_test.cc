@@ -2,7 +2,9 @@
 // on port 0 and several worker agents (each with its own Worker service on
 // port 0) as threads. A job runs to success through the real RPCs; oversized
 // and malformed requests get precise statuses; deregistration is seen.
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "common/clock.h"
@@ -256,6 +258,87 @@ TEST_F(ControlPlaneTest, PipelineWithoutTestSplitSucceeds) {
   const JobStatus last = SubmitAndWatch(stub_.get(), spec);
   EXPECT_EQ(last.state(), v1::JOB_SUCCEEDED) << last.reason();
   EXPECT_EQ(last.test_accuracy(), 0);
+}
+
+// A small GPT over a text file written for the test; its head tied to its
+// token embedding when `tied`.
+JobSpec GptSpec(bool tied, const std::string& schedule) {
+  const std::string path = testing::TempDir() + "/control_plane_text.txt";
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the cat sat on the mat. ";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  JobSpec spec = *ParseJobSpec(
+      R"pb(
+        model {
+          layers { token_embedding { vocab_size: 16 dim: 16 } }
+          layers { position_embedding { context: 8 dim: 16 } }
+          layers { transformer_block { dim: 16 heads: 2 } }
+          layers { transformer_block { dim: 16 heads: 2 } }
+          layers { layer_norm { normalized_shape: 16 } }
+          layers { linear { in_features: 16 out_features: 16 bias: false } }
+        }
+        data { text { context: 8 val_windows: 16 } }
+        optimizer { adam { lr: 0.01 } }
+        batch_size: 8
+        max_steps: 40
+        eval_every: 10
+        seed: 2
+        # A slow network for the planner: weights are far larger than the
+        # activations, so it cuts a pipeline rather than replicate.
+        pipeline { workers: 3 microbatches: 2 bandwidth_bytes_per_s: 1e6 }
+      )pb",
+      "gpt");
+  spec.mutable_data()->mutable_text()->add_files(path);
+  spec.mutable_pipeline()->set_schedule(schedule);
+  if (tied) spec.mutable_model()->mutable_layers(5)->set_tie_weight_to(0);
+  return spec;
+}
+
+// A GPT across three workers over Gloo: tied across the first and last
+// stage under the flushing schedules, untied under weight stashing, with a
+// validation every 10 steps gathered on the output stage while the others
+// train on.
+TEST_F(ControlPlaneTest, GptPipelinesTrainAndValidate) {
+  for (const char* id : {"a", "b", "c"}) AddWorker(id);
+  for (const char* schedule : {"1f1b_flush", "gpipe", "1f1b_stashed"}) {
+    const bool tied = std::string(schedule) != "1f1b_stashed";
+    const JobStatus last = SubmitAndWatch(stub_.get(), GptSpec(tied, schedule));
+    ASSERT_EQ(last.state(), v1::JOB_SUCCEEDED)
+        << schedule << ": " << last.reason();
+    EXPECT_EQ(last.plan().stages_size(), 3) << schedule;
+    EXPECT_EQ(last.eval_split(), "validation") << schedule;
+    ASSERT_EQ(last.evals_size(), 4) << schedule;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(last.evals(i).step(), 10 * (i + 1)) << schedule;
+    }
+    // Below chance (ln 9 characters = 2.2) and improving.
+    EXPECT_LT(last.test_loss(), 1.5) << schedule;
+    EXPECT_EQ(last.test_loss(), last.evals(3).loss()) << schedule;
+    EXPECT_LT(last.evals(3).loss(), last.evals(0).loss()) << schedule;
+  }
+}
+
+// A tie across stages under weight stashing is refused at submission; a
+// text file missing on the workers fails the job naming the path.
+TEST_F(ControlPlaneTest, GptSpecProblemsAreNamed) {
+  for (const char* id : {"a", "b", "c"}) AddWorker(id);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = GptSpec(true, "1f1b_stashed");
+  v1::SubmitJobResponse response;
+  grpc::ClientContext ctx;
+  const grpc::Status refused = stub_->SubmitJob(&ctx, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("model.layers[5].tie_weight_to=0"),
+            std::string::npos)
+      << refused.error_message();
+  JobSpec missing = GptSpec(false, "1f1b_flush");
+  missing.mutable_data()->mutable_text()->set_files(0, "/nonexistent/t.txt");
+  const JobStatus last = SubmitAndWatch(stub_.get(), missing);
+  EXPECT_EQ(last.state(), v1::JOB_FAILED);
+  EXPECT_NE(last.reason().find("/nonexistent/t.txt"), std::string::npos)
+      << last.reason();
 }
 
 TEST_F(ControlPlaneTest, BadRequestsGetPreciseStatuses) {
