@@ -14,36 +14,10 @@
 #include "gtest/gtest.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/model.h"
+#include "worker/nn/test_util.h"
 
 namespace aqueduct {
 namespace {
-
-LayerSpec ParseLayer(const std::string& text) {
-  LayerSpec spec;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec))
-      << text;
-  return spec;
-}
-
-std::vector<float> Random(size_t n, std::mt19937* rng, float lo = -1,
-                          float hi = 1) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
-
-double RelativeError(const std::vector<double>& a,
-                     const std::vector<double>& b) {
-  double diff = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    na += a[i] * a[i];
-    nb += b[i] * b[i];
-  }
-  const double denom = std::max(std::sqrt(na), std::sqrt(nb));
-  return denom == 0 ? 0 : std::sqrt(diff) / denom;
-}
 
 // A layer on the CPU device with host-side inputs and parameters.
 class Harness {
