@@ -31,8 +31,9 @@ std::string Error(const JobSpec& spec) {
 }
 
 TEST(SpecTest, TheExamplesAreValidWithoutTheirData) {
-  for (const char* name : {"fmnist_mlp", "fmnist_mlp_pipeline", "fmnist_cnn",
-                           "delay_4stage", "gpt_fortunes"}) {
+  for (const char* name :
+       {"fmnist_mlp", "fmnist_mlp_pipeline", "fmnist_cnn", "delay_4stage",
+        "gpt_fortunes", "gpt_fortunes_stashed"}) {
     auto spec = LoadJobSpecFile(std::string("examples/") + name + ".textproto");
     ASSERT_TRUE(spec.ok()) << spec.status();
     auto summary = CheckJobSpec(*spec);
