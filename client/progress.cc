@@ -102,15 +102,14 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
 std::string JobDetails(const JobStatus& job) {
   std::string out;
   if (!job.evals().empty()) {
-    absl::StrAppend(&out, job.eval_split(), " (step: loss, perplexity",
-                    job.eval_split() == "test" ? ", accuracy" : "", "):");
+    // Text: loss per token and perplexity; a test set: loss and accuracy.
+    const bool text = job.eval_split() == "validation";
+    absl::StrAppend(&out, job.eval_split(), " (step: loss, ",
+                    text ? "perplexity" : "accuracy", "):");
     for (const v1::EvalPoint& e : job.evals()) {
-      absl::StrAppend(&out, absl::StrFormat(" %d: %.4f, %.2f", e.step(),
-                                            e.loss(), std::exp(e.loss())));
-      if (job.eval_split() == "test") {
-        absl::StrAppend(&out, absl::StrFormat(", %.4f", e.accuracy()));
-      }
-      absl::StrAppend(&out, ";");
+      absl::StrAppend(&out, absl::StrFormat(" %d: %.4f, ", e.step(), e.loss()),
+                      text ? absl::StrFormat("%.2f;", std::exp(e.loss()))
+                           : absl::StrFormat("%.4f;", e.accuracy()));
     }
     out.back() = '\n';
   }

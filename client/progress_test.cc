@@ -130,6 +130,29 @@ TEST(JobDetailsTest, ModelCheckpointResumeAndRestarts) {
             "start), 1 worker\n");
 }
 
+TEST(JobDetailsTest, EvaluationsPerSplit) {
+  JobStatus job = Job(v1::JOB_SUCCEEDED);
+  job.set_eval_split("validation");
+  job.set_test_loss(1.7319);
+  for (int step : {1000, 2000}) {
+    v1::EvalPoint* e = job.add_evals();
+    e->set_step(step);
+    e->set_loss(step == 1000 ? 2.1458 : 1.7319);
+    e->set_accuracy(0.45);
+  }
+  EXPECT_EQ(JobDetails(job),
+            "validation (step: loss, perplexity): 1000: 2.1458, 8.55; 2000: "
+            "1.7319, 5.65\n");
+  EXPECT_NE(JobSummary(job, false)
+                .find("validation loss 1.7319 perplexity "
+                      "5.65"),
+            std::string::npos);
+  job.set_eval_split("test");
+  EXPECT_EQ(JobDetails(job),
+            "test (step: loss, accuracy): 1000: 2.1458, 0.4500; 2000: "
+            "1.7319, 0.4500\n");
+}
+
 TEST(TerminalWidthTest, ColumnsThenEighty) {
   // Under the test runner neither stdout nor stderr is a terminal.
   setenv("COLUMNS", "123", 1);
