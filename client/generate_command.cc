@@ -40,7 +40,8 @@ constexpr char kGenerateDescription[] =
     "chars vocabulary) and its weights, from a file (--weights, e.g. from\n"
     "aq weights or aq train-local --save_weights) or from a finished job\n"
     "(--job JOB, fetched from the coordinator). Prints the prompt and its\n"
-    "continuation. The same flags and --seed give the same text.\n";
+    "continuation (--output json: {\"prompt\", \"text\"}, the text with its\n"
+    "prompt). The same flags and --seed give the same text.\n";
 
 CommandLineSpec GenerateSpec() {
   return SubcommandSpec("generate",
@@ -55,7 +56,8 @@ CommandLineSpec GenerateSpec() {
                          {"top_k", "K", ""},
                          {"seed", "S", ""},
                          {"threads", "T", ""},
-                         CoordinatorFlag()});
+                         CoordinatorFlag(),
+                         OutputFlag()});
 }
 
 // Fetches --job's model into a temporary file; its path, or empty after
@@ -126,7 +128,12 @@ int GenerateMain(const std::vector<std::string>& args) {
   if (!text.ok()) {
     return Fail(absl::StrCat("generate: ", text.status().message()));
   }
-  std::cout << *text << std::endl;
+  if (JsonOutput()) {
+    std::cout << "{\"prompt\":" << JsonString(absl::GetFlag(FLAGS_prompt))
+              << ",\"text\":" << JsonString(*text) << "}" << std::endl;
+  } else {
+    std::cout << *text << std::endl;
+  }
   return kExitOk;
 }
 

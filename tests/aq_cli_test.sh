@@ -122,6 +122,44 @@ cmp -s "$tmp/through.safetensors" "$tmp/resumed.safetensors" ||
 [ "$rc" -eq 1 ] || fail "resume from nothing: exit $rc"
 grep -q "resume $tmp/nope" "$tmp/err" || fail "resume error: $(cat "$tmp/err")"
 
+# A small GPT: trained for a few steps with validation, then aq generate
+# from its weights (deterministic per seed, JSON on request, unknown prompt
+# characters named).
+for _ in $(seq 200); do printf 'the cat sat on the mat. '; done >"$tmp/text.txt"
+cat >"$tmp/gpt.textproto" <<SPEC
+model {
+  layers { token_embedding { vocab_size: 16 dim: 16 } }
+  layers { position_embedding { context: 8 dim: 16 } }
+  layers { transformer_block { dim: 16 heads: 2 } }
+  layers { layer_norm { normalized_shape: 16 } }
+  layers { linear { in_features: 16 out_features: 16 bias: false } tie_weight_to: 0 }
+}
+data { text { files: "$tmp/text.txt" context: 8 } }
+optimizer { adam { lr: 0.01 } }
+batch_size: 8
+max_steps: 20
+eval_every: 10
+SPEC
+"$AQ" train-local "$tmp/gpt.textproto" --save_weights "$tmp/gpt.safetensors" \
+  >"$tmp/out" 2>"$tmp/err" || fail "gpt train-local: $(cat "$tmp/err")"
+grep -q "^step 10: held-out loss" "$tmp/out" || fail "no validation at step 10: $(cat "$tmp/out")"
+grep -q "^validation loss .* perplexity" "$tmp/out" || fail "no final validation: $(cat "$tmp/out")"
+gen() {
+  "$AQ" generate --spec "$tmp/gpt.textproto" --weights "$tmp/gpt.safetensors" \
+    --tokens 30 --seed 4 "$@"
+}
+a=$(gen --prompt "the c") || fail "generate failed"
+b=$(gen --prompt "the c") || fail "generate failed again"
+{ [ "$a" = "$b" ] && [ "${#a}" -ge 35 ]; } || fail "generate: '$a' then '$b'"
+case "$a" in "the c"*) ;; *) fail "generate does not start with its prompt: '$a'" ;; esac
+gen --prompt "the c" --output json |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["prompt"] == "the c", d' ||
+  fail "generate --output json"
+gen --prompt "the dog" 2>"$tmp/err" >/dev/null
+rc=$?
+[ "$rc" -eq 1 ] || fail "generate with an unknown character: exit $rc"
+grep -q "character 'd' (U+0064)" "$tmp/err" || fail "unknown character error: $(cat "$tmp/err")"
+
 if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed" >&2
   exit 1
