@@ -298,20 +298,6 @@ absl::Status ValidateFaultTolerance(const v1::FaultToleranceSpec& f) {
   return absl::OkStatus();
 }
 
-// The bytes tokenizer's 256 ids must index every token embedding.
-absl::Status CheckBytesEmbedding(const ModelSpec& model) {
-  for (int l = 0; l < model.layers_size(); ++l) {
-    if (!model.layers(l).has_token_embedding()) continue;
-    const int64_t vocab = model.layers(l).token_embedding().vocab_size();
-    if (vocab < 256) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.layers[", l, "].token_embedding.vocab_size=", vocab,
-          " is smaller than data.text.tokenizer='bytes''s 256 tokens"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Text: the logits are [context, vocabulary] per sample; bytes need 256.
 absl::Status CheckTextLogits(const SymbolicShape& out, int last,
                              const TextData& text, const ModelSpec& model) {
@@ -322,7 +308,10 @@ absl::Status CheckTextLogits(const SymbolicShape& out, int last,
         " per sample; a language model needs logits [", text.context(),
         ", vocabulary] (data.text.context=", text.context(), ")"));
   }
-  if (text.tokenizer() == "bytes") RETURN_IF_ERROR(CheckBytesEmbedding(model));
+  if (text.tokenizer() == "bytes") {
+    RETURN_IF_ERROR(CheckEmbeddingVocabulary(
+        model, 256, "data.text.tokenizer='bytes''s 256 tokens"));
+  }
   if (text.tokenizer() == "bytes" && out.LastDim() != kUnknownDim &&
       out.LastDim() < 256) {
     return absl::InvalidArgumentError(
@@ -455,6 +444,20 @@ absl::Status ValidateDataSpec(const DataSpec& spec) {
   return absl::InvalidArgumentError(
       "data has no source (set data.text, data.fashion_mnist_dir, data.idx "
       "or data.synthetic)");
+}
+
+absl::Status CheckEmbeddingVocabulary(const ModelSpec& model, int64_t vocab,
+                                      const std::string& what) {
+  for (int l = 0; l < model.layers_size(); ++l) {
+    if (!model.layers(l).has_token_embedding()) continue;
+    const int64_t size = model.layers(l).token_embedding().vocab_size();
+    if (size < vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", l, "].token_embedding.vocab_size=", size,
+          " is smaller than ", what));
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool HasTestSplit(const DataSpec& d) {

@@ -52,6 +52,12 @@ absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec);
 // The data section's fields (not its files).
 absl::Status ValidateDataSpec(const DataSpec& spec);
 
+// Every token embedding of `model` must index `vocab` token ids;
+// INVALID_ARGUMENT otherwise, naming the layer and ending with `what` (the
+// tokenizer's vocabulary, in words).
+absl::Status CheckEmbeddingVocabulary(const ModelSpec& model, int64_t vocab,
+                                      const std::string& what);
+
 // Whether the data has a held-out split (the job then evaluates at its end).
 bool HasTestSplit(const DataSpec& spec);
 

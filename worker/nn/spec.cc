@@ -5,34 +5,16 @@
 
 namespace aqueduct {
 
-namespace {
-
-// Token ids must index every token embedding: its vocabulary at least the
-// tokenizer's.
-absl::Status CheckEmbeddingVocabulary(const ModelSpec& model,
-                                      const DataInfo& data) {
-  for (int l = 0; l < model.layers_size(); ++l) {
-    if (!model.layers(l).has_token_embedding()) continue;
-    const int64_t vocab = model.layers(l).token_embedding().vocab_size();
-    if (vocab < data.num_classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.layers[", l, "].token_embedding.vocab_size=", vocab,
-          " is smaller than the tokenizer's vocabulary of ", data.num_classes,
-          " tokens (data.text)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckJobSpec(spec).status());
   ValidatedJob job;
   ASSIGN_OR_RETURN(job.data, DescribeData(spec.data()));
   ASSIGN_OR_RETURN(job.model, Model::Build(spec.model(), job.data.sample_shape,
                                            spec.seed()));
-  RETURN_IF_ERROR(CheckEmbeddingVocabulary(spec.model(), job.data));
+  RETURN_IF_ERROR(CheckEmbeddingVocabulary(
+      spec.model(), job.data.num_classes,
+      absl::StrCat("the tokenizer's vocabulary of ", job.data.num_classes,
+                   " tokens (data.text)")));
   const Shape& out = job.model->output_shape();
   const int last = job.model->num_layers() - 1;
   // Logits [classes], or [T, vocabulary] with a label per position.

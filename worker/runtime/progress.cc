@@ -183,15 +183,16 @@ void ProgressAccumulator::SetTest(double accuracy, double loss) {
   absl::MutexLock lock(&mu_);
   pending_.set_test_accuracy(accuracy);
   pending_.set_test_loss(loss);
-  v1::EvalPoint* e = pending_.add_evals();
-  e->set_step(pending_.total_steps());
-  e->set_loss(loss);
-  e->set_accuracy(accuracy);
-  dirty_ = true;
+  AddEvalLocked(pending_.total_steps(), accuracy, loss);
 }
 
 void ProgressAccumulator::OnEval(int64_t step, double accuracy, double loss) {
   absl::MutexLock lock(&mu_);
+  AddEvalLocked(step, accuracy, loss);
+}
+
+void ProgressAccumulator::AddEvalLocked(int64_t step, double accuracy,
+                                        double loss) {
   v1::EvalPoint* e = pending_.add_evals();
   e->set_step(step);
   e->set_loss(loss);

@@ -88,6 +88,8 @@ class ProgressAccumulator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStepLocked(const StageEvent& event, const StageStats& stats)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddEvalLocked(int64_t step, double accuracy, double loss)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double UtilizationLocked(absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
