@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/security.h"
 
 ABSL_FLAG(std::string, output, "text",
           "text, or json: exactly one JSON document on stdout");
@@ -64,7 +65,13 @@ CommandLineSpec SubcommandSpec(const std::string& name,
   spec.program = "aq " + name;
   spec.synopsis = synopsis;
   spec.description = description;
+  const bool remote =
+      std::any_of(flags.begin(), flags.end(),
+                  [](const FlagUse& f) { return f.name == "coordinator"; });
   spec.flags = std::move(flags);
+  if (remote) {
+    for (FlagUse& f : SecurityFlags()) spec.flags.push_back(std::move(f));
+  }
   spec.notes = kNotes;
   return spec;
 }

@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "client/cli.h"
 #include "common/grpc_coordinator_client.h"
+#include "common/security.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace aqueduct {
@@ -18,14 +19,34 @@ std::string CoordinatorAddress() {
   return env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
 }
 
+namespace {
+
+// TLS and the token from --tls_* / --token_file or the environment; exits
+// 2 naming the flag when they are bad.
+SecurityConfig ClientSecurity() {
+  absl::StatusOr<SecurityConfig> config = SecurityConfigFromFlags(false);
+  if (!config.ok()) {
+    std::cerr << "aq: " << config.status().message() << "\n";
+    std::exit(kExitUsage);
+  }
+  return *std::move(config);
+}
+
+}  // namespace
+
 Remote::Remote()
     : address_(CoordinatorAddress()),
-      client_(NewGrpcCoordinatorClient(address_)) {}
+      client_(NewGrpcCoordinatorClient(address_, ClientSecurity())) {}
 
 Remote::Remote(std::string address, std::unique_ptr<CoordinatorClient> client)
     : address_(std::move(address)), client_(std::move(client)) {}
 
 int Remote::Failed(const absl::Status& status) const {
+  if (absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) {
+    std::cerr << "aq: the coordinator at " << address_
+              << " refused the call: " << status.message() << "\n";
+    return kExitFailed;
+  }
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
     std::cerr << "aq: cannot reach the coordinator at " << address_ << ": "
               << status.message() << "\n";

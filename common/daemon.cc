@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/file_system.h"
+#include "common/security.h"
 #include "common/version.h"
 
 namespace aqueduct {
@@ -58,6 +60,9 @@ void ParseDaemonFlags(const std::string& program,
   spec.synopsis = "[flags]";
   spec.description = description;
   spec.flags = FlagsDefinedIn(main_file);
+  for (FlagUse& f : SecurityFlags()) spec.flags.push_back(std::move(f));
+  std::sort(spec.flags.begin(), spec.flags.end(),
+            [](const FlagUse& a, const FlagUse& b) { return a.name < b.name; });
   spec.version = VersionText(program);
   const ParsedArgs parsed =
       ParseArgs(spec, std::vector<std::string>(argv + 1, argv + argc));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -32,8 +33,10 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
-  explicit GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> channel)
-      : stub_(v1::Coordinator::NewStub(std::move(channel))) {}
+  GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                        std::string token)
+      : stub_(v1::Coordinator::NewStub(std::move(channel))),
+        token_(std::move(token)) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request,
@@ -117,21 +120,28 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                                 const Request& request,
                                 absl::Duration timeout) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, timeout);
+    Prepare(&ctx, timeout);
     Response response;
     const grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
     if (!s.ok()) return FromGrpcStatus(s);
     return response;
   }
 
+  // The deadline and the bearer token.
+  void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const {
+    SetDeadline(ctx, timeout);
+    AddBearerToken(ctx, token_);
+  }
+
   const std::unique_ptr<Stub> stub_;
+  const std::string token_;
 };
 
 absl::Status GrpcCoordinatorClient::WatchJob(
     const v1::WatchJobRequest& request, absl::Duration timeout,
     const std::function<bool(const v1::JobStatus&)>& on_update) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout);
+  Prepare(&ctx, timeout);
   std::unique_ptr<grpc::ClientReader<v1::JobStatus>> reader =
       stub_->WatchJob(&ctx, request);
   v1::JobStatus status;
@@ -151,7 +161,7 @@ absl::Status GrpcCoordinatorClient::GetModel(
     const v1::GetModelRequest& request, absl::Duration timeout,
     const std::function<bool(const v1::ModelChunk&)>& on_chunk) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout);
+  Prepare(&ctx, timeout);
   std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
       stub_->GetModel(&ctx, request);
   v1::ModelChunk chunk;
@@ -170,7 +180,7 @@ absl::StatusOr<v1::UploadModelResponse> GrpcCoordinatorClient::UploadModel(
     const v1::UploadModelChunk& header, const std::string& bytes,
     absl::Duration timeout) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout);
+  Prepare(&ctx, timeout);
   v1::UploadModelResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::UploadModelChunk>> writer =
       stub_->UploadModel(&ctx, &response);
@@ -202,17 +212,18 @@ absl::StatusOr<v1::UploadModelResponse> GrpcCoordinatorClient::UploadModel(
 }  // namespace
 
 std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
-    std::shared_ptr<grpc::Channel> channel) {
-  return std::make_unique<GrpcCoordinatorClient>(std::move(channel));
+    std::shared_ptr<grpc::Channel> channel, const std::string& token) {
+  return std::make_unique<GrpcCoordinatorClient>(std::move(channel), token);
 }
 
 std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
-    const std::string& address) {
+    const std::string& address, const SecurityConfig& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
-  return NewGrpcCoordinatorClient(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
+  return NewGrpcCoordinatorClient(
+      grpc::CreateCustomChannel(address, ChannelCredentials(security), args),
+      security.token);
 }
 
 }  // namespace aqueduct

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/coordinator_client.h"
+#include "common/security.h"
 
 namespace grpc {
 class Channel;
@@ -18,16 +19,18 @@ class Channel;
 
 namespace aqueduct {
 
-// A client over `channel` (shared: several clients may use one channel).
+// A client over `channel` (shared: several clients may use one channel),
+// sending `token` (if any) as a bearer token with every call.
 std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
-    std::shared_ptr<grpc::Channel> channel);
+    std::shared_ptr<grpc::Channel> channel, const std::string& token = "");
 
-// A client over a new insecure channel to `address` (host:port), with
-// Aqueduct's message size limits (64 MiB each way). The
+// A client over a new channel to `address` (host:port): TLS and the bearer
+// token as `security` says (default: insecure, no token), with Aqueduct's
+// message size limits (64 MiB each way). The
 // channel connects lazily: an unreachable coordinator shows as UNAVAILABLE
 // on the first calls, not here.
 std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
-    const std::string& address);
+    const std::string& address, const SecurityConfig& security = {});
 
 }  // namespace aqueduct
 

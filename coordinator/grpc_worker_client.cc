@@ -1,5 +1,6 @@
 #include "coordinator/grpc_worker_client.h"
 
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -13,8 +14,9 @@ namespace {
 
 class GrpcWorkerClient final : public WorkerClient {
  public:
-  explicit GrpcWorkerClient(std::shared_ptr<grpc::Channel> channel)
-      : stub_(v1::Worker::NewStub(std::move(channel))) {}
+  GrpcWorkerClient(std::shared_ptr<grpc::Channel> channel, std::string token)
+      : stub_(v1::Worker::NewStub(std::move(channel))),
+        token_(std::move(token)) {}
 
   absl::Status AssignStage(const StageAssignment& assignment,
                            absl::Duration timeout) override {
@@ -71,11 +73,14 @@ class GrpcWorkerClient final : public WorkerClient {
   }
 
  private:
-  static void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  // The deadline, and the worker's control token.
+  void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) const {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(timeout));
+    AddBearerToken(ctx, token_);
   }
   std::unique_ptr<v1::Worker::Stub> stub_;
+  const std::string token_;
 };
 
 }  // namespace
@@ -90,8 +95,15 @@ grpc::ChannelArguments AqueductChannelArguments() {
 }
 
 std::unique_ptr<WorkerClient> NewGrpcWorkerClient(
-    std::shared_ptr<grpc::Channel> channel) {
-  return std::make_unique<GrpcWorkerClient>(std::move(channel));
+    std::shared_ptr<grpc::Channel> channel, std::string control_token) {
+  return std::make_unique<GrpcWorkerClient>(std::move(channel),
+                                            std::move(control_token));
+}
+
+void GrpcWorkerClients::SetControlToken(const std::string& address,
+                                        const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  tokens_[address] = token;
 }
 
 std::unique_ptr<WorkerClient> GrpcWorkerClients::Get(
@@ -99,11 +111,12 @@ std::unique_ptr<WorkerClient> GrpcWorkerClients::Get(
   absl::MutexLock lock(&mu_);
   auto& channel = channels_[address];
   if (channel == nullptr) {
-    channel =
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                  AqueductChannelArguments());
+    channel = grpc::CreateCustomChannel(address, credentials_,
+                                        AqueductChannelArguments());
   }
-  return NewGrpcWorkerClient(channel);
+  auto token = tokens_.find(address);
+  return NewGrpcWorkerClient(channel,
+                             token != tokens_.end() ? token->second : "");
 }
 
 }  // namespace aqueduct

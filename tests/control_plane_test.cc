@@ -74,7 +74,13 @@ class ControlPlaneTest : public ::testing::Test {
     o.registry.version = kVersion;
     core_ = std::make_unique<CoordinatorCore>(o, RealClock::Get(),
                                               clients_.Factory());
-    service_ = std::make_unique<GrpcCoordinatorService>(core_.get());
+    ServiceSecurity security;
+    security.on_control_token = [this](const std::string& address,
+                                       const std::string& token) {
+      clients_.SetControlToken(address, token);
+    };
+    service_ = std::make_unique<GrpcCoordinatorService>(core_.get(), nullptr,
+                                                        std::move(security));
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port_);
@@ -117,7 +123,7 @@ class ControlPlaneTest : public ::testing::Test {
     Worker* raw = w.get();
     w->service = std::make_unique<GrpcWorkerService>(
         w->runtime.get(), DeviceSpec{}, 1,
-        [raw] { return raw->agent->info(); });
+        [raw] { return raw->agent->info(); }, "control-" + id);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &w->port);
@@ -128,6 +134,7 @@ class ControlPlaneTest : public ::testing::Test {
     o.info.set_worker_id(id);
     o.info.set_version(kVersion);
     o.info.set_address(absl::StrCat("127.0.0.1:", w->port));
+    o.control_token = "control-" + id;
     o.progress_interval = absl::Milliseconds(50);
     w->agent = std::make_unique<WorkerAgent>(o, w->runtime.get(),
                                              w->coordinator.get());
@@ -390,7 +397,7 @@ TEST_F(ControlPlaneTest, BadRequestsGetPreciseStatuses) {
   // Store round trip with a waiting get.
   grpc::ClientContext wait_ctx;
   v1::StoreGetRequest wait;
-  wait.set_key("never");
+  wait.set_key("jobs/job-none/a0/never");  // Keys are scoped to a job.
   wait.set_wait_ms(100);
   v1::StoreGetResponse got;
   EXPECT_EQ(stub_->StoreGet(&wait_ctx, wait, &got).error_code(),

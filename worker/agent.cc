@@ -139,6 +139,7 @@ absl::Duration WorkerAgent::NextBackoffLocked() {
 bool WorkerAgent::RegisterLocked(absl::Time now) {
   v1::RegisterWorkerRequest request;
   *request.mutable_info() = info();
+  request.set_control_token(options_.control_token);
   if (std::optional<v1::StageClaim> claim = runtime_->Claim()) {
     *request.mutable_running() = *std::move(claim);
   }

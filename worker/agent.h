@@ -52,6 +52,9 @@ struct AgentOptions {
   std::string coordinator_address;
   // Identity sent on registration (an empty incarnation is generated).
   WorkerInfo info;
+  // Sent on registration: the secret the coordinator must present when it
+  // calls this worker's service.
+  std::string control_token;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);

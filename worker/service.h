@@ -3,11 +3,16 @@
 // (Profile). Handlers never block on a job: starting hands the work to the
 // runtime's thread.
 //
+// Only the coordinator may call it: every call must carry the worker's
+// control token (a secret made at start and sent with the registration,
+// over TLS when it is on) as a bearer token; others are UNAUTHENTICATED.
+//
 // Thread-safe.
 #ifndef AQUEDUCT_WORKER_SERVICE_H_
 #define AQUEDUCT_WORKER_SERVICE_H_
 
 #include <functional>
+#include <string>
 
 #include "common/device/factory.h"
 #include "proto/service.grpc.pb.h"
@@ -19,12 +24,14 @@ class GrpcWorkerService final : public v1::Worker::Service {
  public:
   // `info` returns the worker's current identity (for GetStatus); Profile
   // measures on a fresh `device` (CPU: `threads` BLAS threads).
+  // `control_token` must not be empty.
   GrpcWorkerService(StageRuntime* runtime, DeviceSpec device, int threads,
-                    std::function<WorkerInfo()> info)
+                    std::function<WorkerInfo()> info, std::string control_token)
       : runtime_(runtime),
         device_(device),
         threads_(threads),
-        info_(std::move(info)) {}
+        info_(std::move(info)),
+        control_token_(std::move(control_token)) {}
 
   grpc::Status AssignStage(grpc::ServerContext* ctx,
                            const StageAssignment* request,
@@ -47,6 +54,10 @@ class GrpcWorkerService final : public v1::Worker::Service {
   DeviceSpec device_;
   int threads_;
   std::function<WorkerInfo()> info_;
+  const std::string control_token_;
+
+  // UNAUTHENTICATED unless `ctx` carries the control token.
+  grpc::Status FromCoordinator(const grpc::ServerContext& ctx) const;
 };
 
 }  // namespace aqueduct
