@@ -83,7 +83,9 @@ absl::StatusOr<std::string> Run(const std::string& spec_path,
   absl::StatusOr<ValidatedJob> valid = ValidateJobSpec(spec);
   if (!valid.ok()) return Annotate(valid.status(), spec_path);
   ValidatedJob job = std::move(*valid);
-  ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::ForSpec(spec.data().text()));
+  ASSIGN_OR_RETURN(
+      Tokenizer tokenizer,
+      Tokenizer::ForSpec(spec.data().text(), FileAccess::Anywhere()));
   CpuDeviceOptions device_options;
   device_options.threads = std::max(1, absl::GetFlag(FLAGS_threads));
   CpuDevice device(device_options);

@@ -225,15 +225,18 @@ int64_t VersionOfDirName(const std::string& dir) {
 // Reads, verifies and loads the checkpoint at `path`.
 absl::StatusOr<v1::CheckpointManifest> CheckCheckpoint(
     const std::string& path) {
-  ASSIGN_OR_RETURN(v1::CheckpointManifest m, ReadManifest(path));
+  ASSIGN_OR_RETURN(v1::CheckpointManifest m,
+                   ReadManifest(PathRoots::Anywhere(), path));
   const int64_t named = VersionOfDirName(m.dir());
   if (named >= 0 && named != m.version()) {
     return absl::FailedPreconditionError(
         absl::StrCat(m.dir(), ": the manifest records version ", m.version()));
   }
-  RETURN_IF_ERROR(VerifyCheckpoint(m));
+  RETURN_IF_ERROR(VerifyCheckpoint(PathRoots::Anywhere(), m));
   // Every tensor read and parsed, as a job resuming from it would.
-  RETURN_IF_ERROR(LoadCheckpointLayers(m, 0, m.num_layers()).status());
+  RETURN_IF_ERROR(
+      LoadCheckpointLayers(PathRoots::Anywhere(), m, 0, m.num_layers())
+          .status());
   return m;
 }
 

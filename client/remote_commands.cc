@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/commands.h"
+#include "client/list_pages.h"
 #include "client/progress.h"
 #include "client/remote.h"
 #include "common/status.h"
@@ -53,7 +54,9 @@ constexpr char kWatchDescription[] =
     "plain lines otherwise; with --output json, the final status as one\n"
     "JSON document (progress on stderr when it is a terminal). Exits 0 if\n"
     "the job succeeds, 1 if it fails or is cancelled.\n";
-constexpr char kJobsDescription[] = "Lists the coordinator's jobs.\n";
+constexpr char kJobsDescription[] =
+    "Lists the coordinator's jobs, oldest first, with each job's owner when\n"
+    "the coordinator authenticates its users.\n";
 constexpr char kWorkersDescription[] =
     "Lists the workers registered with the coordinator.\n";
 constexpr char kCancelDescription[] = "Cancels a job.\n";
@@ -109,6 +112,18 @@ absl::StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& path) {
   return request;
 }
 
+// Page sizes aq asks for: the most the coordinator gives.
+constexpr int kJobsPageSize = 1000;
+constexpr int kWorkersPageSize = 5000;
+
+// "job-1 mlp RUNNING ... | owner alice": the summary, and the owner when
+// jobs have one (authentication on).
+std::string JobLine(const JobStatus& job) {
+  std::string line = JobSummary(job);
+  if (!job.owner().empty()) absl::StrAppend(&line, " | owner ", job.owner());
+  return line;
+}
+
 int PrintJobList(const v1::ListJobsResponse& response) {
   if (JsonOutput()) {
     std::cout << (response.jobs().empty() ? "{\"jobs\":[]}"
@@ -117,9 +132,7 @@ int PrintJobList(const v1::ListJobsResponse& response) {
   } else if (response.jobs().empty()) {
     std::cout << "no jobs" << std::endl;
   } else {
-    for (const JobStatus& j : response.jobs()) {
-      std::cout << JobSummary(j) << "\n";
-    }
+    for (const JobStatus& j : response.jobs()) std::cout << JobLine(j) << "\n";
   }
   return kExitOk;
 }
@@ -127,7 +140,12 @@ int PrintJobList(const v1::ListJobsResponse& response) {
 int ListJobs() {
   Remote remote;
   const auto response =
-      remote.client().ListJobs(v1::ListJobsRequest(), kQueryTimeout);
+      FetchAllPages<v1::ListJobsRequest, v1::ListJobsResponse>(
+          v1::ListJobsRequest(), kJobsPageSize, "jobs",
+          [&remote](const v1::ListJobsRequest& request) {
+            return remote.client().ListJobs(request, kQueryTimeout);
+          },
+          std::cerr);
   if (!response.ok()) return remote.Failed(response.status());
   return PrintJobList(*response);
 }
@@ -193,8 +211,10 @@ int StatusMain(const std::vector<std::string>& args) {
   if (JsonOutput()) {
     std::cout << ProtoJson(*status) << std::endl;
   } else {
-    std::cout << JobSummary(*status) << "\n"
-              << JobDetails(*status) << std::flush;
+    std::cout << JobSummary(*status) << "\n";
+    if (!status->owner().empty())
+      std::cout << "owner: " << status->owner() << "\n";
+    std::cout << JobDetails(*status) << std::flush;
   }
   return kExitOk;
 }
@@ -225,7 +245,12 @@ int WorkersMain(const std::vector<std::string>& args) {
   if (auto code = ParseSubcommand(spec, args, 0, 0, &parsed)) return *code;
   Remote remote;
   const auto response =
-      remote.client().ListWorkers(v1::ListWorkersRequest(), kQueryTimeout);
+      FetchAllPages<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+          v1::ListWorkersRequest(), kWorkersPageSize, "workers",
+          [&remote](const v1::ListWorkersRequest& request) {
+            return remote.client().ListWorkers(request, kQueryTimeout);
+          },
+          std::cerr);
   if (!response.ok()) return remote.Failed(response.status());
   if (JsonOutput()) {
     std::cout << (response->workers().empty() ? "{\"workers\":[]}"

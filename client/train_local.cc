@@ -201,20 +201,22 @@ absl::Status WriteLocalCheckpoint(const JobSpec& spec, const std::string& dir,
   m.set_schedule(kJob);
   m.set_num_layers(spec.model().layers_size());
   m.set_dir(CheckpointVersionDir(dir, kJob, version));
-  ASSIGN_OR_RETURN(*m.add_files(),
-                   WriteCheckpointFile(m.dir(), StageFileName(0, 0), state, 0,
-                                       0, m.num_layers()));
-  RETURN_IF_ERROR(CommitManifest(m));
+  ASSIGN_OR_RETURN(
+      *m.add_files(),
+      WriteCheckpointFile(PathRoots::Anywhere(), m.dir(), StageFileName(0, 0),
+                          state, 0, 0, m.num_layers()));
+  RETURN_IF_ERROR(CommitManifest(PathRoots::Anywhere(), m));
   std::set<int64_t> keep;
-  std::vector<v1::CheckpointManifest> kept =
-      ScanCheckpoints(CheckpointJobDir(dir, kJob), nullptr);
+  std::vector<v1::CheckpointManifest> kept = ScanCheckpoints(
+      PathRoots::Anywhere(), CheckpointJobDir(dir, kJob), nullptr);
   for (size_t i = kept.size() > static_cast<size_t>(CheckpointsKept(spec))
                       ? kept.size() - CheckpointsKept(spec)
                       : 0;
        i < kept.size(); ++i) {
     keep.insert(kept[i].version());
   }
-  return PruneCheckpoints(CheckpointJobDir(dir, kJob), keep, version);
+  return PruneCheckpoints(PathRoots::Anywhere(), CheckpointJobDir(dir, kJob),
+                          keep, version);
 }
 
 // Checkpointing and resuming as the flags (or the spec) ask; an error
@@ -241,14 +243,16 @@ std::optional<std::string> SetUpCheckpoints(const JobSpec& spec, Device* device,
   }
   const std::string resume = absl::GetFlag(FLAGS_resume);
   if (resume.empty()) return std::nullopt;
-  auto m = ReadManifest(resume);
-  absl::Status s = m.ok() ? VerifyCheckpoint(*m) : m.status();
+  auto m = ReadManifest(PathRoots::Anywhere(), resume);
+  absl::Status s =
+      m.ok() ? VerifyCheckpoint(PathRoots::Anywhere(), *m) : m.status();
   if (s.ok() && m->num_layers() != spec.model().layers_size()) {
     s = absl::InvalidArgumentError(
         absl::StrCat("it is of a model of ", m->num_layers(), " layers"));
   }
   if (s.ok()) {
-    auto state = LoadCheckpointLayers(*m, 0, m->num_layers());
+    auto state =
+        LoadCheckpointLayers(PathRoots::Anywhere(), *m, 0, m->num_layers());
     s = state.status();
     if (s.ok()) *restore = *std::move(state);
   }

@@ -145,20 +145,25 @@ absl::string_view BearerToken(absl::string_view header) {
   return absl::StripAsciiWhitespace(header.substr(kPrefix.size()));
 }
 
-absl::StatusOr<std::string> NewRandomToken() {
-  unsigned char bytes[32];
+absl::StatusOr<std::string> SecureRandomBytes(size_t n) {
+  std::string bytes(n, '\0');
   size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::InternalError(
-          absl::StrCat("getrandom: ", std::strerror(errno)));
+  while (got < n) {
+    const ssize_t r = getrandom(bytes.data() + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      return absl::InternalError(absl::StrCat(
+          "getrandom: ", r < 0 ? std::strerror(errno) : "returned no bytes"));
     }
-    got += static_cast<size_t>(n);
+    got += static_cast<size_t>(r);
   }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return bytes;
+}
+
+absl::StatusOr<std::string> NewRandomToken() {
+  absl::StatusOr<std::string> bytes = SecureRandomBytes(32);
+  if (!bytes.ok()) return bytes.status();
+  return absl::BytesToHexString(*bytes);
 }
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {

@@ -67,6 +67,9 @@ class TokenTable {
 // the value has another form.
 absl::string_view BearerToken(absl::string_view header);
 
+// `n` bytes from the kernel's CSPRNG (getrandom(2)).
+absl::StatusOr<std::string> SecureRandomBytes(size_t n);
+
 // A new random token of 64 hex characters (256 bits from getrandom(2)).
 absl::StatusOr<std::string> NewRandomToken();
 

@@ -77,6 +77,14 @@ TEST(AuthTest, BearerTokenAndRandomTokens) {
   EXPECT_FALSE(ConstantTimeEquals(*a, a->substr(1)));
 }
 
+TEST(AuthTest, SecureRandomBytesFillsWhatItIsAskedFor) {
+  auto a = SecureRandomBytes(32), b = SecureRandomBytes(32);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 32u);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(SecureRandomBytes(0)->size(), 0u);
+}
+
 TEST(AuthTest, PeerHost) {
   EXPECT_EQ(PeerHost("ipv4:10.1.2.3:4567"), "10.1.2.3");
   EXPECT_EQ(PeerHost("ipv6:[::1]:4567"), "::1");

@@ -27,6 +27,11 @@ namespace aqueduct {
 namespace {
 
 constexpr size_t kReadChunk = 1 << 20;
+// As common/safetensors.cc's reader: a longer header is not a file it reads.
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100 << 20;
+// How errors name what a spec, an assignment or --resume gave.
+constexpr char kDirField[] = "checkpoint.dir";
+constexpr char kField[] = "checkpoint";
 
 // UNAVAILABLE (NOT_FOUND for ENOENT) "<path>: <what>: <strerror>", from errno.
 absl::Status Errno(absl::string_view what, const std::string& path) {
@@ -241,63 +246,95 @@ absl::StatusOr<std::string> FilePath(const std::string& dir,
   return JoinPath(dir, f.name());
 }
 
-// The CRC-32 of the file at `path`, read in chunks.
-absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open", path);
+// The CRC-32 of an opened file, read in chunks.
+absl::StatusOr<uint32_t> FileCrc32(const OpenedFile& file) {
   std::vector<char> buffer(kReadChunk);
   uLong crc = crc32(0L, Z_NULL, 0);
-  absl::Status s;
+  off_t offset = 0;
   while (true) {
-    const ssize_t n = read(fd, buffer.data(), buffer.size());
+    const ssize_t n =
+        pread(file.fd.get(), buffer.data(), buffer.size(), offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) s = Errno("read", path);
-    if (n <= 0) break;
+    if (n < 0) return Errno("read", file.path);
+    if (n == 0) break;
     crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()),
                 static_cast<uInt>(n));
+    offset += n;
   }
-  close(fd);
-  if (!s.ok()) return s;
   return static_cast<uint32_t>(crc);
 }
 
-// Checks one file of a manifest against the disk without loading it whole.
-absl::Status VerifyFile(const std::string& dir, const v1::CheckpointFile& f) {
-  ASSIGN_OR_RETURN(const std::string path, FilePath(dir, f));
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": missing (the manifest records ", f.bytes(), " bytes)"));
-    }
-    return Errno("stat", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::DataLossError(absl::StrCat(path, ": not a regular file"));
-  }
-  if (st.st_size != f.bytes()) return CheckContents(path, f, st.st_size, 0);
-  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
-  return CheckContents(path, f, st.st_size, crc);
-}
-
-// Reads one file of a manifest, checks it and parses it.
-absl::StatusOr<SafetensorsFile> ReadCheckedFile(const std::string& dir,
-                                                const v1::CheckpointFile& f) {
-  ASSIGN_OR_RETURN(const std::string path, FilePath(dir, f));
-  absl::StatusOr<std::string> bytes = DefaultFileSystem()->ReadFile(path);
-  if (absl::IsNotFound(bytes.status())) {
+// Opens the file `path` a manifest lists as `f`: DATA_LOSS when it is
+// missing, not a regular file, or not of the recorded size (checked before
+// anything is read); PERMISSION_DENIED outside `roots`.
+absl::StatusOr<OpenedFile> OpenListedFile(const PathRoots& roots,
+                                          const std::string& path,
+                                          const v1::CheckpointFile& f) {
+  absl::StatusOr<OpenedFile> file = OpenRegularFile(path, roots, kField);
+  if (absl::IsNotFound(file.status())) {
     return absl::DataLossError(absl::StrCat(
         path, ": missing (the manifest records ", f.bytes(), " bytes)"));
   }
-  if (!bytes.ok()) return bytes.status();
-  RETURN_IF_ERROR(CheckContents(path, f, static_cast<int64_t>(bytes->size()),
-                                Crc32(*bytes)));
-  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(*bytes);
-  if (!file.ok()) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": ", file.status().message()));
+  if (absl::IsInvalidArgument(file.status())) {
+    return absl::DataLossError(file.status().message());
+  }
+  if (file.ok() && file->size != f.bytes()) {
+    return CheckContents(path, f, file->size, 0);
   }
   return file;
+}
+
+// Checks one file of a manifest against the disk without loading it whole.
+absl::Status VerifyFile(const PathRoots& roots, const std::string& dir,
+                        const v1::CheckpointFile& f) {
+  ASSIGN_OR_RETURN(const std::string path, FilePath(dir, f));
+  ASSIGN_OR_RETURN(const OpenedFile file, OpenListedFile(roots, path, f));
+  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(file));
+  return CheckContents(path, f, file.size, crc);
+}
+
+// INVALID_ARGUMENT unless the 8-byte header length of the safetensors file
+// `file` fits its size and the reader's limit; the length itself (the
+// file's first bytes) is not shown.
+absl::Status CheckSafetensorsHeader(const OpenedFile& file,
+                                    const std::string& path,
+                                    absl::string_view field) {
+  const std::string what =
+      absl::StrCat(field, ": '", path, "' is not a safetensors file: ");
+  uint8_t le[8];
+  if (file.size < 8 || pread(file.fd.get(), le, 8, 0) != 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "its ", file.size, " bytes hold no 8-byte header length"));
+  }
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(le[i]) << (8 * i);
+  if (n > static_cast<uint64_t>(file.size) - 8 ||
+      n > kMaxSafetensorsHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "its header length does not fit its ", file.size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads one file of a manifest, checks it and parses it.
+absl::StatusOr<SafetensorsFile> ReadCheckedFile(const PathRoots& roots,
+                                                const std::string& dir,
+                                                const v1::CheckpointFile& f,
+                                                const std::atomic<bool>* stop) {
+  ASSIGN_OR_RETURN(const std::string path, FilePath(dir, f));
+  ASSIGN_OR_RETURN(const OpenedFile file, OpenListedFile(roots, path, f));
+  ASSIGN_OR_RETURN(const std::string bytes, ReadOpenedFile(file, kField, stop));
+  RETURN_IF_ERROR(
+      CheckContents(path, f, static_cast<int64_t>(bytes.size()), Crc32(bytes)));
+  if (absl::Status s = CheckSafetensorsHeader(file, path, kField); !s.ok()) {
+    return absl::DataLossError(s.message());
+  }
+  absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(bytes);
+  if (!parsed.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  return parsed;
 }
 
 // Checks that `files` (those of a manifest whose layer range overlaps
@@ -383,9 +420,10 @@ absl::Status RemoveVersionDir(const std::string& dir) {
 
 // The manifest of a version directory if it is a committed checkpoint of
 // `version`; otherwise why not.
-absl::StatusOr<v1::CheckpointManifest> ReadCommitted(const std::string& dir,
+absl::StatusOr<v1::CheckpointManifest> ReadCommitted(const PathRoots& roots,
+                                                     const std::string& dir,
                                                      int64_t version) {
-  absl::StatusOr<v1::CheckpointManifest> read = ReadManifest(dir);
+  absl::StatusOr<v1::CheckpointManifest> read = ReadManifest(roots, dir);
   if (absl::IsNotFound(read.status())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "no ", kManifestFileName, " (the checkpoint was never committed)"));
@@ -395,8 +433,15 @@ absl::StatusOr<v1::CheckpointManifest> ReadCommitted(const std::string& dir,
     return absl::FailedPreconditionError(
         absl::StrCat("the manifest records version ", m.version()));
   }
-  RETURN_IF_ERROR(VerifyCheckpoint(m));
+  RETURN_IF_ERROR(VerifyCheckpoint(roots, m));
   return m;
+}
+
+// The real path of the existing directory `dir` under `roots` (as given
+// for Anywhere()); NOT_FOUND when missing.
+absl::StatusOr<std::string> ResolveDir(const PathRoots& roots,
+                                       const std::string& dir) {
+  return roots.Resolve(StripTrailingSlashes(dir), kDirField);
 }
 
 }  // namespace
@@ -426,8 +471,9 @@ uint32_t Crc32(absl::string_view bytes) {
 }
 
 absl::StatusOr<v1::CheckpointFile> WriteCheckpointFile(
-    const std::string& version_dir, const std::string& name,
-    const SafetensorsFile& file, int stage, int layer_begin, int layer_end) {
+    const PathRoots& roots, const std::string& version_dir,
+    const std::string& name, const SafetensorsFile& file, int stage,
+    int layer_begin, int layer_end) {
   const std::string path = JoinPath(version_dir, name);
   if (!IsPlainFileName(name)) {
     return absl::InvalidArgumentError(
@@ -437,9 +483,11 @@ absl::StatusOr<v1::CheckpointFile> WriteCheckpointFile(
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": bad layer range [", layer_begin, ", ", layer_end, ")"));
   }
+  ASSIGN_OR_RETURN(const std::string dir,
+                   roots.ResolveForCreate(version_dir, kDirField));
   absl::StatusOr<std::string> bytes = SerializeSafetensors(file);
   if (!bytes.ok()) return Annotate(bytes.status(), path);
-  RETURN_IF_ERROR(DurableWrite(version_dir, name, *bytes));
+  RETURN_IF_ERROR(DurableWrite(dir, name, *bytes));
   v1::CheckpointFile out;
   out.set_name(name);
   out.set_stage(stage);
@@ -450,7 +498,8 @@ absl::StatusOr<v1::CheckpointFile> WriteCheckpointFile(
   return out;
 }
 
-absl::Status CommitManifest(const v1::CheckpointManifest& m) {
+absl::Status CommitManifest(const PathRoots& roots,
+                            const v1::CheckpointManifest& m) {
   if (m.dir().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint manifest of job ", m.job_id(), " version ",
@@ -466,10 +515,13 @@ absl::Status CommitManifest(const v1::CheckpointManifest& m) {
     return absl::InternalError(absl::StrCat(
         JoinPath(m.dir(), kManifestFileName), ": ", s.message().as_string()));
   }
-  return DurableWrite(m.dir(), kManifestFileName, json);
+  ASSIGN_OR_RETURN(const std::string dir,
+                   roots.ResolveForCreate(m.dir(), kDirField));
+  return DurableWrite(dir, kManifestFileName, json);
 }
 
-absl::StatusOr<v1::CheckpointManifest> ReadManifest(const std::string& path) {
+absl::StatusOr<v1::CheckpointManifest> ReadManifest(const PathRoots& roots,
+                                                    const std::string& path) {
   const std::string p = StripTrailingSlashes(path);
   std::string dir = p;
   std::string file = JoinPath(p, kManifestFileName);
@@ -479,29 +531,57 @@ absl::StatusOr<v1::CheckpointManifest> ReadManifest(const std::string& path) {
     dir = DirName(p);
     file = p;
   }
-  ASSIGN_OR_RETURN(const std::string text, DefaultFileSystem()->ReadFile(file));
+  absl::StatusOr<std::string> text = ReadRegularFile(
+      file, roots, kField, kMaxManifestBytes, "the largest manifest read");
+  if (absl::IsInvalidArgument(text.status()) ||
+      absl::IsFailedPrecondition(text.status())) {
+    return absl::DataLossError(text.status().message());
+  }
+  if (!text.ok()) return text.status();
   v1::CheckpointManifest m;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;  // Written by a newer version.
-  const auto s = google::protobuf::util::JsonStringToMessage(text, &m, options);
-  if (!s.ok()) {
+  // The parser's message quotes the text around the error: not shown.
+  if (!google::protobuf::util::JsonStringToMessage(*text, &m, options).ok()) {
     return absl::DataLossError(absl::StrCat(
-        file, ": not a checkpoint manifest: ", s.message().as_string()));
+        file, ": not a checkpoint manifest (its JSON does not parse as one)"));
   }
-  if (!SameDirectory(m.dir(), dir)) m.set_dir(dir);
+  if (!roots.anywhere()) {
+    // Where it was read from, by real path: what the files are opened in.
+    ASSIGN_OR_RETURN(const std::string real, roots.Resolve(file, kField));
+    m.set_dir(DirName(real));
+  } else if (!SameDirectory(m.dir(), dir)) {
+    m.set_dir(dir);
+  }
   return m;
 }
 
-absl::Status VerifyCheckpoint(const v1::CheckpointManifest& m) {
+absl::Status VerifyCheckpoint(const PathRoots& roots,
+                              const v1::CheckpointManifest& m) {
   RETURN_IF_ERROR(Annotate(CheckManifestLayers(m), m.dir()));
   for (const v1::CheckpointFile& f : m.files()) {
-    RETURN_IF_ERROR(VerifyFile(m.dir(), f));
+    RETURN_IF_ERROR(VerifyFile(roots, m.dir(), f));
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<SafetensorsFile> ReadSafetensorsUnder(
+    const PathRoots& roots, const std::string& path, absl::string_view field,
+    const std::atomic<bool>* stop) {
+  ASSIGN_OR_RETURN(const OpenedFile file, OpenRegularFile(path, roots, field));
+  RETURN_IF_ERROR(CheckSafetensorsHeader(file, path, field));
+  ASSIGN_OR_RETURN(const std::string bytes, ReadOpenedFile(file, field, stop));
+  absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(bytes);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": '", path, "': ", parsed.status().message()));
+  }
+  return parsed;
+}
+
 absl::StatusOr<SafetensorsFile> LoadCheckpointLayers(
-    const v1::CheckpointManifest& m, int begin, int end) {
+    const PathRoots& roots, const v1::CheckpointManifest& m, int begin, int end,
+    const std::atomic<bool>* stop) {
   if (begin < 0 || end < begin) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad layer range [", begin, ", ", end, ")"));
@@ -511,7 +591,8 @@ absl::StatusOr<SafetensorsFile> LoadCheckpointLayers(
   RETURN_IF_ERROR(Annotate(CheckCoverage(files, begin, end), m.dir()));
   SafetensorsFile out;
   for (const v1::CheckpointFile* f : files) {
-    ASSIGN_OR_RETURN(SafetensorsFile file, ReadCheckedFile(m.dir(), *f));
+    ASSIGN_OR_RETURN(SafetensorsFile file,
+                     ReadCheckedFile(roots, m.dir(), *f, stop));
     if (f == files.front()) out.metadata = std::move(file.metadata);
     const int lo = std::max(f->layer_begin(), begin);
     const int hi = std::min(f->layer_end(), end);
@@ -524,9 +605,14 @@ absl::StatusOr<SafetensorsFile> LoadCheckpointLayers(
 }
 
 std::vector<v1::CheckpointManifest> ScanCheckpoints(
-    const std::string& job_dir, std::vector<std::string>* warnings) {
+    const PathRoots& roots, const std::string& job_dir,
+    std::vector<std::string>* warnings) {
   std::vector<v1::CheckpointManifest> found;
-  auto dirs = ListVersionDirs(job_dir);
+  absl::StatusOr<std::string> real = ResolveDir(roots, job_dir);
+  auto dirs =
+      real.ok() ? ListVersionDirs(*real)
+                : absl::StatusOr<std::vector<std::pair<int64_t, std::string>>>(
+                      real.status());
   if (!dirs.ok()) {
     if (!absl::IsNotFound(dirs.status()) && warnings != nullptr) {
       warnings->push_back(std::string(dirs.status().message()));
@@ -534,7 +620,8 @@ std::vector<v1::CheckpointManifest> ScanCheckpoints(
     return found;
   }
   for (const auto& [version, dir] : *dirs) {
-    absl::StatusOr<v1::CheckpointManifest> m = ReadCommitted(dir, version);
+    absl::StatusOr<v1::CheckpointManifest> m =
+        ReadCommitted(roots, dir, version);
     if (m.ok()) {
       found.push_back(*std::move(m));
     } else if (warnings != nullptr) {
@@ -545,9 +632,13 @@ std::vector<v1::CheckpointManifest> ScanCheckpoints(
   return found;
 }
 
-absl::Status PruneCheckpoints(const std::string& job_dir,
+absl::Status PruneCheckpoints(const PathRoots& roots,
+                              const std::string& job_dir,
                               const std::set<int64_t>& keep, int64_t newest) {
-  auto dirs = ListVersionDirs(job_dir);
+  absl::StatusOr<std::string> real = ResolveDir(roots, job_dir);
+  if (absl::IsNotFound(real.status())) return absl::OkStatus();
+  if (!real.ok()) return real.status();
+  auto dirs = ListVersionDirs(*real);
   if (absl::IsNotFound(dirs.status())) return absl::OkStatus();
   if (!dirs.ok()) return dirs.status();
   absl::Status first;
@@ -559,13 +650,15 @@ absl::Status PruneCheckpoints(const std::string& job_dir,
   return first;
 }
 
-absl::Status RemoveStrayFiles(const v1::CheckpointManifest& m) {
+absl::Status RemoveStrayFiles(const PathRoots& roots,
+                              const v1::CheckpointManifest& m) {
   std::set<std::string> wanted = {kManifestFileName};
   for (const v1::CheckpointFile& f : m.files()) wanted.insert(f.name());
-  ASSIGN_OR_RETURN(auto entries, ListDir(m.dir()));
+  ASSIGN_OR_RETURN(const std::string dir, ResolveDir(roots, m.dir()));
+  ASSIGN_OR_RETURN(auto entries, ListDir(dir));
   for (const auto& [name, mode] : entries) {
     if (S_ISREG(mode) && wanted.count(name) == 0) {
-      RETURN_IF_ERROR(Unlink(JoinPath(m.dir(), name)));
+      RETURN_IF_ERROR(Unlink(JoinPath(dir, name)));
     }
   }
   return absl::OkStatus();

@@ -104,6 +104,12 @@ class FlagParser {
     if (name.empty()) return Fail("unknown flag '" + shown_ + "'");
     std::string value;
     if (!Value(LinkedFlag(name), negated, inline_value, i, &value)) return;
+    // A list flag given again adds to its values (--data_root A
+    // --data_root B) rather than replacing them.
+    if (IsList(LinkedFlag(name)) && out_->given.count(name) != 0 &&
+        !LinkedFlag(name).CurrentValue().empty()) {
+      value = absl::StrCat(LinkedFlag(name).CurrentValue(), ",", value);
+    }
     std::string error;
     if (!LinkedFlag(name).ParseFrom(value, &error)) {
       return Fail(absl::StrCat("bad value '", value, "' for ", shown_,

@@ -7,7 +7,7 @@
 //     dashed spelling is accepted too (--max-steps);
 //   - short aliases (-o), "--flag value" and "--flag=value", --noflag for
 //     booleans, and list flags taking several values (--workers 8 16, or
-//     --workers=8,16);
+//     --workers=8,16, or the flag repeated: --workers 8 --workers 16);
 //   - the exit-code contract: --help and --version exit 0, a usage error
 //     (unknown flag, missing or malformed value) prints a message naming
 //     the flag and exits 2.

@@ -69,6 +69,18 @@ TEST_F(CommandLineTest, PositionalsAliasesBooleansAndLists) {
   EXPECT_FALSE(absl::GetFlag(FLAGS_test_wait));
 }
 
+TEST_F(CommandLineTest, ARepeatedListFlagAddsItsValues) {
+  const ParsedArgs parsed =
+      ParseArgs(Spec(), {"--test_levels", "/a,/b", "--test-levels=/c",
+                         "--test_levels", "/d", "/e"});
+  ASSERT_FALSE(parsed.exit_code.has_value());
+  EXPECT_EQ(absl::GetFlag(FLAGS_test_levels),
+            (std::vector<std::string>{"/a", "/b", "/c", "/d", "/e"}));
+  // Once per parse: a second parse starts from what is given there.
+  ASSERT_FALSE(ParseArgs(Spec(), {"--test_levels", "/f"}).exit_code);
+  EXPECT_EQ(absl::GetFlag(FLAGS_test_levels), std::vector<std::string>{"/f"});
+}
+
 TEST_F(CommandLineTest, UsageErrorsExitTwo) {
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--bogus"},

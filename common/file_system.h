@@ -3,13 +3,28 @@
 // directory), behind an interface so that tests can cut a
 // write at any byte or fail a sync (common/fault_file_system.h).
 //
+// And the one way a daemon opens a file that a job spec or a client names
+// (data, init_weights, checkpoints, --resume manifests): only under the
+// directories its operator allowed (PathRoots: the worker's --data_root and
+// --checkpoint_root, the coordinator's --checkpoint_root), only a regular
+// file (opened non-blocking, so that a FIFO or a device cannot hang the
+// open; checked with fstat on the open descriptor, not stat-then-open), and
+// only up to a size known before anything is allocated. A path outside the
+// roots is refused alike whether it exists or not, and no error quotes a
+// file's bytes.
+//
 // Thread-safety: implementations are thread-safe; a WritableFile is used by
-// one thread at a time.
+// one thread at a time. PathRoots and FileAccess are immutable values; the
+// functions are thread-safe.
 #ifndef AQUEDUCT_COMMON_FILE_SYSTEM_H_
 #define AQUEDUCT_COMMON_FILE_SYSTEM_H_
 
+#include <atomic>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,6 +69,134 @@ std::string DirName(const std::string& path);
 // renamed over `path`, then the directory synced.
 absl::Status WriteFileAtomically(FileSystem* fs, const std::string& path,
                                  absl::string_view data);
+
+// ---- Files a client names ----
+
+// An open file descriptor, closed when destroyed. Movable, not copyable.
+class ScopedFd {
+ public:
+  ScopedFd() = default;
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
+  ScopedFd& operator=(ScopedFd&& other) noexcept;
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+
+  int get() const { return fd_; }
+  // The descriptor, no longer owned (-1 when none).
+  int release();
+
+ private:
+  int fd_ = -1;
+};
+
+// The directories under which a daemon may open what a client names.
+class PathRoots {
+ public:
+  // No directory: every path is refused.
+  PathRoots() = default;
+  // Every path is allowed, as given: a command-line tool (`aq train-local`)
+  // reading its own user's files.
+  static PathRoots Anywhere();
+  // The directories `dirs` (relative ones against the working directory;
+  // each resolved to its real path), named `flag` ("--data_root") in
+  // errors. INVALID_ARGUMENT naming the flag and the directory when one is
+  // empty, does not exist or is not a directory.
+  static absl::StatusOr<PathRoots> Make(absl::string_view flag,
+                                        const std::vector<std::string>& dirs);
+
+  bool anywhere() const { return anywhere_; }
+  // The roots' real paths.
+  const std::vector<std::string>& dirs() const { return real_; }
+  // "--data_root (/a, /b)", or "--data_root (none set)".
+  std::string Describe() const;
+
+  // The real path of the existing `path` when it lies under a root (or is
+  // one); Anywhere(): `path` as given. Errors:
+  //   PERMISSION_DENIED "<field>: '<path>' is outside --data_root (<roots>)"
+  //     for a path outside every root, whether or not it exists: absolute,
+  //     relative to the working directory, through "..", or through a
+  //     symbolic link that leads out;
+  //   NOT_FOUND "<field>: '<path>' does not exist" for a missing path
+  //     inside a root;
+  //   INVALID_ARGUMENT for an empty path or one holding a NUL byte.
+  absl::StatusOr<std::string> Resolve(const std::string& path,
+                                      absl::string_view field) const;
+  // As Resolve, for a directory that may not exist yet (mkdir -p makes
+  // it): the real path of its deepest existing ancestor, then the rest
+  // of the path with "." and ".." resolved by name. Anywhere(): `path`.
+  absl::StatusOr<std::string> ResolveForCreate(const std::string& path,
+                                               absl::string_view field) const;
+  // Whether the absolute, real path `real` lies under a root.
+  bool Contains(absl::string_view real) const;
+  // The PERMISSION_DENIED error of a path outside the roots.
+  absl::Status Outside(const std::string& path, absl::string_view field) const;
+
+ private:
+  // Whether `absolute` (normalised by name) lies under a root as given or
+  // as resolved.
+  bool LexicallyInside(const std::string& absolute) const;
+
+  bool anywhere_ = false;
+  std::string flag_;
+  std::vector<std::string> given_;  // Absolute, normalised by name.
+  std::vector<std::string> real_;   // realpath(3) of each.
+};
+
+// The default of --max_text_bytes: what the text files of one job may hold
+// in all.
+inline constexpr int64_t kDefaultMaxTextBytes = int64_t{1} << 30;
+
+// What a daemon lets a job open: data files and init_weights under `data`,
+// checkpoints under `checkpoints`, at most `max_text_bytes` of text per
+// job; long reads end with CANCELLED once *stop (when set) is true. The
+// default value allows nothing.
+struct FileAccess {
+  PathRoots data;
+  PathRoots checkpoints;
+  int64_t max_text_bytes = kDefaultMaxTextBytes;
+  const std::atomic<bool>* stop = nullptr;
+
+  // Every path, no size limit: a command-line tool reading its user's own
+  // files.
+  static FileAccess Anywhere();
+};
+
+// A regular file opened for reading.
+struct OpenedFile {
+  ScopedFd fd;
+  // Its size when opened (fstat).
+  int64_t size = 0;
+  // The path opened (resolved under the roots).
+  std::string path;
+};
+
+// Opens `path` under `roots` for reading: O_RDONLY | O_CLOEXEC | O_NOCTTY |
+// O_NONBLOCK (a FIFO or a device cannot block the open), O_NOFOLLOW on a
+// resolved path, then fstat on the descriptor. PathRoots::Resolve's errors;
+// PERMISSION_DENIED "<field>: '<path>' cannot be read: <reason>";
+// INVALID_ARGUMENT "<field>: '<path>' is a directory (a FIFO, a character
+// device, ...), not a regular file".
+absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path,
+                                           const PathRoots& roots,
+                                           absl::string_view field);
+
+// All `file.size` bytes of `file` from its start, read in chunks; CANCELLED
+// when *stop (if set) becomes true between chunks; DATA_LOSS if the file is
+// shorter than when it was opened; UNAVAILABLE for a read error. Errors
+// start with "<field>: '<path>'".
+absl::StatusOr<std::string> ReadOpenedFile(const OpenedFile& file,
+                                           absl::string_view field,
+                                           const std::atomic<bool>* stop);
+
+// OpenRegularFile, then ReadOpenedFile when the file holds at most
+// `max_bytes`: FAILED_PRECONDITION "<field>: '<path>' holds N bytes, more
+// than the M allowed (<limit>)" otherwise, before anything is read.
+absl::StatusOr<std::string> ReadRegularFile(
+    const std::string& path, const PathRoots& roots, absl::string_view field,
+    int64_t max_bytes, absl::string_view limit,
+    const std::atomic<bool>* stop = nullptr);
 
 }  // namespace aqueduct
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -96,16 +97,27 @@ absl::Status ParseMetadata(const google::protobuf::Value& value,
   return absl::OkStatus();
 }
 
-// The dimensions of a tensor's "shape" entry.
+// The dimensions of a tensor's "shape" entry. The product of its non-zero
+// dimensions, in bytes of `dtype`, must fit in an int64, so that no
+// product of them (Shape::numel, in any order, zeros or not) overflows:
+// each dimension alone may be up to 2^53.
 absl::StatusOr<Shape> ParseShape(const google::protobuf::Value& shape,
-                                 const std::string& what) {
+                                 DType dtype, const std::string& what) {
   if (shape.kind_case() != google::protobuf::Value::kListValue) {
     return absl::InvalidArgumentError(
         absl::StrCat("safetensors: ", what, ": shape is not a list"));
   }
   std::vector<int64_t> dims;
+  uint64_t bytes = DTypeSize(dtype);
+  constexpr uint64_t kMaxBytes = std::numeric_limits<int64_t>::max();
   for (const auto& d : shape.list_value().values()) {
     ASSIGN_OR_RETURN(int64_t dim, AsCount(d, what + " shape entry"));
+    if (dim > 0 && static_cast<uint64_t>(dim) > kMaxBytes / bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors: ", what, ": shape entry ", dims.size(), " (", dim,
+          ") makes the tensor larger than ", kMaxBytes, " bytes"));
+    }
+    if (dim > 0) bytes *= static_cast<uint64_t>(dim);
     dims.push_back(dim);
   }
   return Shape(std::move(dims));
@@ -168,7 +180,7 @@ absl::StatusOr<HostTensor> ParseTensor(const std::string& name,
         absl::StrCat("safetensors: ", what, ": ", dtype.status().message()));
   }
   t.dtype = *dtype;
-  ASSIGN_OR_RETURN(t.shape, ParseShape(shape_it->second, what));
+  ASSIGN_OR_RETURN(t.shape, ParseShape(shape_it->second, t.dtype, what));
   ASSIGN_OR_RETURN(const auto offsets,
                    ParseDataOffsets(offsets_it->second, what, t, data_size));
   const auto [begin, end] = offsets;
@@ -254,8 +266,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
   const auto parsed =
       google::protobuf::util::JsonStringToMessage(header, &root);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors: header is not a JSON object: ", parsed.ToString()));
+    // Not the parser's message: it quotes the bytes around the error.
+    return absl::InvalidArgumentError(
+        "safetensors: the header is not a JSON object");
   }
   const uint64_t data_size = bytes.size() - 8 - n;
   const char* data = bytes.data() + 8 + n;

@@ -108,6 +108,12 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
        "shape entry is not a non-negative integer"},
       {WithHeader(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", data),
        "needs dtype, shape and data_offsets"},
+      // 2^52 x 4096 floats: the element count overflowed int64 (UBSan, in
+      // the fuzz target) and wrapped to 0, which matched 0 data bytes.
+      {WithHeader(R"({"w":{"dtype":"F32","shape":[4503599627370496,4096],)"
+                  R"("data_offsets":[0,0]}})",
+                  ""),
+       "shape entry 1 (4096) makes the tensor larger than"},
   };
   for (const Case& c : cases) {
     auto f = ParseSafetensors(c.bytes);
@@ -116,6 +122,18 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
     EXPECT_NE(f.status().message().find(c.expect), std::string::npos)
         << "got: " << f.status().message() << "\nwanted: " << c.expect;
   }
+}
+
+// Zero-sized tensors are valid, whatever their other dimensions, as long
+// as those do not multiply past int64.
+TEST(SafetensorsTest, EmptyTensorsParse) {
+  auto f = ParseSafetensors(
+      WithHeader(R"({"e":{"dtype":"BF16","shape":[0,4503599627370496],)"
+                 R"("data_offsets":[0,0]}})",
+                 ""));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->tensors.at("e").shape, Shape({0, 4503599627370496}));
+  EXPECT_TRUE(f->tensors.at("e").data.empty());
 }
 
 TEST(SafetensorsTest, SerializeChecksSizes) {

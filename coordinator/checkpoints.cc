@@ -6,6 +6,11 @@
 // records it in the job, and removes the versions beyond keep_last. A
 // version whose files never all arrive (a worker died while writing, a
 // full disk) is never committed, and is removed with the older versions.
+//
+// Every directory and manifest touched here lies under the coordinator's
+// --checkpoint_root (options_.checkpoint_roots): a job's checkpoint.dir is
+// checked when it is submitted, a worker's reported directory when its
+// manifest is committed, and --resume before anything is read.
 #include <algorithm>
 #include <cmath>
 
@@ -86,7 +91,8 @@ void CoordinatorCore::RequestCheckpointsLocked(absl::Time now) {
 
 void CoordinatorCore::Commit(v1::CheckpointManifest m,
                              const std::string& job_dir, int keep_last) {
-  if (absl::Status s = CommitManifest(m); !s.ok()) {
+  const PathRoots& roots = options_.checkpoint_roots;
+  if (absl::Status s = CommitManifest(roots, m); !s.ok()) {
     AQ_LOG_WARN("job {}: checkpoint version {} not committed: {}", m.job_id(),
                 m.version(), s.ToString());
     return;
@@ -118,11 +124,12 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
   }
   AQ_LOG_INFO("job {}: checkpoint version {} committed in {}", m.job_id(),
               m.version(), m.dir());
-  if (absl::Status s = PruneCheckpoints(job_dir, keep, m.version()); !s.ok()) {
+  if (absl::Status s = PruneCheckpoints(roots, job_dir, keep, m.version());
+      !s.ok()) {
     AQ_LOG_WARN("job {}: removing old checkpoints: {}", m.job_id(),
                 s.ToString());
   }
-  if (absl::Status s = RemoveStrayFiles(m); !s.ok()) {
+  if (absl::Status s = RemoveStrayFiles(roots, m); !s.ok()) {
     AQ_LOG_WARN("job {}: {}", m.job_id(), s.ToString());
   }
 }
@@ -143,7 +150,9 @@ void CoordinatorCore::RemoveUncommittedLocked(const Job& job) {
         keep.insert(version);
       }
     }
-    if (absl::Status s = PruneCheckpoints(job_dir, keep); !s.ok()) {
+    if (absl::Status s =
+            PruneCheckpoints(options_.checkpoint_roots, job_dir, keep);
+        !s.ok()) {
       AQ_LOG_WARN("job {}: removing its uncommitted checkpoints: {}", id,
                   s.ToString());
     }
@@ -169,7 +178,7 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
     }
   }
   if (!found) {
-    auto read = ReadManifest(resume);
+    auto read = ReadManifest(options_.checkpoint_roots, resume);
     if (!read.ok()) {
       return absl::Status(
           read.status().code(),
@@ -180,7 +189,8 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
     }
     m = *std::move(read);
   }
-  if (absl::Status s = VerifyCheckpoint(m); !s.ok()) {
+  if (absl::Status s = VerifyCheckpoint(options_.checkpoint_roots, m);
+      !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("the checkpoint ", m.dir(),
                                      " cannot be used: ", s.message()));
@@ -191,6 +201,14 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
         " layers; the spec's model has ", spec.model().layers_size()));
   }
   return m;
+}
+
+absl::Status CoordinatorCore::CheckCheckpointDir(const JobSpec& spec) const {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty()) return absl::OkStatus();
+  // It may not exist yet: the first stage to write a file creates it.
+  return options_.checkpoint_roots.ResolveForCreate(dir, "checkpoint.dir")
+      .status();
 }
 
 absl::StatusOr<std::vector<v1::CheckpointManifest>>

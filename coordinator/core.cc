@@ -10,8 +10,17 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "coordinator/input_checks.h"
+#include "coordinator/jobs/field_limits.h"
+#include "common/auth.h"
+#include "coordinator/jobs/job_id.h"
+#include "coordinator/jobs/pages.h"
+#include "coordinator/jobs/queue.h"
+#include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
+#include "coordinator/progress_checks.h"
+#include "google/protobuf/descriptor.h"
 #include "pipeline/policy.h"
 #include "pipeline/spec.h"
 
@@ -40,6 +49,82 @@ int MaxRestarts(const JobSpec& spec) {
   return f.has_max_restarts() ? f.max_restarts() : 3;
 }
 
+// A stage's error becomes the job's reason, shown in every listing: cut to
+// this many bytes (at a UTF-8 boundary).
+constexpr size_t kMaxErrorBytes = 4096;
+
+// A checked report as it is kept (nullopt: as it came): utilisation at
+// most 1 (a report may be a little over, progress_checks.h) and the error
+// cut to kMaxErrorBytes.
+std::optional<StageProgress> Tidied(const StageProgress& report) {
+  if (report.utilization() <= 1 && report.error().size() <= kMaxErrorBytes) {
+    return std::nullopt;
+  }
+  StageProgress p = report;
+  if (p.utilization() > 1) p.set_utilization(1);
+  if (p.error().size() > kMaxErrorBytes) {
+    size_t end = kMaxErrorBytes;
+    // Back to the start of a UTF-8 sequence (continuation bytes: 10xxxxxx).
+    while (end > 0 &&
+           (static_cast<unsigned char>(p.error()[end]) & 0xc0) == 0x80) {
+      --end;
+    }
+    p.set_error(absl::StrCat(p.error().substr(0, end), "... (",
+                             report.error().size(), " bytes)"));
+  }
+  return p;
+}
+
+// ListJobs' pages: jobs by default and at most.
+constexpr int kDefaultJobsPage = 100;
+constexpr int kMaxJobsPage = 1000;
+// The longest `resume` a submission may name (PATH_MAX), and the longest
+// owner (a credential's name, as field_limits.h bounds names).
+constexpr size_t kMaxResumeBytes = 4096;
+constexpr size_t kMaxOwnerBytes = 256;
+
+// A random tag for this run of the coordinator (page tokens); the time
+// when the kernel gives no randomness, which only uniqueness needs.
+uint64_t NewRunTag(absl::Time now) {
+  absl::StatusOr<std::string> bytes = SecureRandomBytes(sizeof(uint64_t));
+  if (!bytes.ok()) return static_cast<uint64_t>(absl::ToUnixNanos(now));
+  uint64_t tag = 0;
+  for (char c : *bytes) tag = tag << 8 | static_cast<unsigned char>(c);
+  return tag;
+}
+
+// The sizes of what a client submits (jobs/field_limits.h), before the
+// spec's own checks: INVALID_ARGUMENT naming the field.
+absl::Status CheckSubmissionSizes(const JobSpec& spec,
+                                  const ModelProfile* profile,
+                                  const std::string& resume,
+                                  const std::string& owner) {
+  if (absl::Status s = CheckFieldSizes(spec, SpecFieldLimits(), "the spec");
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", s.message()));
+  }
+  if (profile != nullptr) {
+    if (absl::Status s =
+            CheckFieldSizes(*profile, ProfileFieldLimits(), "the profile");
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid profile: ", s.message()));
+    }
+  }
+  if (resume.size() > kMaxResumeBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume is ", resume.size(), " bytes, more than the ",
+                     kMaxResumeBytes, " allowed"));
+  }
+  if (owner.size() > kMaxOwnerBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("owner is ", owner.size(),
+                                                   " bytes, more than the ",
+                                                   kMaxOwnerBytes, " allowed"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
@@ -48,8 +133,10 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
     : options_(options),
       clock_(clock),
       worker_clients_(std::move(worker_clients)),
+      store_(options.store),
       registry_(options.registry, clock),
       start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->Now()))),
+      run_(NewRunTag(clock->Now())),
       executor_(std::make_unique<BoundedExecutor>(
           "the job driver", options.driver_threads, options.driver_queue)),
       committer_(std::make_unique<BoundedExecutor>("the checkpoint committer",
@@ -68,6 +155,10 @@ CoordinatorCore::~CoordinatorCore() {
 
 absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info,
                                              const v1::StageClaim* running) {
+  if (running != nullptr && !running->job_id().empty()) {
+    RETURN_IF_ERROR(CheckName("running.job_id", running->job_id(),
+                              KvStore::kMaxJobIdBytes));
+  }
   absl::MutexLock lock(&mu_);
   std::vector<WorkerTransition> changes;
   absl::Status s = registry_.Register(info, &changes);
@@ -90,6 +181,9 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
                                         const std::string& job_id,
                                         std::vector<std::string>* stop_jobs,
                                         int attempt, int64_t* checkpoint_at) {
+  if (!job_id.empty()) {
+    RETURN_IF_ERROR(CheckName("job_id", job_id, KvStore::kMaxJobIdBytes));
+  }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = registry_.Heartbeat(worker_id, incarnation); !s.ok()) {
     return s;
@@ -123,38 +217,105 @@ absl::Status CoordinatorCore::DeregisterWorker(const std::string& worker_id,
 absl::Status CoordinatorCore::ReportProgress(
     const std::string& worker_id, const std::string& incarnation,
     const std::vector<StageProgress>& stages) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = registry_.CheckLive(worker_id, incarnation); !s.ok()) {
-    return s;
+  RETURN_IF_ERROR(CheckWorkerName(worker_id, incarnation));
+  if (stages.size() > static_cast<size_t>(kMaxReportEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReportProgress has ", stages.size(),
+                     " stage reports; the limit is ", kMaxReportEntries));
   }
+  absl::MutexLock lock(&mu_);
   auto worker = registry_.Get(worker_id);
   if (!worker.ok()) return worker.status();
+  if (worker->info().incarnation() != incarnation) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", worker_id, " reports progress as incarnation ",
+                     incarnation, ", which is not its registered incarnation"));
+  }
+  RETURN_IF_ERROR(registry_.CheckLive(worker_id, incarnation));
+  // All or nothing: a batch with one forged or broken report changes
+  // nothing.
+  for (size_t i = 0; i < stages.size(); ++i) {
+    RETURN_IF_ERROR(CheckProgressLocked(*worker, stages[i], i));
+  }
   const absl::Time now = clock_->Now();
   for (const StageProgress& p : stages) {
     auto it = jobs_.find(p.job_id());
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("job '", p.job_id(), "' does not exist"));
+    // Of an attempt that ended, or of a job that ended (maybe by an
+    // earlier report of this batch): ignored.
+    if (it == jobs_.end() || p.attempt() != it->second.attempt ||
+        IsFinal(it->second.state)) {
+      continue;
     }
-    Job& job = it->second;
-    if (p.attempt() != job.attempt) continue;  // Of an attempt that ended.
-    if (worker->job_id() != p.job_id() || worker->stage() != p.stage() ||
-        worker->replica() != p.replica()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker ", worker_id, " reports progress for stage ",
-                       p.stage(), " replica ", p.replica(), " of job ",
-                       p.job_id(), ", which is not its assignment"));
-    }
-    if (IsFinal(job.state)) continue;
-    ApplyProgressLocked(job, worker_id, p, now);
+    ApplyProgressLocked(it->second, worker_id, p, now);
   }
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorCore::CheckProgressLocked(const WorkerStatus& worker,
+                                                  const StageProgress& p,
+                                                  size_t index) const {
+  const std::string& id = worker.info().worker_id();
+  auto it = jobs_.find(p.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", Quoted(p.job_id()), " does not exist"));
+  }
+  const Job& job = it->second;
+  if (p.attempt() < 0 || p.attempt() > job.attempt) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", id, " reports progress for attempt ", p.attempt(),
+        " of job ", job.id, ", which has not started (it runs attempt ",
+        job.attempt, ")"));
+  }
+  if (p.attempt() < job.attempt) return absl::OkStatus();  // Ignored.
+  if (IsFinal(job.state)) {
+    // Its workers were released when it ended: a late report of theirs is
+    // ignored, anyone else's refused.
+    const auto& stages = job.stage_workers;
+    const bool ran = p.stage() >= 0 &&
+                     p.stage() < static_cast<int>(stages.size()) &&
+                     p.replica() >= 0 &&
+                     p.replica() < static_cast<int>(stages[p.stage()].size()) &&
+                     stages[p.stage()][p.replica()] == id;
+    if (ran) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", id, " reports progress for stage ", p.stage(), " replica ",
+        p.replica(), " of job ", job.id, ", which it did not run"));
+  }
+  if (worker.job_id() != job.id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, " reports progress for job ", job.id,
+                     ", which it is not assigned to"));
+  }
+  if (worker.stage() != p.stage() || worker.replica() != p.replica()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", id, " reports progress for stage ", p.stage(), " replica ",
+        p.replica(), " of job ", job.id, "; it runs stage ", worker.stage(),
+        " replica ", worker.replica()));
+  }
+  ProgressBounds bounds;
+  if (job.total_steps > 0) {
+    bounds.total_steps = job.total_steps;
+    bounds.total_what = "the job's total steps";
+  } else if (p.total_steps() > 0) {
+    bounds.total_steps = p.total_steps();
+    bounds.total_what = "the total steps the report gives";
+  } else {
+    bounds.total_what = "the bound while the job's total is not known";
+  }
+  bounds.batch_size = job.spec.batch_size();
+  bounds.job_id = job.id;
+  bounds.attempt = job.attempt;
+  bounds.checkpoint_dir = job.spec.checkpoint().dir();
+  return CheckProgressValues(p, absl::StrCat("stages[", index, "]"), bounds);
+}
+
 void CoordinatorCore::ApplyProgressLocked(Job& job,
                                           const std::string& worker_id,
-                                          const StageProgress& p,
+                                          const StageProgress& report,
                                           absl::Time now) {
+  const std::optional<StageProgress> tidied = Tidied(report);
+  const StageProgress& p = tidied.has_value() ? *tidied : report;
   job.ledger.Apply(worker_id, p, now);
   if (job.total_steps == 0 && p.total_steps() > 0) {
     job.total_steps = p.total_steps();
@@ -224,19 +385,35 @@ void CoordinatorCore::LogFirstStepAfterRestartLocked(Job& job,
 
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     const JobSpec& spec, const ModelProfile* profile,
-    const std::string& resume_from) {
-  auto valid = CheckJobSpec(spec);
+    const std::string& resume_from, const std::string& owner) {
+  RETURN_IF_ERROR(CheckSubmissionSizes(spec, profile, resume_from, owner));
+  // Sizes are checked against the largest live worker's memory
+  // (pipeline/limits.h's default while none has registered).
+  MemoryLimit memory{0, "the largest registered worker's memory"};
+  {
+    absl::MutexLock lock(&mu_);
+    for (const WorkerStatus& w : registry_.List()) {
+      if (w.state() != v1::WORKER_HEALTHY && w.state() != v1::WORKER_SUSPECT) {
+        continue;
+      }
+      memory.bytes = std::max(memory.bytes, w.info().device().memory_bytes());
+    }
+  }
+  auto valid = CheckJobSpec(spec, memory);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", valid.status().message()));
   }
   if (profile != nullptr) {
     auto graph = ProfileGraph::FromProto(*profile);
-    if (!graph.ok()) {
+    absl::Status fits =
+        graph.ok() ? CheckProfileFits(*graph, spec, memory) : graph.status();
+    if (!fits.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("invalid profile: ", graph.status().message()));
+          absl::StrCat("invalid profile: ", fits.message()));
     }
   }
+  RETURN_IF_ERROR(CheckCheckpointDir(spec));
   v1::CheckpointManifest resume;
   if (!resume_from.empty()) {
     ASSIGN_OR_RETURN(resume, ResolveResume(spec, resume_from));
@@ -253,8 +430,9 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   Job job;
   {
     absl::MutexLock lock(&mu_);
-    job.id = absl::StrCat("job-", start_tag_, "-", next_job_++);
+    ASSIGN_OR_RETURN(job.id, AdmitLocked(owner));
   }
+  job.owner = owner;
   job.spec = spec;
   if (profile != nullptr) {
     job.has_profile = true;
@@ -268,36 +446,74 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   job.resume = resume;
   job.max_restarts = MaxRestarts(spec);
   const std::string id = job.id;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!journal_error_.empty()) {
-      return absl::UnavailableError(absl::StrCat(
-          "the coordinator cannot record new jobs (", journal_error_,
-          "); free space for its state directory and restart it"));
-    }
-  }
   // Durable before the client hears of it, without holding the lock.
-  if (journal_ != nullptr) {
-    v1::JournalRecord record;
-    v1::JobSubmitted* submitted = record.mutable_submitted();
-    submitted->set_job_id(id);
-    *submitted->mutable_spec() = spec;
-    if (profile != nullptr) *submitted->mutable_profile() = *profile;
-    submitted->set_submitted_ms(ToUnixMillisOr0(job.submitted));
-    submitted->set_total_steps(total);
-    if (resume.version() > 0) *submitted->mutable_resume() = resume;
-    if (absl::Status s = journal_->Append(record); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "the job was not accepted: cannot record it: ", s.message()));
-    }
+  if (absl::Status s = JournalSubmission(job); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    EndAdmissionLocked(owner);
+    return s;
   }
   absl::MutexLock lock(&mu_);
-  jobs_.emplace(id, std::move(job));
-  job_order_.push_back(id);
-  AQ_LOG_INFO("job {} submitted: {} on {} worker(s), {} steps", id, spec.name(),
+  EndAdmissionLocked(owner);
+  AddJobLocked(std::move(job));
+  AQ_LOG_INFO("job {} submitted by {}: {} on {} worker(s), {} steps", id,
+              owner.empty() ? "an unauthenticated caller" : owner, spec.name(),
               p.workers, total);
   ScheduleLocked();
   return id;
+}
+
+absl::Status CoordinatorCore::JournalSubmission(const Job& job) {
+  if (journal_ == nullptr) return absl::OkStatus();
+  v1::JournalRecord record;
+  v1::JobSubmitted* submitted = record.mutable_submitted();
+  submitted->set_job_id(job.id);
+  *submitted->mutable_spec() = job.spec;
+  if (job.has_profile) *submitted->mutable_profile() = job.profile;
+  submitted->set_submitted_ms(ToUnixMillisOr0(job.submitted));
+  submitted->set_total_steps(job.total_steps);
+  if (job.resume.version() > 0) *submitted->mutable_resume() = job.resume;
+  submitted->set_owner(job.owner);
+  if (absl::Status s = journal_->Append(record); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "the job was not accepted: cannot record it: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
+    const std::string& owner) {
+  if (!journal_error_.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator cannot record new jobs (", journal_error_,
+                     "); free space for its state directory and restart it"));
+  }
+  int pending = admitting_;
+  int owned = admitting_by_owner_[owner];
+  for (const auto& [id, job] : jobs_) {
+    if (job.state == v1::JOB_PENDING) ++pending;
+    if (!IsFinal(job.state) && job.owner == owner) ++owned;
+  }
+  QueueLimits limits;
+  limits.max_pending = options_.max_pending_jobs;
+  limits.max_per_user = options_.max_jobs_per_user;
+  absl::Status admitted = AdmitJob(limits, pending, owned, owner);
+  if (admitted.ok()) {
+    absl::StatusOr<std::string> id = NewJobId(start_tag_, next_job_);
+    if (id.ok()) {
+      ++next_job_;
+      ++admitting_;
+      ++admitting_by_owner_[owner];
+      return id;
+    }
+    admitted = absl::UnavailableError(id.status().message());
+  }
+  if (admitting_by_owner_[owner] == 0) admitting_by_owner_.erase(owner);
+  return admitted;
+}
+
+void CoordinatorCore::EndAdmissionLocked(const std::string& owner) {
+  --admitting_;
+  if (--admitting_by_owner_[owner] <= 0) admitting_by_owner_.erase(owner);
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
@@ -311,14 +527,35 @@ absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
   return StatusOfLocked(it->second);
 }
 
-std::vector<JobStatus> CoordinatorCore::ListJobs() const {
+absl::StatusOr<JobPage> CoordinatorCore::ListJobs(
+    int64_t page_size, const std::string& page_token) const {
+  ASSIGN_OR_RETURN(const int size,
+                   PageSize(page_size, kDefaultJobsPage, kMaxJobsPage,
+                            "ListJobsRequest.page_size"));
+  ASSIGN_OR_RETURN(
+      const int64_t after,
+      DecodePageToken(page_token, run_, "ListJobsRequest.page_token"));
   absl::MutexLock lock(&mu_);
-  std::vector<JobStatus> out;
-  for (const std::string& id : job_order_) {
-    auto it = jobs_.find(id);
-    if (it != jobs_.end()) out.push_back(StatusOfLocked(it->second));
+  // job_order_ is in submission order, as are the jobs' seq.
+  auto it = std::partition_point(
+      job_order_.begin(), job_order_.end(),
+      [&](const std::string& id)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { return jobs_.at(id).seq <= after; });
+  JobPage page;
+  int64_t last = after;
+  size_t bytes = 0;
+  for (; it != job_order_.end() && static_cast<int>(page.jobs.size()) < size;
+       ++it) {
+    const Job& job = jobs_.at(*it);
+    JobStatus status = StatusOfLocked(job);
+    bytes += status.ByteSizeLong();
+    if (bytes > options_.max_jobs_page_bytes && !page.jobs.empty()) break;
+    page.jobs.push_back(std::move(status));
+    last = job.seq;
   }
-  return out;
+  if (it != job_order_.end())
+    page.next_page_token = EncodePageToken(run_, last);
+  return page;
 }
 
 absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
@@ -389,9 +626,12 @@ void CoordinatorCore::RestoreJobLocked(const v1::JobSubmitted& sub,
                                        const JobStatus& snapshot) {
   Job job;
   job.id = sub.job_id();
+  job.owner = sub.owner();
   job.spec = sub.spec();
   job.restored = true;
   job.snapshot = snapshot;
+  // Statuses journaled before owners were shown.
+  if (job.snapshot.owner().empty()) job.snapshot.set_owner(job.owner);
   job.state = snapshot.state();
   job.reason = snapshot.reason();
   job.has_plan = snapshot.has_plan();
@@ -402,13 +642,12 @@ void CoordinatorCore::RestoreJobLocked(const v1::JobSubmitted& sub,
 }
 
 void CoordinatorCore::AddJobLocked(Job job) {
-  // Ids of this start must not repeat a restored one.
-  const std::string prefix = absl::StrCat("job-", start_tag_, "-");
-  int64_t n = 0;
-  if (job.id.rfind(prefix, 0) == 0 &&
-      absl::SimpleAtoi(job.id.substr(prefix.size()), &n)) {
-    next_job_ = std::max(next_job_, n + 1);
+  // Ids of this start must not repeat a restored one (the random part
+  // alone makes that unlikely; the numbers keep ids in order by eye).
+  if (std::optional<int64_t> n = JobIdNumber(job.id, start_tag_)) {
+    next_job_ = std::max(next_job_, *n + 1);
   }
+  job.seq = next_seq_++;
   job_order_.push_back(job.id);
   const std::string id = job.id;
   jobs_.emplace(id, std::move(job));
@@ -418,6 +657,7 @@ CoordinatorCore::Job CoordinatorCore::JobFromJournal(
     const v1::JobSubmitted& sub) const {
   Job job;
   job.id = sub.job_id();
+  job.owner = sub.owner();
   job.spec = sub.spec();
   job.has_profile = sub.has_profile();
   job.profile = sub.profile();
@@ -567,6 +807,65 @@ std::vector<WorkerStatus> CoordinatorCore::ListWorkers() const {
   return registry_.List();
 }
 
+std::vector<WorkerStatus> CoordinatorCore::ListWorkersPage(
+    const std::string& after_id, size_t max_count, size_t max_bytes,
+    bool* more) const {
+  absl::MutexLock lock(&mu_);
+  return registry_.ListPage(after_id, max_count, max_bytes, more);
+}
+
+// ------------------------------------------------------------------ Store
+
+absl::Status CoordinatorCore::CheckStoreWriteLocked(
+    const std::string& key) const {
+  ASSIGN_OR_RETURN(const StoreKey k, KvStore::ParseKey(key));
+  auto it = jobs_.find(k.job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("store key ", Quoted(key), ": job ",
+                                            k.job_id, " does not exist"));
+  }
+  const Job& job = it->second;
+  if (IsFinal(job.state) || k.attempt != job.attempt) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store key ", Quoted(key), " is of attempt ", k.attempt, " of job ",
+        job.id, ", which is not running (the job is ", JobStateName(job.state),
+        " at attempt ", job.attempt, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorCore::StoreSet(const std::string& key,
+                                       const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckStoreWriteLocked(key));
+  return store_.Set(key, value);
+}
+
+absl::StatusOr<int64_t> CoordinatorCore::StoreAdd(const std::string& key,
+                                                  int64_t delta) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckStoreWriteLocked(key));
+  return store_.Add(key, delta);
+}
+
+absl::StatusOr<std::string> CoordinatorCore::StoreGet(const std::string& key,
+                                                      absl::Time deadline) {
+  return store_.Get(key, deadline);
+}
+
+absl::Status CoordinatorCore::CheckStoreAccess(const std::string& worker_id,
+                                               const std::string& key) const {
+  ASSIGN_OR_RETURN(const StoreKey k, KvStore::ParseKey(key));
+  absl::MutexLock lock(&mu_);
+  auto worker = registry_.Get(worker_id);
+  const bool live = worker.ok() && (worker->state() == v1::WORKER_HEALTHY ||
+                                    worker->state() == v1::WORKER_SUSPECT);
+  if (live && worker->job_id() == k.job_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker ", Shown(worker_id), " may not use the store keys of job ",
+      k.job_id, ": it is not a live worker assigned to that job"));
+}
+
 absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
     const std::string& job_id, int64_t seen_version, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
@@ -589,6 +888,7 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
   JobStatus s;
   s.set_job_id(job.id);
   s.set_name(job.spec.name());
+  s.set_owner(job.owner);
   s.set_state(job.state);
   s.set_reason(job.reason);
   s.set_submitted_ms(ToUnixMillisOr0(job.submitted));
@@ -726,51 +1026,123 @@ void CoordinatorCore::HandleTransitionsLocked(
   }
 }
 
+void CoordinatorCore::ForgetWorkersLocked(
+    const std::vector<WorkerStatus>& forgotten) {
+  for (const WorkerStatus& w : forgotten) {
+    AQ_LOG_INFO("worker {} forgotten: {} for {}", w.info().worker_id(),
+                WorkerStateName(w.state()),
+                absl::FormatDuration(options_.registry.forget_after));
+    // A worker leaves its job when it ends (the transition restarts or
+    // fails the job), so none should still hold one; if one did, the job
+    // must not wait for a worker nobody knows any more.
+    auto it = jobs_.find(w.job_id());
+    if (w.job_id().empty() || it == jobs_.end() || IsFinal(it->second.state)) {
+      continue;
+    }
+    RestartOrFailLocked(
+        it->second, absl::StrCat("worker ", w.info().worker_id(), " (",
+                                 WhereInJob(it->second, w.info().worker_id()),
+                                 ") is gone: ", WorkerStateName(w.state()),
+                                 " and forgotten"));
+  }
+}
+
 void CoordinatorCore::Tick() {
   absl::MutexLock lock(&mu_);
   HandleTransitionsLocked(registry_.Tick());
+  ForgetWorkersLocked(registry_.ForgetFinal());
   const absl::Time now = clock_->Now();
   CheckAdoptionsLocked(now);
   RequestCheckpointsLocked(now);
+  ExpirePendingLocked(now);
+  ScheduleLocked();
+}
+
+absl::Duration CoordinatorCore::WaitForWorkers(const Job& job) const {
+  const int64_t wait_ms = job.spec.pipeline().wait_for_workers_ms();
+  const absl::Duration wait = wait_ms > 0 ? absl::Milliseconds(wait_ms)
+                                          : options_.default_wait_for_workers;
+  return std::min(wait, options_.max_wait_for_workers);
+}
+
+void CoordinatorCore::ExpirePendingLocked(absl::Time now) {
+  // Ids first: failing a job trims the table, which job_order_ lists.
+  std::vector<std::string> expired;
   for (const std::string& id : job_order_) {
+    const Job& job = jobs_.at(id);
+    if (job.state == v1::JOB_PENDING &&
+        now - job.pending_since >= WaitForWorkers(job)) {
+      expired.push_back(id);
+    }
+  }
+  for (const std::string& id : expired) {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;
     Job& job = it->second;
-    const int64_t wait_ms = job.spec.pipeline().wait_for_workers_ms();
-    const absl::Duration wait = wait_ms > 0 ? absl::Milliseconds(wait_ms)
-                                            : options_.default_wait_for_workers;
-    if (now - job.pending_since >= wait) {
-      FinishLocked(
-          job, JobEvent::kFailed,
-          absl::StrFormat(
-              "timed out after %.1f s waiting for %d healthy idle worker(s) "
-              "(%d available)",
-              absl::ToDoubleSeconds(wait), job.workers_needed,
-              static_cast<int>(registry_.IdleHealthyWorkers().size())));
-    }
+    FinishLocked(
+        job, JobEvent::kFailed,
+        absl::StrFormat(
+            "timed out after %.1f s waiting for %d healthy idle worker(s) "
+            "(%d available)",
+            absl::ToDoubleSeconds(WaitForWorkers(job)), job.workers_needed,
+            static_cast<int>(registry_.IdleHealthyWorkers().size())));
   }
-  ScheduleLocked();
+}
+
+int CoordinatorCore::LiveWorkersLocked() const {
+  int live = 0;
+  for (const WorkerStatus& w : registry_.List()) {
+    if (w.state() == v1::WORKER_HEALTHY) ++live;
+  }
+  return live;
 }
 
 void CoordinatorCore::ScheduleLocked() {
   if (shutting_down_) return;
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> pending;
+  std::vector<QueuedJob> queue;
+  bool reserving = false;
   for (const std::string& id : job_order_) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second.state != v1::JOB_PENDING) continue;
-    Job& job = it->second;
-    std::vector<std::string> idle = registry_.IdleHealthyWorkers();
+    const Job& job = jobs_.at(id);
+    if (job.state != v1::JOB_PENDING) continue;
+    QueuedJob q;
     // A restarted job goes on with the workers there are (re-planned for
     // fewer, when none is spare); a new one waits for all it asks for.
-    const int least = job.attempt > 0 ? 1 : job.workers_needed;
-    if (static_cast<int>(idle.size()) < least) return;  // FIFO.
-    idle.resize(std::min<size_t>(idle.size(), job.workers_needed));
-    for (const std::string& w : idle) registry_.Assign(w, job.id, -1, -1);
-    job.reserved = idle;
-    TransitionLocked(job, JobEvent::kWorkersReserved, "");
-    if (absl::Status s = executor_->Submit([this, id] { Drive(id); });
-        !s.ok()) {
-      FinishLocked(job, JobEvent::kFailed, std::string(s.message()));
+    q.least = job.attempt > 0 ? 1 : job.workers_needed;
+    q.wanted = job.workers_needed;
+    q.waited = now - job.pending_since;
+    reserving = reserving || q.waited >= options_.reserve_after;
+    pending.push_back(id);
+    queue.push_back(q);
+  }
+  if (pending.empty()) return;
+  const std::vector<std::string> idle = registry_.IdleHealthyWorkers();
+  if (idle.empty()) return;
+  // Counting every worker is needed only to decide a hold.
+  const std::vector<int> placed = PlaceQueuedJobs(
+      queue, static_cast<int>(idle.size()), reserving ? LiveWorkersLocked() : 0,
+      options_.reserve_after);
+  std::vector<std::pair<std::string, std::string>> unstarted;  // Id, why.
+  auto next = idle.begin();
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (placed[i] == 0) continue;
+    Job& job = jobs_.at(pending[i]);
+    job.reserved.assign(next, next + placed[i]);
+    next += placed[i];
+    for (const std::string& w : job.reserved) {
+      registry_.Assign(w, job.id, -1, -1);
     }
+    TransitionLocked(job, JobEvent::kWorkersReserved, "");
+    if (absl::Status s = executor_->Submit([this, id = job.id] { Drive(id); });
+        !s.ok()) {
+      unstarted.emplace_back(job.id, std::string(s.message()));
+    }
+  }
+  // Failing a job schedules again: only once this pass is over.
+  for (const auto& [id, why] : unstarted) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) FinishLocked(it->second, JobEvent::kFailed, why);
   }
 }
 

@@ -3,8 +3,10 @@
 // (progress per stage), and the rendezvous store.
 //
 // Jobs: PENDING (waiting for enough healthy idle workers, up to the spec's
-// wait_for_workers_ms) -> PLANNING (a driver thread profiles the model on a
-// worker unless the job came with a profile, runs the planner, assigns the
+// wait_for_workers_ms capped by options.max_wait_for_workers; the queue
+// admits jobs and picks those that start, with backfill and holds against
+// starvation, in jobs/queue.h) -> PLANNING (a driver thread profiles the model
+// on a worker unless the job came with a profile, runs the planner, assigns the
 // stages and starts the workers) -> RUNNING (workers report progress) ->
 // SUCCEEDED when every stage replica has finished, FAILED with a reason (a
 // worker dies, leaves or is fenced; a stage reports an error; an RPC to a
@@ -34,6 +36,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/executor.h"
+#include "common/file_system.h"
 #include "coordinator/jobs/job_state.h"
 #include "coordinator/jobs/ledger.h"
 #include "coordinator/journal.h"
@@ -46,6 +49,18 @@ namespace aqueduct {
 
 struct CoordinatorOptions {
   RegistryOptions registry;
+  // Where checkpoints may be (--checkpoint_root): a job's checkpoint.dir,
+  // the manifests committed and the versions pruned, and the manifests
+  // --resume reads, only under these (checkpoints.cc). The default allows
+  // none: a job with a checkpoint.dir is refused.
+  PathRoots checkpoint_roots;
+  // The rendezvous store's limits (kv_store.h).
+  KvStoreOptions store;
+  // Calls that wait (StoreGet with a wait, WatchJob) each hold a server
+  // thread: at most this many at once (RESOURCE_EXHAUSTED beyond), and a
+  // StoreGet waits at most max_store_wait whatever it asks.
+  int max_waiting_calls = 64;
+  absl::Duration max_store_wait = absl::Seconds(60);
   // Timeout of each AssignStage/StartJob/StopJob call to a worker.
   absl::Duration worker_rpc_timeout = absl::Seconds(10);
   // Timeout of a Profile call.
@@ -65,6 +80,26 @@ struct CoordinatorOptions {
   // its workers to register again before it restarts without them (the
   // lease is added to it).
   absl::Duration adoption_grace = absl::Seconds(5);
+  // The queue (jobs/queue.h): pending jobs of all users together, and
+  // unfinished jobs of one owner, beyond which SubmitJob is
+  // RESOURCE_EXHAUSTED; the longest a job waits for workers, whatever its
+  // spec's wait_for_workers_ms says; how long a job waits before it holds
+  // back the idle workers it needs from later jobs.
+  int max_pending_jobs = 1000;
+  int max_jobs_per_user = 64;
+  absl::Duration max_wait_for_workers = absl::Hours(1);
+  absl::Duration reserve_after = absl::Minutes(5);
+  // The most bytes of statuses on one ListJobs page (at least one job):
+  // under gRPC's default 4 MiB receive limit, whatever the client; a
+  // running job's status with its loss curve is tens of KB.
+  size_t max_jobs_page_bytes = size_t{3} << 20;
+};
+
+// A page of ListJobs: jobs in submission order, and the token of the next
+// page ("" after the last).
+struct JobPage {
+  std::vector<JobStatus> jobs;
+  std::string next_page_token;
 };
 
 // A journal's records by job (core.cc).
@@ -89,35 +124,76 @@ class CoordinatorCore {
                          int64_t* checkpoint_at = nullptr);
   absl::Status DeregisterWorker(const std::string& worker_id,
                                 const std::string& incarnation);
-  // FAILED_PRECONDITION for a stale incarnation or progress for a job or
-  // stage the worker is not assigned to; NOT_FOUND for an unknown job.
+  // Applies the reports only when all of them pass: PERMISSION_DENIED
+  // naming what did not match when `incarnation` is not the one registered
+  // for `worker_id`, or a report is for a job, attempt, stage or replica
+  // the worker is not assigned to; INVALID_ARGUMENT naming the field for a
+  // value out of range (progress_checks.h); NOT_FOUND for an unknown
+  // worker or job; FAILED_PRECONDITION when the incarnation is DEAD or
+  // LEFT. Reports of an attempt that ended, and a job's own workers'
+  // reports that arrive after it finished, are accepted and ignored.
   absl::Status ReportProgress(const std::string& worker_id,
                               const std::string& incarnation,
                               const std::vector<StageProgress>& stages);
 
   // ---- Jobs (RPCs from clients) ----
-  // INVALID_ARGUMENT naming the field for a bad spec. `resume` (may be
-  // empty) names the checkpoint the job starts from: a job id (its latest
-  // committed checkpoint), a version directory or its manifest.json;
-  // NOT_FOUND or DATA_LOSS naming it when there is no loadable checkpoint
-  // there, INVALID_ARGUMENT when it is of another model.
+  // INVALID_ARGUMENT naming the field for a bad spec, or one of its
+  // strings (or the profile's) over its size limit (jobs/field_limits.h).
+  // `resume` (may be empty) names the checkpoint the job starts from: a job
+  // id (its latest committed checkpoint), a version directory or its
+  // manifest.json; NOT_FOUND or DATA_LOSS naming it when there is no
+  // loadable checkpoint there, INVALID_ARGUMENT when it is of another
+  // model. `owner`: who submits it (from the caller's credential; "" without
+  // authentication), kept and journaled with the job; RESOURCE_EXHAUSTED
+  // when the queue or the owner's share is full (jobs/queue.h).
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec,
                                         const ModelProfile* profile,
-                                        const std::string& resume = "");
+                                        const std::string& resume = "",
+                                        const std::string& owner = "");
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
-  std::vector<JobStatus> ListJobs() const;
+  // Jobs in submission order, `page_size` at a time (0: 100; at most 1000;
+  // fewer when their statuses pass options.max_jobs_page_bytes), after the job
+  // `page_token` (jobs/pages.h) ended the previous page ("": from the first).
+  // INVALID_ARGUMENT naming page_size when negative, or page_token when it
+  // is not one this run of the coordinator issued.
+  absl::StatusOr<JobPage> ListJobs(int64_t page_size,
+                                   const std::string& page_token) const;
   // Cancels a job that has not finished; a finished job's state is returned
   // unchanged.
   absl::StatusOr<JobState> CancelJob(const std::string& job_id);
   absl::StatusOr<PartitionPlan> GetPlan(const std::string& job_id) const;
   absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const std::string& job_id) const;
+  // Every worker, in registration order.
   std::vector<WorkerStatus> ListWorkers() const;
+  // A page of workers in id order after `after_id` ("": the first), at
+  // most `max_count` and about `max_bytes` (Registry::ListPage).
+  std::vector<WorkerStatus> ListWorkersPage(const std::string& after_id,
+                                            size_t max_count, size_t max_bytes,
+                                            bool* more) const;
   // Waits until the job's status differs from `seen_version` (or it is
   // final) or `deadline`; returns the status and its version.
   absl::StatusOr<std::pair<JobStatus, int64_t>> WaitForJob(
       const std::string& job_id, int64_t seen_version, absl::Time deadline);
 
+  // ---- The rendezvous store (RPCs from workers) ----
+  // Keys are "jobs/<job>/a<attempt>/..." (kv_store.h). Set and Add are for
+  // the attempt the job runs now: NOT_FOUND for an unknown job,
+  // FAILED_PRECONDITION for a finished job or another attempt (whose keys
+  // are gone or going), then KvStore's errors. Checked and stored under one
+  // lock, so a job's keys cannot outlive it.
+  absl::Status StoreSet(const std::string& key, const std::string& value);
+  absl::StatusOr<int64_t> StoreAdd(const std::string& key, int64_t delta);
+  // Waits until `deadline` (KvStore::Get); does not hold the table's lock.
+  absl::StatusOr<std::string> StoreGet(const std::string& key,
+                                       absl::Time deadline);
+  // OK only if `key` is under "jobs/<J>/" and `worker_id` is currently
+  // assigned to job J (a live registration whose job is J):
+  // PERMISSION_DENIED naming the worker and the job otherwise;
+  // INVALID_ARGUMENT for a key of another shape. The gRPC adapter calls it
+  // with the authenticated worker's name before each store call.
+  absl::Status CheckStoreAccess(const std::string& worker_id,
+                                const std::string& key) const;
   KvStore* store() { return &store_; }
 
   // ---- Checkpoints and trained models ----
@@ -154,6 +230,10 @@ class CoordinatorCore {
  private:
   struct Job {
     std::string id;
+    // Its place in submission order in this run (page tokens), and who
+    // submitted it.
+    int64_t seq = 0;
+    std::string owner;
     JobSpec spec;
     bool has_profile = false;
     ModelProfile profile;
@@ -220,6 +300,18 @@ class CoordinatorCore {
   void ApplyProgressLocked(Job& job, const std::string& worker_id,
                            const StageProgress& p, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks report `index` of `worker` (ReportProgress's errors) without
+  // applying it.
+  absl::Status CheckProgressLocked(const WorkerStatus& worker,
+                                   const StageProgress& p, size_t index) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Workers forgotten by the registry (DEAD or LEFT for long): no job may
+  // keep waiting for them.
+  void ForgetWorkersLocked(const std::vector<WorkerStatus>& forgotten)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job of a store key that Set or Add may write now.
+  absl::Status CheckStoreWriteLocked(const std::string& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stage could not load one of the job's committed checkpoints (its
   // files are damaged): forgets it, so that a restart goes further back.
   void ForgetUnloadableCheckpointLocked(Job& job, const StageProgress& p)
@@ -229,7 +321,25 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTransitionsLocked(const std::vector<WorkerTransition>& changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the pending jobs that can start (jobs/queue.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Healthy workers registered, busy or idle.
+  int LiveWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the pending jobs whose wait for workers is over.
+  void ExpirePendingLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long `job` waits for workers: its spec's wait (or the default),
+  // at most options.max_wait_for_workers.
+  absl::Duration WaitForWorkers(const Job& job) const;
+  // Admits a submission of `owner` (the queue's limits, counting the
+  // admissions still being journaled) and draws its id; the caller
+  // AddJobLocked()s it or calls EndAdmissionLocked.
+  absl::StatusOr<std::string> AdmitLocked(const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndAdmissionLocked(const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the job's submission to the journal, if there is one, and waits
+  // until it is durable (call without mu_). UNAVAILABLE when it cannot.
+  absl::Status JournalSubmission(const Job& job);
   void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a job from the journal with the status it ended with.
   void RestoreJobLocked(const v1::JobSubmitted& sub, const JobStatus& snapshot)
@@ -295,6 +405,9 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::CheckpointManifest> ResolveResume(
       const JobSpec& spec, const std::string& resume) const;
+  // PERMISSION_DENIED naming checkpoint.dir when the spec's checkpoint
+  // directory is outside options_.checkpoint_roots.
+  absl::Status CheckCheckpointDir(const JobSpec& spec) const;
 
   // The driver (driver.cc): runs on the executor, one task per job that
   // leaves PENDING: profile (unless the job has a profile), plan, record
@@ -305,6 +418,8 @@ class CoordinatorCore {
     ModelProfile profile;
     bool has_profile = false;
     std::vector<std::string> reserved, addresses;
+    // Each reserved worker's memory (0: not known), for CheckPlanFits.
+    std::vector<int64_t> memory_bytes;
     int attempt = 0;
     v1::CheckpointManifest restore;
     std::map<int, PartitionPlan> ready_plans;
@@ -345,8 +460,17 @@ class CoordinatorCore {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
+  // The next job's place in submission order (Job::seq).
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Submissions admitted and not in the table yet (being journaled), in
+  // all and by owner: the queue's limits count them.
+  int admitting_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int> admitting_by_owner_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string start_tag_;
+  // This run of the coordinator, random (page tokens of another run are
+  // refused).
+  uint64_t run_ = 0;
   // Set by OpenJournal before serving, then only used: appends that wait
   // for the disk happen without mu_ (JobJournal is thread-safe).
   std::unique_ptr<JobJournal> journal_;

@@ -2,11 +2,19 @@
 // worker clients.
 #include "coordinator/core.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <limits>
+#include <regex>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "common/checkpoint.h"
@@ -133,12 +141,22 @@ class FakeWorkerClient : public WorkerClient {
   Calls* calls_;
 };
 
+// The test's temporary directory: the coordinator's --checkpoint_root.
+PathRoots TestRoots() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  auto roots = PathRoots::Make("the coordinator's --checkpoint_root",
+                               {dir != nullptr ? dir : "/tmp"});
+  EXPECT_TRUE(roots.ok()) << roots.status();
+  return roots.ok() ? *roots : PathRoots();
+}
+
 class CoreTest : public ::testing::Test {
  protected:
   CoreTest() {
     CoordinatorOptions o;
     o.registry.version = "0.1.0";
     o.default_wait_for_workers = absl::Seconds(30);
+    o.checkpoint_roots = TestRoots();
     core_ = std::make_unique<CoordinatorCore>(
         o, &clock_, [this](const std::string& address) {
           return std::make_unique<FakeWorkerClient>(address, &calls_);
@@ -155,11 +173,35 @@ class CoreTest : public ::testing::Test {
     ASSERT_TRUE(core_->RegisterWorker(info, claim).ok());
   }
 
+  // A fresh coordinator with `o` over the same clock and fake workers.
+  void RestartWith(CoordinatorOptions o) {
+    core_.reset();
+    o.registry.version = "0.1.0";
+    core_ = std::make_unique<CoordinatorCore>(
+        o, &clock_, [this](const std::string& address) {
+          return std::make_unique<FakeWorkerClient>(address, &calls_);
+        });
+  }
+
+  // `seconds` of the fake clock, one at a time, with every worker of
+  // `workers` heartbeating and the coordinator ticking.
+  void Beat(int seconds, const std::vector<std::string>& workers) {
+    std::vector<std::string> stop;
+    for (int i = 0; i < seconds; ++i) {
+      clock_.Advance(absl::Seconds(1));
+      for (const std::string& w : workers) {
+        ASSERT_TRUE(core_->Heartbeat(w, "inc-" + w, "", &stop).ok()) << w;
+      }
+      core_->Tick();
+    }
+  }
+
   // A fresh coordinator over the same clock and fake workers.
   void Restart() {
     core_.reset();
     CoordinatorOptions o;
     o.registry.version = "0.1.0";
+    o.checkpoint_roots = TestRoots();
     core_ = std::make_unique<CoordinatorCore>(
         o, &clock_, [this](const std::string& address) {
           return std::make_unique<FakeWorkerClient>(address, &calls_);
@@ -268,7 +310,7 @@ TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
   auto pending = core_->SubmitJob(two, nullptr);
   Restart();
   ASSERT_TRUE(core_->OpenJournal(path).ok());
-  const std::vector<JobStatus> jobs = core_->ListJobs();
+  const std::vector<JobStatus> jobs = core_->ListJobs(0, "")->jobs;
   ASSERT_EQ(jobs.size(), 4u);
   EXPECT_EQ(jobs[0].job_id(), *done);
   EXPECT_EQ(jobs[0].SerializeAsString(), before.SerializeAsString());
@@ -298,10 +340,16 @@ TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
   for (const auto& old : {*done, *cancelled, *running, *pending}) {
     EXPECT_NE(*next, old);
   }
-  // Compacted to each job's submission, start and final status.
+  // Compacted to each job's submission, start and final status. The next
+  // job starts on w1 past the pending 2-worker job (backfill): its start
+  // is journaled when its driver gets there, so it is not counted.
   auto contents = JobJournal::Read(path);
   ASSERT_TRUE(contents.ok());
-  EXPECT_EQ(contents->records.size(), 9u);
+  int kept = 0;
+  for (const v1::JournalRecord& r : contents->records) {
+    if (!r.has_started() || r.started().job_id() != *next) ++kept;
+  }
+  EXPECT_EQ(kept, 9);
 }
 
 TEST_F(CoreTest, ARunningJobWhoseWorkerDoesNotComeBackRestarts) {
@@ -393,8 +441,9 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   const std::string version_dir = CheckpointVersionDir(dir, *id, 4);
   SafetensorsFile file;
   file.metadata["optimizer_steps"] = "4";
-  auto written = WriteCheckpointFile(version_dir, StageFileName(0, 0), file, 0,
-                                     0, spec_.model().layers_size());
+  auto written =
+      WriteCheckpointFile(TestRoots(), version_dir, StageFileName(0, 0), file,
+                          0, 0, spec_.model().layers_size());
   ASSERT_TRUE(written.ok()) << written.status();
   StageProgress p = Progress(*id, 6, false);
   CheckpointWritten* w = p.add_checkpoints();
@@ -411,7 +460,7 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   auto listed = core_->ListCheckpoints(*id);
   ASSERT_TRUE(listed.ok());
   ASSERT_EQ(listed->size(), 1u);
-  auto manifest = ReadManifest(version_dir);
+  auto manifest = ReadManifest(TestRoots(), version_dir);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->version(), 4);
   // w1 dies: w2 takes its place from version 4; the ledger rolls back.
@@ -454,6 +503,84 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   EXPECT_EQ(again.restarts(1).rolled_back_to(), 0);
   EXPECT_EQ(again.checkpoint_version(), 0);
   EXPECT_TRUE(calls_.Has("assign w2:1 attempt 2 from v0"));
+}
+
+// Nothing outside --checkpoint_root: a spec's checkpoint.dir, a --resume
+// manifest, a directory a worker reports.
+TEST_F(CoreTest, CheckpointsOutsideTheRootAreRefused) {
+  JobSpec outside = spec_;
+  outside.mutable_checkpoint()->set_dir("/etc/aqueduct-ck");
+  outside.mutable_checkpoint()->set_every_steps(4);
+  auto refused = core_->SubmitJob(outside, nullptr);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find(
+                "checkpoint.dir: '/etc/aqueduct-ck' is outside the "
+                "coordinator's --checkpoint_root ("),
+            std::string::npos)
+      << refused.status();
+  outside.mutable_checkpoint()->set_dir(TempPath("../../../../../../tmp/x"));
+  EXPECT_EQ(core_->SubmitJob(outside, nullptr).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // --resume: whether the path exists or not, nothing of it is revealed.
+  for (const std::string path :
+       {"/etc/shadow", "/etc", "/no/such/dir/v00000001", "/dev/zero"}) {
+    auto resume = core_->SubmitJob(spec_, nullptr, path);
+    EXPECT_EQ(resume.status().code(), absl::StatusCode::kPermissionDenied)
+        << path << ": " << resume.status();
+    EXPECT_NE(resume.status().message().find("is outside the coordinator's "
+                                             "--checkpoint_root"),
+              std::string::npos)
+        << resume.status();
+    EXPECT_EQ(resume.status().message().find("root:"), std::string::npos);
+  }
+  // A FIFO inside the root answers at once (it is not read).
+  const std::string fifo = TempPath("core_test_fifo");
+  std::filesystem::remove_all(fifo);
+  ASSERT_EQ(std::filesystem::create_directories(fifo), true);
+  ASSERT_EQ(mkfifo((fifo + "/manifest.json").c_str(), 0600), 0);
+  auto blocked = core_->SubmitJob(spec_, nullptr, fifo);
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kDataLoss)
+      << blocked.status();
+  EXPECT_NE(blocked.status().message().find("is a FIFO"), std::string::npos);
+
+  // A coordinator with no --checkpoint_root accepts no checkpoint.dir.
+  CoordinatorOptions none;
+  RestartWith(none);
+  JobSpec inside = spec_;
+  inside.mutable_checkpoint()->set_dir(TempPath("core_test_ck"));
+  inside.mutable_checkpoint()->set_every_steps(4);
+  auto unset = core_->SubmitJob(inside, nullptr);
+  EXPECT_EQ(unset.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(unset.status().message().find("(none set)"), std::string::npos)
+      << unset.status();
+}
+
+TEST_F(CoreTest, AReportedDirectoryOutsideTheRootIsNotCommitted) {
+  const std::string dir = TempPath("core_test_reported");
+  std::filesystem::remove_all(dir);
+  spec_.mutable_checkpoint()->set_dir(dir);
+  spec_.mutable_checkpoint()->set_every_steps(4);
+  AddWorker("w1");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitFor(*id, v1::JOB_RUNNING);
+  // A worker claims its file of version 4 is in a directory outside.
+  const std::string outside = std::string("/tmp/aqueduct-core-test-") +
+                              std::to_string(getpid()) + "/v00000004";
+  std::filesystem::remove_all(DirName(outside));
+  StageProgress p = Progress(*id, 6, false);
+  CheckpointWritten* w = p.add_checkpoints();
+  w->set_version(4);
+  w->mutable_file()->set_name(StageFileName(0, 0));
+  w->mutable_file()->set_layer_end(spec_.model().layers_size());
+  w->set_dir(outside);
+  // Refused (progress_checks.h), or accepted and not committed.
+  (void)core_->ReportProgress("w1", "inc-w1", {p});
+  // The committer runs on its own thread: give it time, then look.
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(core_->GetJob(*id)->checkpoint_version(), 0);
+  EXPECT_FALSE(std::filesystem::exists(DirName(outside)));
 }
 
 TEST_F(CoreTest, EverySecondsAsksForAVersionAheadOfTheStages) {
@@ -591,12 +718,11 @@ TEST_F(CoreTest, BadInputGetsPreciseErrors) {
   // w2 is not in the job.
   const absl::Status wrong =
       core_->ReportProgress("w2", "inc-w2", {Progress(*id, 1, false)});
-  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(wrong.message(),
-            "worker w2 reports progress for stage 0 replica 0 of job " + *id +
-                ", which is not its assignment");
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(wrong.message(), "worker w2 reports progress for job " + *id +
+                                 ", which it is not assigned to");
   EXPECT_EQ(core_->ReportProgress("w1", "stale", {}).code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kPermissionDenied);
   StageProgress unknown = Progress("job-none", 1, false);
   EXPECT_EQ(core_->ReportProgress("w1", "inc-w1", {unknown}).code(),
             absl::StatusCode::kNotFound);
@@ -671,6 +797,518 @@ TEST_F(CoreTest, HeartbeatTellsWorkersToStopFinishedJobs) {
   ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", "job-gone", &stop).ok());
   EXPECT_EQ(stop, std::vector<std::string>{"job-gone"});
   EXPECT_EQ(core_->Heartbeat("w1", "other", "", &stop).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// ---- The queue: ids, owners, limits, fairness, pages (jobs/queue.h) ----
+
+TEST_F(CoreTest, JobIdsCarrySixtyFourRandomBits) {
+  auto first = core_->SubmitJob(spec_, nullptr);
+  auto second = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const std::regex form("job-[0-9a-f]+-([0-9]+)-[0-9a-f]{16}");
+  std::smatch m1, m2;
+  ASSERT_TRUE(std::regex_match(*first, m1, form)) << *first;
+  ASSERT_TRUE(std::regex_match(*second, m2, form)) << *second;
+  EXPECT_EQ(std::stoi(m2[1]), std::stoi(m1[1]) + 1) << "readable order";
+  // Another coordinator started at the same second numbers its jobs the
+  // same: only the random part tells them apart.
+  Restart();
+  auto again = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->substr(0, again->size() - 16),
+            first->substr(0, first->size() - 16));
+  EXPECT_NE(*again, *first);
+}
+
+// The owner is shown in the job's status and kept by the journal, for
+// finished and unfinished jobs, and counts against the per-user limit
+// after a restart.
+TEST_F(CoreTest, OwnersAreShownAndJournaled) {
+  const std::string path = TempPath("core_test_owner.journal");
+  std::remove(path.c_str());
+  CoordinatorOptions o;
+  o.max_jobs_per_user = 1;
+  RestartWith(o);
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  auto alice = core_->SubmitJob(spec_, nullptr, "", "alice");
+  auto bob = core_->SubmitJob(spec_, nullptr, "", "bob");
+  ASSERT_TRUE(alice.ok() && bob.ok());
+  ASSERT_EQ(*core_->CancelJob(*bob), v1::JOB_CANCELLED);
+  EXPECT_EQ(core_->GetJob(*alice)->owner(), "alice");
+  EXPECT_EQ(core_->GetJob(*bob)->owner(), "bob");
+  RestartWith(o);
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  EXPECT_EQ(core_->GetJob(*alice)->state(), v1::JOB_PENDING);
+  EXPECT_EQ(core_->GetJob(*alice)->owner(), "alice");
+  EXPECT_EQ(core_->GetJob(*bob)->owner(), "bob");
+  EXPECT_EQ(core_->SubmitJob(spec_, nullptr, "", "alice").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(core_->SubmitJob(spec_, nullptr, "", "bob").ok());
+}
+
+TEST_F(CoreTest, TheQueueIsBoundedInAllAndPerUser) {
+  CoordinatorOptions o;
+  o.max_pending_jobs = 5;
+  o.max_jobs_per_user = 2;
+  RestartWith(o);
+  auto a1 = core_->SubmitJob(spec_, nullptr, "", "alice");
+  ASSERT_TRUE(a1.ok());
+  ASSERT_TRUE(core_->SubmitJob(spec_, nullptr, "", "alice").ok());
+  const absl::Status third =
+      core_->SubmitJob(spec_, nullptr, "", "alice").status();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(third.message(),
+            "user 'alice' has 2 unfinished jobs, the most one user may have "
+            "(--max_jobs_per_user); submit again once some have finished or "
+            "cancel some");
+  // A finished job no longer counts.
+  ASSERT_EQ(*core_->CancelJob(*a1), v1::JOB_CANCELLED);
+  EXPECT_TRUE(core_->SubmitJob(spec_, nullptr, "", "alice").ok());
+  // Callers without a credential share one allowance.
+  ASSERT_TRUE(core_->SubmitJob(spec_, nullptr).ok());
+  ASSERT_TRUE(core_->SubmitJob(spec_, nullptr).ok());
+  EXPECT_EQ(core_->SubmitJob(spec_, nullptr).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // 4 pending: bob gets the fifth place, carol finds the queue full.
+  ASSERT_TRUE(core_->SubmitJob(spec_, nullptr, "", "bob").ok());
+  const absl::Status full =
+      core_->SubmitJob(spec_, nullptr, "", "carol").status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.message(),
+            "the queue is full: 5 jobs are pending, the most the coordinator "
+            "accepts (--max_pending_jobs); submit again once some have "
+            "started");
+  // Jobs that leave the queue for workers make room.
+  AddWorker("w1");
+  const std::string started = core_->ListWorkers()[0].job_id();
+  ASSERT_FALSE(started.empty());
+  WaitFor(started, v1::JOB_RUNNING);
+  EXPECT_TRUE(core_->SubmitJob(spec_, nullptr, "", "carol").ok());
+}
+
+// The issue's attack: one job asking for 100,000 workers with a huge wait
+// blocked every job after it. Now the 1-worker job behind it starts at
+// once, and the big one's wait is capped.
+TEST_F(CoreTest, AJobAskingForMoreWorkersThanExistBlocksNoOne) {
+  CoordinatorOptions o;
+  o.max_wait_for_workers = absl::Seconds(20);
+  o.reserve_after = absl::Seconds(5);
+  RestartWith(o);
+  AddWorker("w1");
+  AddWorker("w2");
+  JobSpec huge = spec_;
+  huge.mutable_pipeline()->set_workers(100000);
+  huge.mutable_pipeline()->set_wait_for_workers_ms(int64_t{7} * 86400000);
+  auto big = core_->SubmitJob(huge, nullptr);
+  ASSERT_TRUE(big.ok()) << big.status();
+  auto small = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*small, v1::JOB_RUNNING);
+  // Long past reserve_after it holds nothing: it could never run here.
+  Beat(10, {"w1", "w2"});
+  auto later = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*later, v1::JOB_RUNNING);
+  EXPECT_EQ(core_->GetJob(*big)->state(), v1::JOB_PENDING);
+  Beat(10, {"w1", "w2"});
+  const JobStatus failed = *core_->GetJob(*big);
+  EXPECT_EQ(failed.state(), v1::JOB_FAILED);
+  EXPECT_EQ(failed.reason(),
+            "timed out after 20.0 s waiting for 100000 healthy idle "
+            "worker(s) (0 available)");
+}
+
+// Backfill, and the hold that keeps a big job from starving: once it has
+// waited reserve_after, later small jobs no longer take the idle workers
+// it needs, and it starts when the busy ones free up.
+TEST_F(CoreTest, ALongWaitingJobHoldsTheWorkersItNeeds) {
+  CoordinatorOptions o;
+  o.reserve_after = absl::Seconds(5);
+  o.default_wait_for_workers = absl::Seconds(60);
+  RestartWith(o);
+  const std::vector<std::string> all = {"w1", "w2", "w3"};
+  for (const std::string& w : all) AddWorker(w);
+  auto first = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*first, v1::JOB_RUNNING);  // On w1.
+  JobSpec three = spec_;
+  three.mutable_pipeline()->set_workers(3);
+  auto big = core_->SubmitJob(three, nullptr);
+  // Young, the big job lets a later one start on an idle worker.
+  auto backfilled = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*backfilled, v1::JOB_RUNNING);  // On w2.
+  EXPECT_EQ(core_->GetJob(*big)->state(), v1::JOB_PENDING);
+  Beat(6, all);
+  // Past reserve_after it holds the idle w3: a new job waits behind it.
+  auto held = core_->SubmitJob(spec_, nullptr);
+  Beat(1, all);
+  EXPECT_EQ(core_->GetJob(*held)->state(), v1::JOB_PENDING);
+  ASSERT_TRUE(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*first, 16, true)}).ok());
+  ASSERT_TRUE(
+      core_->ReportProgress("w2", "inc-w2", {Progress(*backfilled, 16, true)})
+          .ok());
+  // Every worker is free: the big job takes them, the new one still waits.
+  const JobStatus started = WaitFor(*big, v1::JOB_RUNNING);
+  EXPECT_EQ(started.workers(), 3);
+  EXPECT_EQ(core_->GetJob(*held)->state(), v1::JOB_PENDING);
+}
+
+// Pages hold every job exactly once, in submission order, while jobs are
+// submitted between the pages.
+TEST_F(CoreTest, ListJobsPagesThroughEveryJobOnceWhileJobsAreAdded) {
+  std::vector<std::string> submitted;
+  auto submit = [&] {
+    auto id = core_->SubmitJob(spec_, nullptr);
+    ASSERT_TRUE(id.ok()) << id.status();
+    submitted.push_back(*id);
+  };
+  for (int i = 0; i < 23; ++i) submit();
+  std::vector<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    auto page = core_->ListJobs(7, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_LE(page->jobs.size(), 7u);
+    for (const JobStatus& j : page->jobs) listed.push_back(j.job_id());
+    token = page->next_page_token;
+    if (++pages <= 3) {
+      submit();
+      submit();
+    }
+  } while (!token.empty() && pages < 100);
+  EXPECT_EQ(listed, submitted);
+  EXPECT_EQ(pages, 5);  // 29 jobs, 7 a page.
+  // The default page holds them all; a last page has no token.
+  auto all = core_->ListJobs(0, "");
+  EXPECT_EQ(all->jobs.size(), submitted.size());
+  EXPECT_EQ(all->next_page_token, "");
+}
+
+// Pages are cut by bytes too (statuses with loss curves are large): each
+// holds at least one job, and every job is listed once.
+TEST_F(CoreTest, ListJobsPagesStayUnderTheirByteLimit) {
+  CoordinatorOptions o;
+  o.max_jobs_page_bytes = 2000;
+  RestartWith(o);
+  JobSpec named = spec_;
+  named.set_name(std::string(250, 'n'));
+  std::vector<std::string> submitted;
+  for (int i = 0; i < 12; ++i) {
+    submitted.push_back(*core_->SubmitJob(named, nullptr));
+  }
+  const size_t one = core_->GetJob(submitted[0])->ByteSizeLong();
+  ASSERT_GT(one, 300u);
+  std::vector<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    ++pages;
+    auto page = core_->ListJobs(1000, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_FALSE(page->jobs.empty());
+    size_t bytes = 0;
+    for (const JobStatus& j : page->jobs) {
+      listed.push_back(j.job_id());
+      bytes += j.ByteSizeLong();
+    }
+    EXPECT_LE(bytes, 2000u);
+    token = page->next_page_token;
+  } while (!token.empty() && pages < 100);
+  EXPECT_EQ(listed, submitted);
+  EXPECT_GE(pages, 2) << "12 statuses of " << one << " bytes in 2000";
+  // One job larger than the limit still gets its page.
+  o.max_jobs_page_bytes = 10;
+  RestartWith(o);
+  ASSERT_TRUE(core_->SubmitJob(named, nullptr).ok());
+  ASSERT_TRUE(core_->SubmitJob(named, nullptr).ok());
+  auto first = core_->ListJobs(0, "");
+  EXPECT_EQ(first->jobs.size(), 1u);
+  EXPECT_EQ(core_->ListJobs(0, first->next_page_token)->jobs.size(), 1u);
+}
+
+TEST_F(CoreTest, ListJobsRefusesBadPageSizesAndTokens) {
+  ASSERT_TRUE(core_->SubmitJob(spec_, nullptr).ok());
+  ASSERT_TRUE(core_->SubmitJob(spec_, nullptr).ok());
+  const auto negative = core_->ListJobs(-1, "");
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(negative.status().message(),
+            "ListJobsRequest.page_size=-1 must not be negative");
+  const auto garbage = core_->ListJobs(1, "job-1");
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(garbage.status().message().rfind("ListJobsRequest.page_token ", 0),
+            0u);
+  // A token of an earlier run of the coordinator.
+  const std::string token = core_->ListJobs(1, "")->next_page_token;
+  ASSERT_FALSE(token.empty());
+  EXPECT_EQ(core_->ListJobs(1, token)->jobs.size(), 1u);
+  Restart();
+  EXPECT_EQ(core_->ListJobs(1, token).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoreTest, OversizedStringsAreRefusedNamingTheField) {
+  JobSpec named = spec_;
+  named.set_name(std::string(100 << 10, 'x'));
+  const absl::Status s = core_->SubmitJob(named, nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "invalid job spec: name is 102400 bytes, more than the 256 "
+            "allowed");
+  EXPECT_EQ(core_->SubmitJob(spec_, nullptr, std::string(5000, 'r'))
+                .status()
+                .message(),
+            "resume is 5000 bytes, more than the 4096 allowed");
+  EXPECT_EQ(core_->SubmitJob(spec_, nullptr, "", std::string(300, 'o'))
+                .status()
+                .message(),
+            "owner is 300 bytes, more than the 256 allowed");
+  EXPECT_TRUE(core_->ListJobs(0, "")->jobs.empty());
+}
+
+// ---- Issue 14: who may report progress and use the store ----
+
+// The issue's regression: a forged ReportProgress marked a 3000-step job
+// SUCCEEDED with accuracy 0.999. Only the incarnation registered for the
+// worker, reporting for the stage it runs, with values in range, counts.
+TEST_F(CoreTest, ForgedProgressIsRefusedAndTheJobUnharmed) {
+  spec_.set_epochs(0);
+  spec_.set_max_steps(3000);
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitFor(*id, v1::JOB_RUNNING);
+  StageProgress forged = Progress(*id, 3000, true);
+  forged.set_test_accuracy(0.999);
+  struct Case {
+    std::string worker, incarnation;
+    std::function<void(StageProgress*)> change;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"w1", "guessed", [](StageProgress*) {},
+       absl::StatusCode::kPermissionDenied,
+       "worker w1 reports progress as incarnation guessed, which is not its "
+       "registered incarnation"},
+      {"w2", "inc-w2", [](StageProgress*) {},
+       absl::StatusCode::kPermissionDenied,
+       "worker w2 reports progress for job " + *id +
+           ", which it is not assigned to"},
+      {"w1", "inc-w1", [](StageProgress* p) { p->set_stage(1); },
+       absl::StatusCode::kPermissionDenied,
+       "worker w1 reports progress for stage 1 replica 0 of job " + *id +
+           "; it runs stage 0 replica 0"},
+      {"w1", "inc-w1", [](StageProgress* p) { p->set_replica(3); },
+       absl::StatusCode::kPermissionDenied,
+       "worker w1 reports progress for stage 0 replica 3 of job " + *id +
+           "; it runs stage 0 replica 0"},
+      {"w1", "inc-w1", [](StageProgress* p) { p->set_attempt(7); },
+       absl::StatusCode::kPermissionDenied,
+       "worker w1 reports progress for attempt 7 of job " + *id +
+           ", which has not started (it runs attempt 0)"},
+      {"w1", "inc-w1",
+       [](StageProgress* p) {
+         p->set_committed_version(std::numeric_limits<int64_t>::max());
+       },
+       absl::StatusCode::kInvalidArgument,
+       "stages[0].committed_version=9223372036854775807 is outside [0, 3000] "
+       "(the job's total steps)"},
+      {"w1", "inc-w1",
+       [](StageProgress* p) {
+         p->set_utilization(-std::numeric_limits<double>::infinity());
+       },
+       absl::StatusCode::kInvalidArgument,
+       "stages[0].utilization=-inf is not a finite number in [0, 1.05]"},
+      {"ghost", "x", [](StageProgress*) {}, absl::StatusCode::kNotFound,
+       "worker ghost is not registered"},
+      {std::string(4096, 'w'), "x", [](StageProgress*) {},
+       absl::StatusCode::kInvalidArgument, ""},
+  };
+  for (const Case& c : cases) {
+    StageProgress p = forged;
+    c.change(&p);
+    const absl::Status s = core_->ReportProgress(c.worker, c.incarnation, {p});
+    EXPECT_EQ(s.code(), c.code) << s;
+    if (!c.message.empty()) {
+      EXPECT_EQ(s.message(), c.message);
+    }
+  }
+  // All or nothing: a good report next to a forged one changes nothing.
+  StageProgress bad_stage = forged;
+  bad_stage.set_stage(1);
+  EXPECT_EQ(core_
+                ->ReportProgress("w1", "inc-w1",
+                                 {Progress(*id, 10, false), bad_stage})
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  JobStatus unharmed = *core_->GetJob(*id);
+  EXPECT_EQ(unharmed.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(unharmed.step(), 0);
+  EXPECT_EQ(unharmed.test_accuracy(), 0);
+  // The worker itself reports as ever, and the job ends as it says.
+  ASSERT_TRUE(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*id, 3000, true)}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(core_->GetJob(*id)->test_accuracy(), 0.75);
+}
+
+// A job's own worker's late report, after the job finished, is accepted
+// and ignored (it was released with the job); anyone else's is refused.
+TEST_F(CoreTest, LateReportsOfAFinishedJob) {
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_TRUE(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*id, 16, true)}).ok());
+  ASSERT_EQ(core_->GetJob(*id)->state(), v1::JOB_SUCCEEDED);
+  StageProgress late = Progress(*id, 16, true);
+  late.set_test_accuracy(0.25);
+  EXPECT_TRUE(core_->ReportProgress("w1", "inc-w1", {late}).ok());
+  EXPECT_EQ(core_->ReportProgress("w2", "inc-w2", {late}).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(core_->GetJob(*id)->test_accuracy(), 0.75);
+}
+
+// What a new incarnation of a running worker's id does: it fences the old
+// one and the job restarts (that is how a restarted worker process takes
+// its name back). Who may register an id is decided by the caller's
+// credential in the gRPC adapter, so a stranger cannot do this; the job's
+// status does not tell the new incarnation, and the old one's reports are
+// refused.
+TEST_F(CoreTest, ANewIncarnationOfARunningWorkerRestartsItsJob) {
+  AddWorker("w1");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  WorkerInfo again;
+  again.set_worker_id("w1");
+  again.set_incarnation("inc-new");
+  again.set_version("0.1.0");
+  again.set_address("w1:1");
+  ASSERT_TRUE(core_->RegisterWorker(again).ok());
+  const JobStatus s = WaitFor(*id, v1::JOB_RUNNING);
+  EXPECT_EQ(s.attempt(), 1);
+  ASSERT_EQ(s.restarts_size(), 1);
+  EXPECT_EQ(s.restarts(0).reason(),
+            "worker w1 (stage 0, replica 0) is FENCED: superseded by a new "
+            "incarnation");
+  EXPECT_EQ(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*id, 1, false)}).code(),
+      absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CoreTest, RegistrationFieldsAreBoundedAndDeadWorkersForgotten) {
+  WorkerInfo info;
+  info.set_worker_id("w1");
+  info.set_incarnation("i");
+  info.set_version("0.1.0");
+  info.set_address("w1:1");
+  info.mutable_device()->set_name(std::string(4096, 'd'));
+  const absl::Status s = core_->RegisterWorker(info);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("info.device.name has 4096 bytes; the limit is "
+                             "256"),
+            std::string::npos)
+      << s;
+  v1::StageClaim claim;
+  claim.set_job_id("job/../../x");
+  info.mutable_device()->clear_name();
+  EXPECT_EQ(core_->RegisterWorker(info, &claim).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<std::string> stop;
+  EXPECT_EQ(core_->Heartbeat("w1", "i", std::string(4096, 'j'), &stop).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(core_->ListWorkers().empty());
+  // w1 runs a job and dies: the job restarts without it; ten minutes
+  // later nobody lists it, and the job is untouched by its going.
+  AddWorker("w1");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  AddWorker("w2");
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", "", &stop).ok());
+    core_->Tick();
+  }
+  JobStatus restarted = WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_EQ(restarted.attempt(), 1);
+  EXPECT_EQ(restarted.stages(0).workers(0), "w2");
+  ASSERT_EQ(core_->ListWorkers().size(), 2u);
+  for (int i = 0; i < 600; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", *id, &stop, 1).ok());
+    core_->Tick();
+  }
+  const std::vector<WorkerStatus> left = core_->ListWorkers();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].info().worker_id(), "w2");
+  EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_RUNNING);
+  EXPECT_EQ(core_->GetJob(*id)->attempt(), 1);
+  // Its id registers afresh.
+  AddWorker("w1");
+  EXPECT_EQ(core_->ListWorkers().size(), 2u);
+}
+
+TEST_F(CoreTest, StoreKeysBelongToTheAttemptAJobRuns) {
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  const std::string key = "jobs/" + *id + "/a0/gloo/0";
+  // The assigned worker may use the job's keys; no one else.
+  EXPECT_TRUE(core_->CheckStoreAccess("w1", key).ok());
+  const absl::Status other = core_->CheckStoreAccess("w2", key);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(other.message(), "worker w2 may not use the store keys of job " +
+                                 *id +
+                                 ": it is not a live worker assigned to that "
+                                 "job");
+  EXPECT_EQ(core_->CheckStoreAccess("ghost", key).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(core_->CheckStoreAccess("w1", "jobs/job-other/a0/x").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(core_->CheckStoreAccess("w1", "elsewhere").code(),
+            absl::StatusCode::kInvalidArgument);
+  // Writes go to the attempt running now, and nowhere else: not a job
+  // that does not exist yet, nor another attempt.
+  ASSERT_TRUE(core_->StoreSet(key, "10.0.0.1:5000").ok());
+  EXPECT_EQ(*core_->StoreAdd("jobs/" + *id + "/a0/barrier", 1), 1);
+  EXPECT_EQ(*core_->StoreGet(key, absl::Now()), "10.0.0.1:5000");
+  EXPECT_EQ(core_->StoreSet("jobs/job-future/a0/gloo/0", "x").code(),
+            absl::StatusCode::kNotFound);
+  const absl::Status later = core_->StoreSet("jobs/" + *id + "/a1/k", "x");
+  EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(later.message(), "store key 'jobs/" + *id +
+                                 "/a1/k' is of attempt 1 of job " + *id +
+                                 ", which is not running (the job is RUNNING "
+                                 "at attempt 0)");
+  EXPECT_EQ(core_->store()->keys_of_job(*id), 2u);
+  // The job ends: its keys go, and no more can be set.
+  ASSERT_EQ(*core_->CancelJob(*id), v1::JOB_CANCELLED);
+  EXPECT_EQ(core_->store()->keys(), 0u);
+  EXPECT_EQ(core_->StoreSet(key, "x").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->CheckStoreAccess("w1", key).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CoreTest, ARestartDeletesTheEndedAttemptsKeys) {
+  AddWorker("w1");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_TRUE(core_->StoreSet("jobs/" + *id + "/a0/gloo/0", "x").ok());
+  calls_.SetDead("w1:1");
+  StageProgress error = Progress(*id, 2, false);
+  error.set_error("peer gone");
+  ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {error}).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (core_->GetJob(*id)->attempt() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(core_->GetJob(*id)->attempt(), 1);
+  EXPECT_EQ(core_->store()->keys(), 0u);
+  EXPECT_EQ(core_->StoreSet("jobs/" + *id + "/a0/gloo/0", "x").code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

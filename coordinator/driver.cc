@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/core.h"
+#include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
 #include "pipeline/policy.h"
@@ -48,6 +49,8 @@ bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
   for (const std::string& w : in->reserved) {
     auto status = registry_.Get(w);
     in->addresses.push_back(status.ok() ? status->info().address() : "");
+    in->memory_bytes.push_back(
+        status.ok() ? status->info().device().memory_bytes() : 0);
   }
   return true;
 }
@@ -218,6 +221,12 @@ void CoordinatorCore::Drive(const std::string& job_id) {
   if (!ReadDriveInput(job_id, &in)) return;
   auto plan = ProfileAndPlan(in);
   if (!plan.ok()) return FailJob(job_id, std::string(plan.status().message()));
+  // A plan its workers cannot hold fails here, naming the stage, rather
+  // than on a worker that cannot allocate it.
+  if (absl::Status fits = CheckPlanFits(*plan, in.memory_bytes, in.reserved);
+      !fits.ok()) {
+    return FailJob(job_id, std::string(fits.message()));
+  }
   Assignments assignments;
   if (!RecordPlan(job_id, in, *plan, &assignments)) return;
   if (absl::Status s = AssignAndStart(job_id, in.attempt, assignments);

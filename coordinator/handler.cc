@@ -1,19 +1,71 @@
 #include "coordinator/handler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
+#include "coordinator/input_checks.h"
 #include "coordinator/model_store.h"
 
 namespace aqueduct {
 
 namespace {
+
+// ListWorkers' pages: workers by default and at most, and bytes at most
+// (under gRPC's default 4 MiB receive limit, whatever the client).
+constexpr int kDefaultWorkersPage = 500;
+constexpr int kMaxWorkersPage = 5000;
+constexpr size_t kMaxWorkersPageBytes = size_t{3} << 20;
+// A workers' page token: "w:<last worker id>" in web-safe base64.
+constexpr char kWorkersTokenPrefix[] = "w:";
+
+std::string WorkersPageToken(const std::string& last_id) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kWorkersTokenPrefix, last_id));
+}
+
+// The worker id a token names ("" for the first page).
+absl::StatusOr<std::string> WorkerAfter(const std::string& token) {
+  if (token.empty()) return std::string();
+  std::string decoded;
+  absl::string_view id;
+  if (token.size() <= 4 * kMaxWorkerIdBytes &&
+      absl::WebSafeBase64Unescape(token, &decoded) &&
+      absl::StartsWith(decoded, kWorkersTokenPrefix)) {
+    id = absl::string_view(decoded).substr(sizeof(kWorkersTokenPrefix) - 1);
+    if (CheckName("", id, kMaxWorkerIdBytes).ok()) return std::string(id);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("ListWorkersRequest.page_token=", Quoted(token),
+                   " is not a token this coordinator gave"));
+}
+
+// Calls that wait hold a gRPC server thread each: at most `limit` at once.
+class WaitingCalls {
+ public:
+  explicit WaitingCalls(int limit) : limit_(limit) {}
+  // OK and a slot held until Leave(), or RESOURCE_EXHAUSTED.
+  absl::Status Enter() {
+    if (held_.fetch_add(1) < limit_) return absl::OkStatus();
+    held_.fetch_sub(1);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many waiting calls (limit ", limit_,
+                     ", --max_waiting_calls); try again later"));
+  }
+  void Leave() { held_.fetch_sub(1); }
+
+ private:
+  const int limit_;
+  std::atomic<int> held_{0};
+};
 
 // "JOB_RUNNING" -> "RUNNING".
 std::string StateName(v1::JobState state) {
@@ -41,7 +93,9 @@ absl::Status SameUpload(const v1::UploadModelChunk& first,
 class CoreHandler final : public CoordinatorHandler {
  public:
   CoreHandler(CoordinatorCore* core, ModelStore* models)
-      : core_(core), models_(models) {}
+      : core_(core),
+        models_(models),
+        waiting_(core->options().max_waiting_calls) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request) override {
@@ -94,9 +148,11 @@ class CoreHandler final : public CoordinatorHandler {
 
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
       const v1::SubmitJobRequest& request) override {
+    // request.owner is the caller's credential's name: the gRPC adapter
+    // sets it, overwriting what the client sent.
     auto id = core_->SubmitJob(
         request.spec(), request.has_profile() ? &request.profile() : nullptr,
-        request.resume());
+        request.resume(), request.owner());
     if (!id.ok()) return id.status();
     v1::SubmitJobResponse response;
     response.set_job_id(*id);
@@ -109,9 +165,13 @@ class CoreHandler final : public CoordinatorHandler {
   }
 
   absl::StatusOr<v1::ListJobsResponse> ListJobs(
-      const v1::ListJobsRequest&) override {
+      const v1::ListJobsRequest& request) override {
+    ASSIGN_OR_RETURN(JobPage page, core_->ListJobs(request.page_size(),
+                                                   request.page_token()));
     v1::ListJobsResponse response;
-    for (JobStatus& j : core_->ListJobs()) *response.add_jobs() = std::move(j);
+    response.mutable_jobs()->Reserve(static_cast<int>(page.jobs.size()));
+    for (JobStatus& j : page.jobs) response.add_jobs()->Swap(&j);
+    response.set_next_page_token(std::move(page.next_page_token));
     return response;
   }
 
@@ -130,13 +190,7 @@ class CoreHandler final : public CoordinatorHandler {
   }
 
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
-      const v1::ListWorkersRequest&) override {
-    std::vector<WorkerStatus> workers = core_->ListWorkers();
-    v1::ListWorkersResponse response;
-    response.mutable_workers()->Reserve(static_cast<int>(workers.size()));
-    for (WorkerStatus& w : workers) response.add_workers()->Swap(&w);
-    return response;
-  }
+      const v1::ListWorkersRequest& request) override;
 
   absl::StatusOr<v1::PartitionPlan> GetPlan(
       const v1::GetPlanRequest& request) override {
@@ -150,34 +204,19 @@ class CoreHandler final : public CoordinatorHandler {
 
   absl::StatusOr<v1::StoreSetResponse> StoreSet(
       const v1::StoreSetRequest& request) override {
-    absl::Status s = core_->store()->Set(request.key(), request.value());
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(core_->StoreSet(request.key(), request.value()));
     return v1::StoreSetResponse();
   }
 
   absl::StatusOr<v1::StoreGetResponse> StoreGet(
-      const v1::StoreGetRequest& request, absl::Time deadline) override {
-    if (request.wait_ms() < 0) {
-      return absl::InvalidArgumentError(
-          "StoreGet.wait_ms must not be negative");
-    }
-    // Waits are capped at 5 minutes whatever the caller's deadline.
-    const absl::Time until =
-        std::min({deadline, absl::Now() + absl::Minutes(5),
-                  absl::Now() + absl::Milliseconds(request.wait_ms())});
-    auto value = core_->store()->Get(request.key(), until);
-    if (!value.ok()) return value.status();
-    v1::StoreGetResponse response;
-    response.set_value(*std::move(value));
-    return response;
-  }
+      const v1::StoreGetRequest& request, absl::Time deadline) override;
 
   absl::StatusOr<v1::StoreAddResponse> StoreAdd(
       const v1::StoreAddRequest& request) override {
-    auto value = core_->store()->Add(request.key(), request.delta());
-    if (!value.ok()) return value.status();
+    ASSIGN_OR_RETURN(const int64_t value,
+                     core_->StoreAdd(request.key(), request.delta()));
     v1::StoreAddResponse response;
-    response.set_value(*value);
+    response.set_value(value);
     return response;
   }
 
@@ -214,12 +253,67 @@ class CoreHandler final : public CoordinatorHandler {
 
   CoordinatorCore* core_;
   ModelStore* models_;
+  WaitingCalls waiting_;
 };
+
+absl::StatusOr<v1::ListWorkersResponse> CoreHandler::ListWorkers(
+    const v1::ListWorkersRequest& request) {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ListWorkersRequest.page_size=", request.page_size(),
+                     " must not be negative"));
+  }
+  const int size = request.page_size() == 0
+                       ? kDefaultWorkersPage
+                       : std::min(request.page_size(), kMaxWorkersPage);
+  ASSIGN_OR_RETURN(const std::string after, WorkerAfter(request.page_token()));
+  bool more = false;
+  std::vector<WorkerStatus> workers =
+      core_->ListWorkersPage(after, size, kMaxWorkersPageBytes, &more);
+  v1::ListWorkersResponse response;
+  response.mutable_workers()->Reserve(static_cast<int>(workers.size()));
+  for (WorkerStatus& w : workers) {
+    // A worker's incarnation proves its calls; nobody else is shown it.
+    w.mutable_info()->clear_incarnation();
+    response.add_workers()->Swap(&w);
+  }
+  if (more && response.workers_size() > 0) {
+    response.set_next_page_token(WorkersPageToken(
+        response.workers(response.workers_size() - 1).info().worker_id()));
+  }
+  return response;
+}
+
+absl::StatusOr<v1::StoreGetResponse> CoreHandler::StoreGet(
+    const v1::StoreGetRequest& request, absl::Time deadline) {
+  if (request.wait_ms() < 0) {
+    return absl::InvalidArgumentError("StoreGet.wait_ms must not be negative");
+  }
+  v1::StoreGetResponse response;
+  // A key already there (or a call that does not wait) takes no slot.
+  absl::StatusOr<std::string> value =
+      core_->StoreGet(request.key(), absl::InfinitePast());
+  if (!value.ok() && absl::IsDeadlineExceeded(value.status()) &&
+      request.wait_ms() > 0) {
+    RETURN_IF_ERROR(waiting_.Enter());
+    absl::Cleanup leave = [this] { waiting_.Leave(); };
+    const absl::Time now = absl::Now();
+    const absl::Time until =
+        std::min({deadline, now + core_->options().max_store_wait,
+                  now + absl::Milliseconds(request.wait_ms())});
+    value = core_->StoreGet(request.key(), until);
+  }
+  if (!value.ok()) return value.status();
+  response.set_value(*std::move(value));
+  return response;
+}
 
 absl::Status CoreHandler::WatchJob(
     const v1::WatchJobRequest& request, absl::Time deadline,
     const std::function<bool()>& cancelled,
     const std::function<bool(const v1::JobStatus&)>& write) {
+  RETURN_IF_ERROR(waiting_.Enter());
+  absl::Cleanup leave = [this] { waiting_.Leave(); };
   const double rate =
       request.max_rate_hz() > 0 ? std::min(request.max_rate_hz(), 50.0) : 4.0;
   const absl::Duration min_gap = absl::Seconds(1.0 / rate);

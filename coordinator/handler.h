@@ -10,7 +10,11 @@
 // the job's recorded model.
 //
 // Thread-safety: implementations are thread-safe. Calls that wait (StoreGet
-// with a wait, WatchJob) end by `deadline`.
+// with a wait, WatchJob) end by `deadline`, and each holds a server thread
+// meanwhile: at most CoordinatorOptions::max_waiting_calls of them wait at
+// once, and a further one is RESOURCE_EXHAUSTED "too many waiting calls
+// (limit N)" at once rather than queued (a StoreGet whose key is already
+// set answers without waiting, whatever the count).
 #ifndef AQUEDUCT_COORDINATOR_HANDLER_H_
 #define AQUEDUCT_COORDINATOR_HANDLER_H_
 
@@ -50,13 +54,17 @@ class CoordinatorHandler {
   // Calls `write` with the job's status whenever it changes (at most
   // max_rate_hz times a second), until the job is final, `write` returns
   // false (the client went away), `cancelled` returns true, or `deadline`
-  // (DEADLINE_EXCEEDED).
+  // (DEADLINE_EXCEEDED). RESOURCE_EXHAUSTED when too many calls wait.
   virtual absl::Status WatchJob(
       const v1::WatchJobRequest& request, absl::Time deadline,
       const std::function<bool()>& cancelled,
       const std::function<bool(const v1::JobStatus&)>& write) = 0;
   virtual absl::StatusOr<v1::CancelJobResponse> CancelJob(
       const v1::CancelJobRequest& request) = 0;
+  // Workers in id order, a page at a time: page_size (0: 500, at most 5000;
+  // INVALID_ARGUMENT when negative) and at most 3 MiB; next_page_token
+  // names the last worker returned ("" after the last page). Incarnations
+  // are not shown: they prove a worker's own calls.
   virtual absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
       const v1::ListWorkersRequest& request) = 0;
   virtual absl::StatusOr<v1::PartitionPlan> GetPlan(
@@ -64,7 +72,9 @@ class CoordinatorHandler {
   virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const v1::GetTraceRequest& request) = 0;
 
-  // The rendezvous store.
+  // The rendezvous store (CoordinatorCore::StoreSet and friends: keys of
+  // the attempt a job runs). StoreGet waits at most wait_ms, at most
+  // CoordinatorOptions::max_store_wait and until `deadline`.
   virtual absl::StatusOr<v1::StoreSetResponse> StoreSet(
       const v1::StoreSetRequest& request) = 0;
   virtual absl::StatusOr<v1::StoreGetResponse> StoreGet(

@@ -4,13 +4,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/logging.h"
 #include "coordinator/core.h"
 #include "coordinator/model_store.h"
 #include "gtest/gtest.h"
@@ -215,6 +221,55 @@ TEST_F(HandlerTest, SubmitGetListAndCancel) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The issue's attack: 750 jobs named with 100 KB each made ListJobs exceed
+// the message limit. They are refused by the field limit; the jobs a user
+// may have are listed, with their owner, page by page.
+TEST_F(HandlerTest, OversizedNamesAreRefusedAndListJobsStillAnswers) {
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  submit.mutable_spec()->set_name(std::string(100 << 10, 'n'));
+  for (int i = 0; i < 750; ++i) {
+    const absl::Status s = handler_->SubmitJob(submit).status();
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_EQ(s.message(),
+              "invalid job spec: name is 102400 bytes, more than the 256 "
+              "allowed");
+  }
+  submit.mutable_spec()->set_name(std::string(256, 'n'));
+  submit.set_owner("alice");
+  std::vector<std::string> ids;
+  for (int i = 0; i < core_.options().max_jobs_per_user; ++i) {
+    auto submitted = handler_->SubmitJob(submit);
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    ids.push_back(submitted->job_id());
+  }
+  EXPECT_EQ(handler_->SubmitJob(submit).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  auto all = handler_->ListJobs({});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->jobs_size(), 64);
+  EXPECT_EQ(all->next_page_token(), "");
+  EXPECT_LT(all->ByteSizeLong(), size_t{1} << 20);
+  EXPECT_EQ(all->jobs(0).owner(), "alice");
+  // Page by page, each job once.
+  v1::ListJobsRequest request;
+  request.set_page_size(25);
+  std::vector<std::string> listed;
+  for (int page = 0; page < 10; ++page) {
+    auto response = handler_->ListJobs(request);
+    ASSERT_TRUE(response.ok()) << response.status();
+    for (const v1::JobStatus& j : response->jobs()) {
+      listed.push_back(j.job_id());
+    }
+    if (response->next_page_token().empty()) break;
+    request.set_page_token(response->next_page_token());
+  }
+  EXPECT_EQ(listed, ids);
+  request.set_page_size(-3);
+  EXPECT_EQ(handler_->ListJobs(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(HandlerTest, RegisterTellsTheLease) {
   v1::RegisterWorkerRequest request;
   request.mutable_info()->set_worker_id("w1");
@@ -233,20 +288,37 @@ TEST_F(HandlerTest, RegisterTellsTheLease) {
 }
 
 TEST_F(HandlerTest, StoreChecksItsInputAndWaitsWithADeadline) {
+  const std::string key = "jobs/" + RunJob() + "/a0/k";
   v1::StoreGetRequest get;
-  get.set_key("k");
+  get.set_key(key);
   get.set_wait_ms(-1);
   EXPECT_EQ(handler_->StoreGet(get, absl::InfiniteFuture()).status().code(),
             absl::StatusCode::kInvalidArgument);
   get.set_wait_ms(20);
   const absl::Time start = absl::Now();
-  EXPECT_FALSE(handler_->StoreGet(get, absl::InfiniteFuture()).ok());
+  EXPECT_EQ(handler_->StoreGet(get, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   v1::StoreSetRequest set;
-  set.set_key("k");
+  set.set_key(key);
   set.set_value("v");
   ASSERT_TRUE(handler_->StoreSet(set).ok());
   EXPECT_EQ(handler_->StoreGet(get, absl::InfiniteFuture())->value(), "v");
+  // Keys are scoped to a running job's attempt.
+  set.set_key("k");
+  EXPECT_EQ(handler_->StoreSet(set).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  set.set_key("jobs/job-none/a0/k");
+  EXPECT_EQ(handler_->StoreSet(set).status().code(),
+            absl::StatusCode::kNotFound);
+  // StoreAdd is an overflow-safe counter.
+  v1::StoreAddRequest add;
+  add.set_key(key + "/counter");
+  add.set_delta(std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(handler_->StoreAdd(add).ok());
+  add.set_delta(1);
+  EXPECT_EQ(handler_->StoreAdd(add).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(HandlerTest, WatchEndsOnDeadlineOrCancellation) {
@@ -358,6 +430,184 @@ TEST_F(HandlerTest, OnlyTheOutputStageMayUpload) {
   chunks = Chunks("job-none", "model", 1000);
   EXPECT_EQ(Upload(chunks).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(Files(models_->options().dir).empty());
+}
+
+// ---- Issue 14: bounded waits and paginated listings ----
+
+// The issue's regression: each waiting StoreGet or Watch held a server
+// thread (300 took the coordinator from 13 to 313 threads). The 65th
+// concurrent waiter is refused at once; finished waiters free their slot.
+TEST_F(HandlerTest, AtMost64CallsWaitAtOnce) {
+  const std::string job = RunJob();
+  ASSERT_EQ(core_.options().max_waiting_calls, 64);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 64; ++i) {
+    waiters.emplace_back([this, job, i] {
+      v1::StoreGetRequest get;
+      get.set_key(absl::StrCat("jobs/", job, "/a0/rank", i));
+      get.set_wait_ms(30000);
+      // Again while the main thread's probe holds the 64th slot.
+      absl::StatusOr<v1::StoreGetResponse> got;
+      do {
+        got = handler_->StoreGet(get, absl::Now() + absl::Seconds(30));
+      } while (absl::IsResourceExhausted(got.status()));
+      EXPECT_TRUE(got.ok()) << got.status();
+    });
+  }
+  // Probe with short waits until every slot is held: the probe that is
+  // refused is the 65th waiter (the others held all 64 slots).
+  v1::StoreGetRequest probe;
+  probe.set_key(absl::StrCat("jobs/", job, "/a0/probe"));
+  probe.set_wait_ms(1);
+  absl::Status refused;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    refused = handler_->StoreGet(probe, absl::InfiniteFuture()).status();
+    if (absl::IsResourceExhausted(refused)) break;
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "too many waiting calls (limit 64, --max_waiting_calls); try again "
+            "later");
+  v1::WatchJobRequest watch;
+  watch.set_job_id(job);
+  EXPECT_EQ(handler_
+                ->WatchJob(
+                    watch, absl::Now() + absl::Seconds(5), [] { return false; },
+                    [](const v1::JobStatus&) { return true; })
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  // A key that is set answers without a slot.
+  v1::StoreSetRequest set;
+  set.set_key(absl::StrCat("jobs/", job, "/a0/rank0"));
+  set.set_value("up");
+  ASSERT_TRUE(handler_->StoreSet(set).ok());
+  v1::StoreGetRequest present;
+  present.set_key(set.key());
+  present.set_wait_ms(1000);
+  EXPECT_EQ(handler_->StoreGet(present, absl::InfiniteFuture())->value(), "up");
+  for (int i = 1; i < 64; ++i) {
+    set.set_key(absl::StrCat("jobs/", job, "/a0/rank", i));
+    ASSERT_TRUE(handler_->StoreSet(set).ok());
+  }
+  for (std::thread& t : waiters) t.join();
+  // Every slot is free again.
+  EXPECT_EQ(handler_->StoreGet(probe, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+// A StoreGet waits at most max_store_wait, whatever it asks; a Watch holds
+// a slot while it runs.
+TEST(HandlerWaitsTest, WaitsAreCappedAndWatchesCount) {
+  FakeClock clock;
+  CoordinatorOptions o;
+  o.max_waiting_calls = 1;
+  o.max_store_wait = absl::Milliseconds(200);
+  CoordinatorCore core(o, &clock,
+                       [](const std::string&) -> std::unique_ptr<WorkerClient> {
+                         return std::make_unique<FakeWorkerClient>();
+                       });
+  auto handler = NewCoordinatorHandler(&core);
+  v1::StoreGetRequest get;
+  get.set_key("jobs/j/a0/never");
+  get.set_wait_ms(3600 * 1000);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(handler->StoreGet(get, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  v1::WatchJobRequest watch;
+  watch.set_job_id(handler->SubmitJob(submit)->job_id());
+  absl::Notification watching;
+  std::thread watcher([&] {
+    EXPECT_EQ(
+        handler
+            ->WatchJob(
+                watch, absl::Now() + absl::Seconds(3), [] { return false; },
+                [&](const v1::JobStatus&) {
+                  if (!watching.HasBeenNotified()) watching.Notify();
+                  return true;
+                })
+            .code(),
+        absl::StatusCode::kDeadlineExceeded);
+  });
+  watching.WaitForNotification();
+  EXPECT_EQ(handler->StoreGet(get, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  watcher.join();
+  EXPECT_EQ(handler->StoreGet(get, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+// The issue's regression: 18,000 registrations with 4 KB fields made
+// ListWorkers exceed the gRPC message limit, so `aq workers` failed for
+// good. They are refused now; and however many workers there are, each
+// page is bounded and the pages list each worker once, in id order,
+// without its incarnation.
+TEST_F(HandlerTest, ListWorkersPaginatesWithinBounds) {
+  // Not a line per registration.
+  const spdlog::level::level_enum level = logging::Get()->level();
+  logging::Get()->set_level(spdlog::level::warn);
+  const std::string big(4096, 'x');
+  v1::RegisterWorkerRequest reg;
+  reg.mutable_info()->set_incarnation("inc");
+  reg.mutable_info()->set_version(core_.options().registry.version);
+  reg.mutable_info()->set_address("127.0.0.1:1");
+  for (int i = 0; i < 18000; ++i) {
+    reg.mutable_info()->set_worker_id(absl::StrCat("w", i));
+    reg.mutable_info()->set_host(big);
+    ASSERT_EQ(handler_->RegisterWorker(reg).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // 6,000 workers with every field at its limit.
+  const std::string text(kMaxWorkerTextBytes, 't');
+  reg.mutable_info()->set_host(text);
+  reg.mutable_info()->set_proto_hash(text);
+  reg.mutable_info()->mutable_device()->set_name(text);
+  reg.mutable_info()->mutable_device()->set_kind(text);
+  reg.mutable_info()->set_incarnation(std::string(kMaxWorkerIdBytes, 'i'));
+  reg.mutable_info()->set_address(std::string(249, 'h') + ":65535");
+  for (int i = 0; i < 6000; ++i) {
+    reg.mutable_info()->set_worker_id(
+        absl::StrCat(std::string(kMaxWorkerIdBytes - 8, 'w'), 10000000 + i));
+    ASSERT_TRUE(handler_->RegisterWorker(reg).ok());
+  }
+  v1::ListWorkersRequest list;
+  list.set_page_size(-1);
+  EXPECT_EQ(handler_->ListWorkers(list).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  list.set_page_size(0);
+  auto first = handler_->ListWorkers(list);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->workers_size(), 500);  // The default.
+  // Capped at 5,000, and at 3 MiB.
+  list.set_page_size(100000);
+  std::vector<std::string> ids;
+  int pages = 0;
+  do {
+    auto page = handler_->ListWorkers(list);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->ByteSizeLong(), size_t{3} << 20);
+    EXPECT_LE(page->workers_size(), 5000);
+    for (const WorkerStatus& w : page->workers()) {
+      EXPECT_TRUE(w.info().incarnation().empty());
+      ids.push_back(w.info().worker_id());
+    }
+    list.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!list.page_token().empty() && pages < 100);
+  EXPECT_GT(pages, 2);  // The bytes cut the pages, not the count alone.
+  ASSERT_EQ(ids.size(), 6000u);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 6000u);
+  list.set_page_token("not-a-token");
+  const auto bad = handler_->ListWorkers(list);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "ListWorkersRequest.page_token='not-a-token' is not a token this "
+            "coordinator gave");
+  logging::Get()->set_level(level);
 }
 
 TEST(HandlerWithoutModelsTest, RefusesModels) {

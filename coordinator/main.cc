@@ -8,12 +8,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "common/daemon.h"
+#include "common/grpc_security.h"
+#include "common/security.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
@@ -27,8 +32,20 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
-          "host:port to serve on (port 0: pick a free port; see --port_file)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port to serve on (port 0: pick a free port; see --port_file); "
+          "a non-loopback host needs TLS (--tls_*) or --insecure");
+ABSL_FLAG(bool, insecure, false,
+          "allow serving plaintext on a non-loopback --listen (a trusted "
+          "network only: anyone who reaches the port can act as any worker "
+          "or user without --tokens_file)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "file of bearer tokens 'TOKEN ROLE NAME' a line (ROLE: user or "
+          "worker; mode 600); without it authentication is off, which "
+          "only a loopback --listen allows unless --insecure");
+ABSL_FLAG(std::vector<std::string>, allowed_worker_hosts, {},
+          "hosts workers may advertise besides the address they call from "
+          "(comma-separated; never resolved)");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_dir, "",
@@ -37,6 +54,12 @@ ABSL_FLAG(std::string, state_dir, "",
           "jobs' trained models (models/<job>.safetensors); created (mode "
           "0700, parents 0755) if missing. Without it, models are kept in a "
           "new directory under the system's temporary directory");
+ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
+          "directories under which jobs may checkpoint (comma-separated, or "
+          "the flag repeated): a spec's checkpoint.dir must lie under one, "
+          "and the coordinator commits manifests, removes old versions and "
+          "reads `aq submit --resume DIR` manifests only there. Default: "
+          "none, and a job with a checkpoint.dir is refused");
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{64} << 30,
           "largest trained model a worker may upload");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000, "how often workers heartbeat");
@@ -44,12 +67,44 @@ ABSL_FLAG(int32_t, suspect_after_missed, 3,
           "missed heartbeats after which a worker is SUSPECT");
 ABSL_FLAG(int64_t, dead_after_ms, 10000,
           "time without a heartbeat after which a worker is DEAD");
+ABSL_FLAG(int32_t, max_workers, 100000,
+          "worker ids registered at once, beyond which registrations of new "
+          "ids are refused (RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int64_t, forget_workers_after_ms, 600000,
+          "DEAD and LEFT workers are forgotten (no longer listed) this long "
+          "after they ended");
+ABSL_FLAG(int64_t, max_store_value_bytes, int64_t{1} << 20,
+          "largest value in the rendezvous store");
+ABSL_FLAG(int32_t, max_store_keys_per_job, 4096,
+          "most rendezvous store keys one job may hold");
+ABSL_FLAG(int64_t, max_store_bytes, int64_t{256} << 20,
+          "most bytes of keys and values the rendezvous store holds, all jobs "
+          "together");
+ABSL_FLAG(int32_t, max_waiting_calls, 64,
+          "calls that wait at once (StoreGet with a wait, WatchJob: each "
+          "holds a server thread); more are refused (RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int64_t, max_store_wait_ms, 60000,
+          "the longest a StoreGet waits for its key, whatever it asks");
 ABSL_FLAG(int64_t, worker_rpc_timeout_ms, 10000,
           "deadline of AssignStage/StartJob/StopJob calls to workers");
 ABSL_FLAG(int64_t, profile_timeout_ms, 300000,
           "deadline of a Profile call to a worker");
 ABSL_FLAG(int64_t, wait_for_workers_ms, 60000,
           "default time a job waits for enough healthy workers");
+ABSL_FLAG(int64_t, max_wait_for_workers_ms, 3600000,
+          "the longest any job waits for workers, whatever its spec's "
+          "pipeline.wait_for_workers_ms asks");
+ABSL_FLAG(int32_t, max_pending_jobs, 1000,
+          "pending jobs, all users together, beyond which submissions are "
+          "refused (RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int32_t, max_jobs_per_user, 64,
+          "unfinished jobs one user may have (callers without a credential "
+          "count as one user)");
+ABSL_FLAG(int64_t, reserve_after_ms, 300000,
+          "after waiting this long, a job that the registered workers could "
+          "run holds back the idle workers it needs: later jobs start only "
+          "on idle workers beyond them (otherwise later jobs that fit start "
+          "first)");
 ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
           "largest gRPC message accepted or sent");
 ABSL_FLAG(std::string, log_level, "info",
@@ -81,6 +136,56 @@ bool SetUpLogging() {
   return s.ok();
 }
 
+// The queue's limits from the flags (jobs/queue.h); false (after saying
+// why) if one is out of range.
+bool QueueOptionsFromFlags(CoordinatorOptions* options) {
+  options->max_wait_for_workers =
+      absl::Milliseconds(absl::GetFlag(FLAGS_max_wait_for_workers_ms));
+  options->max_pending_jobs = absl::GetFlag(FLAGS_max_pending_jobs);
+  options->max_jobs_per_user = absl::GetFlag(FLAGS_max_jobs_per_user);
+  options->reserve_after =
+      absl::Milliseconds(absl::GetFlag(FLAGS_reserve_after_ms));
+  if (options->max_wait_for_workers <= absl::ZeroDuration() ||
+      options->max_pending_jobs < 1 || options->max_jobs_per_user < 1 ||
+      options->reserve_after < absl::ZeroDuration()) {
+    AQ_LOG_ERROR(
+        "need max_wait_for_workers_ms > 0, max_pending_jobs >= 1, "
+        "max_jobs_per_user >= 1 and reserve_after_ms >= 0");
+    return false;
+  }
+  return true;
+}
+
+// The bounds on workers, the rendezvous store and waiting calls from the
+// flags; false (after saying why) if one is out of range.
+bool LimitOptionsFromFlags(CoordinatorOptions* options) {
+  options->registry.max_workers = absl::GetFlag(FLAGS_max_workers);
+  options->registry.forget_after =
+      absl::Milliseconds(absl::GetFlag(FLAGS_forget_workers_after_ms));
+  const int64_t value_bytes = absl::GetFlag(FLAGS_max_store_value_bytes);
+  const int32_t keys_per_job = absl::GetFlag(FLAGS_max_store_keys_per_job);
+  const int64_t store_bytes = absl::GetFlag(FLAGS_max_store_bytes);
+  options->max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
+  options->max_store_wait =
+      absl::Milliseconds(absl::GetFlag(FLAGS_max_store_wait_ms));
+  if (options->registry.max_workers < 1 ||
+      options->registry.forget_after < absl::ZeroDuration() ||
+      value_bytes < 1 || keys_per_job < 1 || store_bytes < value_bytes ||
+      options->max_waiting_calls < 1 ||
+      options->max_store_wait <= absl::ZeroDuration()) {
+    AQ_LOG_ERROR(
+        "need max_workers >= 1, forget_workers_after_ms >= 0, "
+        "max_store_value_bytes >= 1, max_store_keys_per_job >= 1, "
+        "max_store_bytes >= max_store_value_bytes, max_waiting_calls >= 1 "
+        "and max_store_wait_ms > 0");
+    return false;
+  }
+  options->store.max_value_bytes = static_cast<size_t>(value_bytes);
+  options->store.max_keys_per_job = static_cast<size_t>(keys_per_job);
+  options->store.max_total_bytes = static_cast<size_t>(store_bytes);
+  return true;
+}
+
 // The core's options from the flags; false (after saying why) if they
 // contradict each other.
 bool OptionsFromFlags(CoordinatorOptions* options) {
@@ -97,6 +202,16 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
       absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
   options->default_wait_for_workers =
       absl::Milliseconds(absl::GetFlag(FLAGS_wait_for_workers_ms));
+  if (!QueueOptionsFromFlags(options)) return false;
+  if (!LimitOptionsFromFlags(options)) return false;
+  absl::StatusOr<PathRoots> roots =
+      PathRoots::Make("the coordinator's --checkpoint_root",
+                      absl::GetFlag(FLAGS_checkpoint_root));
+  if (!roots.ok()) {
+    AQ_LOG_ERROR("{}", std::string(roots.status().message()));
+    return false;
+  }
+  options->checkpoint_roots = *std::move(roots);
   if (absl::GetFlag(FLAGS_max_model_bytes) <= 0) {
     AQ_LOG_ERROR("need max_model_bytes > 0");
     return false;
@@ -163,14 +278,52 @@ std::unique_ptr<ModelStore> OpenModelStore() {
   return *std::move(store);
 }
 
+// The coordinator's credentials from the TLS and token flags; false (after
+// saying why) if they are bad or do not allow --listen.
+bool SecurityFromFlags(SecurityConfig* config,
+                       std::optional<TokenTable>* tokens) {
+  absl::StatusOr<SecurityConfig> read = SecurityConfigFromFlags(true);
+  absl::Status s = read.status();
+  const std::string& tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  if (s.ok() && !tokens_file.empty()) {
+    absl::StatusOr<TokenTable> table = TokenTable::Load(tokens_file);
+    s = table.ok() ? absl::OkStatus()
+                   : absl::Status(table.status().code(),
+                                  absl::StrCat("--tokens_file: ",
+                                               table.status().message()));
+    if (s.ok()) *tokens = *std::move(table);
+  }
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (s.ok()) {
+    s = CheckListenAddress(absl::GetFlag(FLAGS_listen), read->tls(), insecure);
+  }
+  // Without tokens anyone reaching the port is trusted: loopback only.
+  if (s.ok() && tokens_file.empty() &&
+      !CheckListenAddress(absl::GetFlag(FLAGS_listen), false, insecure).ok()) {
+    s = absl::FailedPreconditionError(
+        "--listen is not a loopback address and authentication is off: give "
+        "--tokens_file (docs/security.md), or --insecure");
+  }
+  if (!s.ok()) {
+    AQ_LOG_ERROR("{}", std::string(s.message()));
+    return false;
+  }
+  *config = *std::move(read);
+  AQ_LOG_INFO("TLS {}, authentication {}", config->tls() ? "on" : "off",
+              tokens->has_value() ? "on" : "off");
+  return true;
+}
+
 // Serves `service` on --listen; null (after logging why) if it cannot.
 std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
+                                          const SecurityConfig& security,
                                           int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(
+      absl::GetFlag(FLAGS_listen),
+      ServerCredentials(security, ClientCertificates::kVerifyIfSent), port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(service);
@@ -218,8 +371,11 @@ int Main() {
   if (!SetUpLogging()) return 2;
   CoordinatorOptions options;
   if (!OptionsFromFlags(&options)) return 2;
+  SecurityConfig security_config;
+  std::optional<TokenTable> tokens;
+  if (!SecurityFromFlags(&security_config, &tokens)) return 2;
   BlockTerminationSignals();
-  GrpcWorkerClients clients;
+  GrpcWorkerClients clients(ChannelCredentials(security_config));
   CoordinatorCore core(options, RealClock::Get(), clients.Factory());
   if (absl::Status s = OpenStateDir(&core); !s.ok()) {
     AQ_LOG_ERROR("{}", s.ToString());
@@ -227,9 +383,22 @@ int Main() {
   }
   std::unique_ptr<ModelStore> models = OpenModelStore();
   if (models == nullptr) return 1;
-  GrpcCoordinatorService service(&core, models.get());
+  GrpcCoordinatorService service(
+      &core, models.get(),
+      ServiceSecurity{tokens.has_value() ? &*tokens : nullptr,
+                      security_config.tls(),
+                      absl::GetFlag(FLAGS_allowed_worker_hosts), true,
+                      [&clients](const std::string& address,
+                                 const std::string& token) {
+                        clients.SetControlToken(address, token);
+                      },
+                      [&core](const std::string& worker,
+                              const std::string& key) {
+                        return core.CheckStoreAccess(worker, key);
+                      }});
   int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
+  std::unique_ptr<grpc::Server> server =
+      StartServer(&service, security_config, &port);
   if (server == nullptr) return 1;
   if (absl::Status s = WriteStateFiles(port); !s.ok()) {
     AQ_LOG_ERROR("{}", s.ToString());

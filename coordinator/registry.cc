@@ -1,10 +1,14 @@
 #include "coordinator/registry.h"
 
 #include <algorithm>
+#include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 #include "common/version.h"
+#include "coordinator/input_checks.h"
 
 namespace aqueduct {
 
@@ -33,6 +37,37 @@ bool Final(WorkerState s) {
 
 }  // namespace
 
+absl::Status CheckWorkerInfo(const WorkerInfo& info) {
+  absl::Status s = CheckWorkerName(info.worker_id(), info.incarnation());
+  if (s.ok()) s = CheckAddress("info.address", info.address());
+  const std::pair<const char*, const std::string*> texts[] = {
+      {"info.version", &info.version()},
+      {"info.proto_hash", &info.proto_hash()},
+      {"info.host", &info.host()},
+      {"info.device.kind", &info.device().kind()},
+      {"info.device.name", &info.device().name()},
+  };
+  for (const auto& [field, value] : texts) {
+    if (s.ok()) s = CheckText(field, *value, kMaxWorkerTextBytes);
+  }
+  if (s.ok()) {
+    s = CheckInt("info.device.memory_bytes", info.device().memory_bytes(), 0,
+                 std::numeric_limits<int64_t>::max());
+  }
+  if (s.ok()) {
+    s = CheckFinite("info.device.gemm_gflops", info.device().gemm_gflops(), 0,
+                    std::numeric_limits<double>::max());
+  }
+  return s;
+}
+
+absl::Status CheckWorkerName(const std::string& worker_id,
+                             const std::string& incarnation) {
+  absl::Status s = CheckName("worker_id", worker_id, kMaxWorkerIdBytes);
+  if (s.ok()) s = CheckName("incarnation", incarnation, kMaxWorkerIdBytes);
+  return s;
+}
+
 Registry::Registry(const RegistryOptions& options, const Clock* clock)
     : options_(options), clock_(clock) {}
 
@@ -49,10 +84,9 @@ WorkerState Registry::StateAt(const Entry& e, absl::Time now) const {
 
 absl::Status Registry::Register(const WorkerInfo& info,
                                 std::vector<WorkerTransition>* transitions) {
-  if (info.worker_id().empty() || info.incarnation().empty() ||
-      info.address().empty()) {
+  if (absl::Status s = CheckWorkerInfo(info); !s.ok()) {
     return absl::InvalidArgumentError(
-        "RegisterWorker needs worker_id, incarnation and address");
+        absl::StrCat("RegisterWorker: ", s.message()));
   }
   if (!options_.version.empty() &&
       MajorVersion(info.version()) != MajorVersion(options_.version)) {
@@ -60,6 +94,14 @@ absl::Status Registry::Register(const WorkerInfo& info,
         "worker ", info.worker_id(), " runs version '", info.version(),
         "', incompatible with the coordinator's version ", options_.version,
         " (major versions differ)"));
+  }
+  if (workers_.count(info.worker_id()) == 0 &&
+      workers_.size() >= static_cast<size_t>(options_.max_workers)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator has ", workers_.size(),
+        " workers registered, the most it keeps (--max_workers=",
+        options_.max_workers, "); DEAD and LEFT ones are forgotten after ",
+        absl::FormatDuration(options_.forget_after)));
   }
   const absl::Time now = clock_->Now();
   auto it = workers_.find(info.worker_id());
@@ -81,10 +123,11 @@ absl::Status Registry::Register(const WorkerInfo& info,
     }
     // A new incarnation fences the old one.
     if (!Final(e.status.state()) && transitions != nullptr) {
-      transitions->push_back(
-          {info.worker_id(), e.status.info().incarnation(), e.status.state(),
-           v1::WORKER_FENCED, e.status.job_id(),
-           absl::StrCat("superseded by incarnation ", info.incarnation())});
+      transitions->push_back({info.worker_id(), e.status.info().incarnation(),
+                              e.status.state(), v1::WORKER_FENCED,
+                              e.status.job_id(),
+                              // Not naming it: job statuses show this.
+                              "superseded by a new incarnation"});
     }
     workers_.erase(it);
   }
@@ -105,9 +148,12 @@ absl::Status Registry::CheckIncarnation(const Entry& e,
                                         const std::string& worker_id,
                                         const std::string& incarnation) const {
   if (e.status.info().incarnation() != incarnation) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker_id, " incarnation ", incarnation,
-        " has been fenced by incarnation ", e.status.info().incarnation()));
+    // Not naming the live incarnation: it is what a worker's calls prove
+    // themselves with.
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " incarnation ", incarnation,
+                     " is not the registered one: a newer incarnation has "
+                     "fenced it"));
   }
   const WorkerState state = StateAt(e, clock_->Now());
   if (Final(state)) {
@@ -120,6 +166,7 @@ absl::Status Registry::CheckIncarnation(const Entry& e,
 
 absl::Status Registry::Heartbeat(const std::string& worker_id,
                                  const std::string& incarnation) {
+  RETURN_IF_ERROR(CheckWorkerName(worker_id, incarnation));
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
     return absl::NotFoundError(
@@ -139,6 +186,7 @@ absl::Status Registry::Heartbeat(const std::string& worker_id,
 
 absl::Status Registry::CheckLive(const std::string& worker_id,
                                  const std::string& incarnation) const {
+  RETURN_IF_ERROR(CheckWorkerName(worker_id, incarnation));
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
     return absl::NotFoundError(
@@ -150,6 +198,7 @@ absl::Status Registry::CheckLive(const std::string& worker_id,
 absl::Status Registry::Deregister(const std::string& worker_id,
                                   const std::string& incarnation,
                                   std::vector<WorkerTransition>* transitions) {
+  RETURN_IF_ERROR(CheckWorkerName(worker_id, incarnation));
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
     return absl::NotFoundError(
@@ -165,6 +214,7 @@ absl::Status Registry::Deregister(const std::string& worker_id,
                             "deregistered"});
   }
   e.status.set_state(v1::WORKER_LEFT);
+  e.final_since = clock_->Now();
   return absl::OkStatus();
 }
 
@@ -176,12 +226,27 @@ std::vector<WorkerTransition> Registry::Tick() {
     const WorkerState after = StateAt(e, now);
     if (after == before) continue;
     e.status.set_state(after);
+    if (Final(after)) e.final_since = now;
     changes.push_back(
         {id, e.status.info().incarnation(), before, after, e.status.job_id(),
          absl::StrFormat("no heartbeat for %.1f s",
                          absl::ToDoubleSeconds(now - e.last_heartbeat))});
   }
   return changes;
+}
+
+std::vector<WorkerStatus> Registry::ForgetFinal() {
+  std::vector<WorkerStatus> forgotten;
+  const absl::Time now = clock_->Now();
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.final_since >= options_.forget_after) {
+      forgotten.push_back(std::move(it->second.status));
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return forgotten;
 }
 
 std::vector<WorkerTransition> Registry::MarkDead(const std::string& worker_id,
@@ -191,6 +256,7 @@ std::vector<WorkerTransition> Registry::MarkDead(const std::string& worker_id,
   Entry& e = it->second;
   const WorkerState before = e.status.state();
   e.status.set_state(v1::WORKER_DEAD);
+  e.final_since = clock_->Now();
   return {{worker_id, e.status.info().incarnation(), before, v1::WORKER_DEAD,
            e.status.job_id(), detail}};
 }
@@ -237,10 +303,35 @@ std::vector<WorkerStatus> Registry::List() const {
   const absl::Time now = clock_->Now();
   std::vector<WorkerStatus> out(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
-    out[i] = entries[i]->status;
-    out[i].set_state(StateAt(*entries[i], now));
+    out[i] = StatusAt(*entries[i], now);
   }
   return out;
+}
+
+std::vector<WorkerStatus> Registry::ListPage(const std::string& after,
+                                             size_t max_count, size_t max_bytes,
+                                             bool* more) const {
+  const absl::Time now = clock_->Now();
+  std::vector<WorkerStatus> out;
+  size_t bytes = 0;
+  auto it = after.empty() ? workers_.begin() : workers_.upper_bound(after);
+  for (; it != workers_.end() && out.size() < max_count; ++it) {
+    WorkerStatus s = StatusAt(it->second, now);
+    // A repeated field's element costs its size and a few bytes of tag and
+    // length.
+    const size_t size = s.ByteSizeLong() + 8;
+    if (!out.empty() && bytes + size > max_bytes) break;
+    bytes += size;
+    out.push_back(std::move(s));
+  }
+  *more = it != workers_.end();
+  return out;
+}
+
+WorkerStatus Registry::StatusAt(const Entry& e, absl::Time now) const {
+  WorkerStatus s = e.status;
+  s.set_state(StateAt(e, now));
+  return s;
 }
 
 absl::StatusOr<WorkerStatus> Registry::Get(const std::string& worker_id) const {
@@ -249,9 +340,7 @@ absl::StatusOr<WorkerStatus> Registry::Get(const std::string& worker_id) const {
     return absl::NotFoundError(
         absl::StrCat("worker ", worker_id, " is not registered"));
   }
-  WorkerStatus s = it->second.status;
-  s.set_state(StateAt(it->second, clock_->Now()));
-  return s;
+  return StatusAt(it->second, clock_->Now());
 }
 
 }  // namespace aqueduct

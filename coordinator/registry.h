@@ -9,8 +9,20 @@
 // a restarted worker does with a new incarnation anyway.
 //
 // Registration with the same incarnation is idempotent; a new incarnation of
-// a known worker id fences the old one. A worker whose major version differs
+// a known worker id fences the old one (and the job it ran restarts): that
+// is how a restarted worker process takes its name back before its old
+// lease runs out. Who may register a given id at all is decided before the
+// registry, from the caller's credential (the gRPC adapter), so that a
+// stranger cannot fence a live worker. A worker whose major version differs
 // from the coordinator's is refused, naming both versions.
+//
+// Bounds: every field of a WorkerInfo is checked (CheckWorkerInfo) and at
+// most `max_workers` ids are registered. DEAD and LEFT workers are
+// forgotten `forget_after` after they ended (ForgetFinal), so that
+// registrations that come and go do not pile up. An incarnation's own id
+// is never shown to other callers by the coordinator (ListWorkers hides
+// it), which keeps a stranger from speaking for a worker even without
+// credentials.
 //
 // Not thread-safe: the coordinator holds its own mutex around it.
 #ifndef AQUEDUCT_COORDINATOR_REGISTRY_H_
@@ -33,7 +45,26 @@ struct RegistryOptions {
   absl::Duration dead_after = absl::Seconds(10);
   // The coordinator's version; workers must share its major version.
   std::string version;
+  // Most worker ids registered at once (RESOURCE_EXHAUSTED beyond).
+  int max_workers = 100000;
+  // DEAD and LEFT workers are removed this long after they ended.
+  absl::Duration forget_after = absl::Minutes(10);
 };
+
+// Bounds on a WorkerInfo's fields.
+inline constexpr size_t kMaxWorkerIdBytes = 128;
+inline constexpr size_t kMaxWorkerTextBytes = 256;
+
+// OK when every field of `info` is within its bounds (ids of
+// [A-Za-z0-9._:@-], at most kMaxWorkerIdBytes; `address` host:port with a
+// valid port, at most 255 bytes; other strings at most kMaxWorkerTextBytes
+// without control characters; numbers finite and non-negative);
+// INVALID_ARGUMENT naming the first field that is not.
+absl::Status CheckWorkerInfo(const WorkerInfo& info);
+// OK when `worker_id` and `incarnation` are well-formed names (a call of a
+// worker about itself); INVALID_ARGUMENT naming the field otherwise.
+absl::Status CheckWorkerName(const std::string& worker_id,
+                             const std::string& incarnation);
 
 // A worker's state changed (reported by Tick and by Register when it fences).
 struct WorkerTransition {
@@ -50,15 +81,18 @@ class Registry {
  public:
   Registry(const RegistryOptions& options, const Clock* clock);
 
-  // Registers or re-registers. INVALID_ARGUMENT for a missing id,
-  // incarnation or address; FAILED_PRECONDITION for a major-version
-  // mismatch or a re-registration of a fenced/dead incarnation.
-  // `transitions` receives the fencing of an older incarnation, if any.
+  // Registers or re-registers. INVALID_ARGUMENT for a field out of bounds
+  // (CheckWorkerInfo); FAILED_PRECONDITION for a major-version mismatch or
+  // a re-registration of a fenced/dead incarnation; RESOURCE_EXHAUSTED for
+  // a new id when max_workers are registered. `transitions` receives the
+  // fencing of an older incarnation, if any.
   absl::Status Register(const WorkerInfo& info,
                         std::vector<WorkerTransition>* transitions);
 
-  // Renews the lease. NOT_FOUND for an unknown worker; FAILED_PRECONDITION
-  // for a stale incarnation or a lease that already expired.
+  // Renews the lease. INVALID_ARGUMENT for a malformed id or incarnation;
+  // NOT_FOUND for an unknown worker; FAILED_PRECONDITION for a stale
+  // incarnation or a lease that already expired (the message does not say
+  // which incarnation is live).
   absl::Status Heartbeat(const std::string& worker_id,
                          const std::string& incarnation);
 
@@ -75,6 +109,10 @@ class Registry {
   // Re-evaluates every lease against the clock; returns what changed.
   std::vector<WorkerTransition> Tick();
 
+  // Removes the workers that have been DEAD or LEFT for forget_after (as
+  // Tick last saw them) and returns them as they were.
+  std::vector<WorkerStatus> ForgetFinal();
+
   // Declares the worker DEAD before its lease runs out (it refused a
   // connection: its process is gone). Returns the transition, or nothing
   // when it is unknown or already final.
@@ -88,7 +126,14 @@ class Registry {
               int stage, int replica);
   void Release(const std::string& worker_id, const std::string& job_id);
 
+  // Every worker, in registration order.
   std::vector<WorkerStatus> List() const;
+  // A page of workers in id order: those after `after` ("" for the
+  // first), at most `max_count` of them and, past the first, at most
+  // `max_bytes` serialized. `more` says whether any follow.
+  std::vector<WorkerStatus> ListPage(const std::string& after, size_t max_count,
+                                     size_t max_bytes, bool* more) const;
+  size_t size() const { return workers_.size(); }
   // NOT_FOUND for an unknown worker.
   absl::StatusOr<WorkerStatus> Get(const std::string& worker_id) const;
 
@@ -99,8 +144,11 @@ class Registry {
     WorkerStatus status;
     absl::Time last_heartbeat;
     int64_t order = 0;
+    // When it became DEAD or LEFT (the clock for forgetting it).
+    absl::Time final_since = absl::InfiniteFuture();
   };
   WorkerState StateAt(const Entry& e, absl::Time now) const;
+  WorkerStatus StatusAt(const Entry& e, absl::Time now) const;
   absl::Status CheckIncarnation(const Entry& e, const std::string& worker_id,
                                 const std::string& incarnation) const;
 

@@ -1,5 +1,9 @@
 #include "coordinator/registry.h"
 
+#include <functional>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -90,8 +94,10 @@ TEST_F(RegistryTest, NewIncarnationFencesTheOld) {
   EXPECT_EQ(t[0].job_id, "job-7");
   const absl::Status old = registry_.Heartbeat("w1", "a");
   EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
+  // Without naming the live incarnation, which proves a worker's calls.
   EXPECT_EQ(old.message(),
-            "worker w1 incarnation a has been fenced by incarnation b");
+            "worker w1 incarnation a is not the registered one: a newer "
+            "incarnation has fenced it");
   EXPECT_EQ(registry_.CheckLive("w1", "a").code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(registry_.CheckLive("w1", "b").ok());
@@ -127,6 +133,161 @@ TEST_F(RegistryTest, BadRequestsAndDeregistration) {
             absl::StatusCode::kFailedPrecondition);
   registry_.Release("w2", "job-2");
   EXPECT_TRUE(registry_.Get("w2")->job_id().empty());
+}
+
+TEST_F(RegistryTest, EveryFieldIsBounded) {
+  const std::string big(4096, 'x');
+  struct Case {
+    const char* field;
+    std::function<void(WorkerInfo*)> spoil;
+  };
+  const Case cases[] = {
+      {"worker_id", [&](WorkerInfo* i) { i->set_worker_id(big); }},
+      {"worker_id", [](WorkerInfo* i) { i->set_worker_id("a/../b"); }},
+      {"incarnation", [&](WorkerInfo* i) { i->set_incarnation(big); }},
+      {"incarnation", [](WorkerInfo* i) { i->clear_incarnation(); }},
+      {"info.address", [&](WorkerInfo* i) { i->set_address(big + ":1"); }},
+      {"info.address", [](WorkerInfo* i) { i->set_address("h:99999"); }},
+      {"info.address", [](WorkerInfo* i) { i->clear_address(); }},
+      {"info.version", [&](WorkerInfo* i) { i->set_version("0.1." + big); }},
+      {"info.proto_hash", [&](WorkerInfo* i) { i->set_proto_hash(big); }},
+      {"info.host", [](WorkerInfo* i) { i->set_host("h\nforged log line"); }},
+      {"info.host", [&](WorkerInfo* i) { i->set_host(big); }},
+      {"info.device.kind",
+       [&](WorkerInfo* i) { i->mutable_device()->set_kind(big); }},
+      {"info.device.name",
+       [&](WorkerInfo* i) { i->mutable_device()->set_name(big); }},
+      {"info.device.memory_bytes",
+       [](WorkerInfo* i) { i->mutable_device()->set_memory_bytes(-1); }},
+      {"info.device.gemm_gflops",
+       [](WorkerInfo* i) {
+         i->mutable_device()->set_gemm_gflops(
+             std::numeric_limits<double>::quiet_NaN());
+       }},
+      {"info.device.gemm_gflops",
+       [](WorkerInfo* i) { i->mutable_device()->set_gemm_gflops(-1); }},
+  };
+  for (const Case& c : cases) {
+    WorkerInfo info = Info("w1", "a");
+    c.spoil(&info);
+    const absl::Status s = registry_.Register(info, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(s.message().rfind(absl::StrCat("RegisterWorker: ", c.field), 0),
+              0u)
+        << s.message();
+    // Never the whole of a huge value.
+    EXPECT_LT(s.message().size(), 250u) << s.message();
+  }
+  EXPECT_EQ(registry_.size(), 0u);
+  WorkerInfo max = Info(std::string(kMaxWorkerIdBytes, 'w'),
+                        std::string(kMaxWorkerIdBytes, 'i'));
+  max.set_address(std::string(249, 'h') + ":65535");
+  max.set_host(std::string(kMaxWorkerTextBytes, 'h'));
+  max.mutable_device()->set_name(std::string(kMaxWorkerTextBytes, 'n'));
+  EXPECT_TRUE(registry_.Register(max, nullptr).ok());
+  // The calls a worker makes about itself check its names too.
+  EXPECT_EQ(registry_.Heartbeat(big, "a").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.CheckLive("w1", big).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Deregister("", "a", nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RegistryTest, AtMostMaxWorkers) {
+  RegistryOptions o = Options();
+  o.max_workers = 2;
+  Registry registry(o, &clock_);
+  ASSERT_TRUE(registry.Register(Info("w1", "a"), nullptr).ok());
+  ASSERT_TRUE(registry.Register(Info("w2", "a"), nullptr).ok());
+  const absl::Status full = registry.Register(Info("w3", "a"), nullptr);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.message(),
+            "the coordinator has 2 workers registered, the most it keeps "
+            "(--max_workers=2); DEAD and LEFT ones are forgotten after 10m");
+  // Known ids may still register again (a restart).
+  EXPECT_TRUE(registry.Register(Info("w2", "b"), nullptr).ok());
+}
+
+TEST_F(RegistryTest, DeadAndLeftWorkersAreForgotten) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Register(Info("w2", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Register(Info("w3", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Deregister("w2", "a", nullptr).ok());
+  // Time passes; w3 heartbeats, w1 does not.
+  auto pass = [&](absl::Duration d) {
+    for (absl::Duration t; t < d; t += absl::Seconds(1)) {
+      clock_.Advance(absl::Seconds(1));
+      ASSERT_TRUE(registry_.Heartbeat("w3", "a").ok());
+      registry_.Tick();
+    }
+  };
+  pass(absl::Seconds(10));
+  EXPECT_EQ(registry_.Get("w1")->state(), v1::WORKER_DEAD);
+  // w2 left 10 s before w1 died.
+  pass(absl::Minutes(10) - absl::Seconds(10));
+  std::vector<WorkerStatus> forgotten = registry_.ForgetFinal();
+  ASSERT_EQ(forgotten.size(), 1u);
+  EXPECT_EQ(forgotten[0].info().worker_id(), "w2");
+  EXPECT_EQ(registry_.List().size(), 2u);
+  pass(absl::Seconds(9));
+  EXPECT_TRUE(registry_.ForgetFinal().empty());
+  pass(absl::Seconds(1));
+  forgotten = registry_.ForgetFinal();
+  ASSERT_EQ(forgotten.size(), 1u);
+  EXPECT_EQ(forgotten[0].info().worker_id(), "w1");
+  EXPECT_EQ(forgotten[0].state(), v1::WORKER_DEAD);
+  ASSERT_EQ(registry_.List().size(), 1u);
+  EXPECT_EQ(registry_.Get("w1").status().code(), absl::StatusCode::kNotFound);
+  // A healthy worker is never forgotten; a forgotten id registers afresh.
+  EXPECT_EQ(registry_.List()[0].info().worker_id(), "w3");
+  EXPECT_TRUE(registry_.Register(Info("w1", "b"), nullptr).ok());
+}
+
+TEST_F(RegistryTest, ListPageGoesInIdOrderWithinItsBounds) {
+  for (const char* id : {"c", "a", "e", "b", "d"}) {
+    ASSERT_TRUE(registry_.Register(Info(id, "a"), nullptr).ok());
+  }
+  bool more = false;
+  std::vector<WorkerStatus> page = registry_.ListPage("", 2, 1 << 20, &more);
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[0].info().worker_id(), "a");
+  EXPECT_EQ(page[1].info().worker_id(), "b");
+  EXPECT_TRUE(more);
+  page = registry_.ListPage("b", 10, 1 << 20, &more);
+  ASSERT_EQ(page.size(), 3u);
+  EXPECT_EQ(page[0].info().worker_id(), "c");
+  EXPECT_FALSE(more);
+  // A byte budget cuts the page, but a page holds at least one worker.
+  page = registry_.ListPage("", 10, 1, &more);
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_TRUE(more);
+  // After an id that is gone: from the next one there is.
+  page = registry_.ListPage("bb", 10, 1 << 20, &more);
+  EXPECT_EQ(page[0].info().worker_id(), "c");
+}
+
+// The regression: 18,000 registrations with 4 KB fields made
+// ListWorkers exceed the message limit. Each is refused by the field
+// limits and nothing is kept.
+TEST_F(RegistryTest, EighteenThousandRegistrationsWithHugeFieldsAreRefused) {
+  const std::string big(4096, 'x');
+  for (int i = 0; i < 18000; ++i) {
+    WorkerInfo info = Info(absl::StrCat("w", i), "a");
+    switch (i % 3) {
+      case 0:
+        info.set_worker_id(absl::StrCat(big, i));
+        break;
+      case 1:
+        info.set_host(big);
+        break;
+      default:
+        info.mutable_device()->set_name(big);
+    }
+    ASSERT_EQ(registry_.Register(info, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(registry_.size(), 0u);
 }
 
 }  // namespace

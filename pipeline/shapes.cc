@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
 
 namespace aqueduct {
 
@@ -55,6 +56,28 @@ absl::Status CheckPositive(int64_t value, int index, absl::string_view field) {
       absl::StrCat(Field(index, field), "=", value, " must be positive"));
 }
 
+// Positive and at most `max` (pipeline/limits.h's per-field maxima).
+absl::Status CheckSize(int64_t value, int64_t max, int index,
+                       absl::string_view field) {
+  RETURN_IF_ERROR(CheckPositive(value, index, field));
+  return CheckAtMost(Field(index, field), value, max);
+}
+
+// A weight of `shape` (named `what`, e.g. "[out_features, in_features]")
+// must hold at most kMaxTensorFloats floats.
+absl::Status CheckWeight(int index, absl::string_view kind,
+                         absl::string_view what,
+                         const std::vector<int64_t>& shape) {
+  const int64_t floats = SaturatingProduct(shape);
+  if (floats <= kMaxTensorFloats) return absl::OkStatus();
+  return Invalid(absl::StrCat(
+      Field(index, kind), ": the weight ", what, " = ",
+      SymbolicShape::Known(shape).ToString(), " has ", floats,
+      " parameters (", FormatBytes(SaturatingMul(floats, 4)),
+      "), more than one tensor may hold (", kMaxTensorFloats, " floats, ",
+      FormatBytes(kMaxTensorFloats * 4), ")"));
+}
+
 absl::Status CheckRank3(const SymbolicShape& in, int index,
                         absl::string_view kind) {
   if (!in.rank_known || in.dims.size() == 3) return absl::OkStatus();
@@ -98,9 +121,12 @@ absl::StatusOr<SymbolicShape> Window(const SymbolicShape& in, int index,
 
 absl::StatusOr<SymbolicShape> Linear(const LinearSpec& s, int index,
                                      const SymbolicShape& in) {
-  RETURN_IF_ERROR(CheckPositive(s.in_features(), index, "linear.in_features"));
   RETURN_IF_ERROR(
-      CheckPositive(s.out_features(), index, "linear.out_features"));
+      CheckSize(s.in_features(), kMaxFeatures, index, "linear.in_features"));
+  RETURN_IF_ERROR(
+      CheckSize(s.out_features(), kMaxFeatures, index, "linear.out_features"));
+  RETURN_IF_ERROR(CheckWeight(index, "linear", "[out_features, in_features]",
+                              {s.out_features(), s.in_features()}));
   const int64_t last = in.LastDim();
   const bool rank0 = in.rank_known && in.dims.empty();
   if (rank0 || (last != kUnknownDim && last != s.in_features())) {
@@ -125,16 +151,23 @@ absl::StatusOr<SymbolicShape> Linear(const LinearSpec& s, int index,
 absl::StatusOr<SymbolicShape> Conv2d(const Conv2dSpec& s, int index,
                                      const SymbolicShape& in) {
   RETURN_IF_ERROR(CheckRank3(in, index, "conv2d"));
-  RETURN_IF_ERROR(CheckPositive(s.in_channels(), index, "conv2d.in_channels"));
   RETURN_IF_ERROR(
-      CheckPositive(s.out_channels(), index, "conv2d.out_channels"));
-  RETURN_IF_ERROR(CheckPositive(s.kernel_size(), index, "conv2d.kernel_size"));
+      CheckSize(s.in_channels(), kMaxChannels, index, "conv2d.in_channels"));
+  RETURN_IF_ERROR(
+      CheckSize(s.out_channels(), kMaxChannels, index, "conv2d.out_channels"));
+  RETURN_IF_ERROR(
+      CheckSize(s.kernel_size(), kMaxKernel, index, "conv2d.kernel_size"));
   const int64_t stride = s.has_stride() ? s.stride() : 1;
-  RETURN_IF_ERROR(CheckPositive(stride, index, "conv2d.stride"));
+  RETURN_IF_ERROR(CheckSize(stride, kMaxKernel, index, "conv2d.stride"));
   if (s.padding() < 0) {
     return Invalid(absl::StrCat(Field(index, "conv2d.padding"), "=",
                                 s.padding(), " must not be negative"));
   }
+  RETURN_IF_ERROR(
+      CheckAtMost(Field(index, "conv2d.padding"), s.padding(), kMaxKernel));
+  RETURN_IF_ERROR(CheckWeight(
+      index, "conv2d", "[out_channels, in_channels, kernel_size, kernel_size]",
+      {s.out_channels(), s.in_channels(), s.kernel_size(), s.kernel_size()}));
   const int64_t channels = Chw(in)[0];
   if (channels != kUnknownDim && channels != s.in_channels()) {
     return Invalid(
@@ -150,9 +183,9 @@ absl::StatusOr<SymbolicShape> MaxPool2d(const MaxPool2dSpec& s, int index,
                                         const SymbolicShape& in) {
   RETURN_IF_ERROR(CheckRank3(in, index, "max_pool2d"));
   RETURN_IF_ERROR(
-      CheckPositive(s.kernel_size(), index, "max_pool2d.kernel_size"));
+      CheckSize(s.kernel_size(), kMaxKernel, index, "max_pool2d.kernel_size"));
   const int64_t stride = s.has_stride() ? s.stride() : s.kernel_size();
-  RETURN_IF_ERROR(CheckPositive(stride, index, "max_pool2d.stride"));
+  RETURN_IF_ERROR(CheckSize(stride, kMaxKernel, index, "max_pool2d.stride"));
   if (s.padding() < 0 || s.padding() > s.kernel_size() / 2) {
     return Invalid(absl::StrCat(Field(index, "max_pool2d.padding"), "=",
                                 s.padding(), " must be in [0, kernel_size/2]"));
@@ -166,16 +199,16 @@ absl::StatusOr<SymbolicShape> LayerNorm(const LayerNormSpec& s, int index,
   const int64_t last = in.LastDim();
   if ((in.rank_known && in.dims.empty()) ||
       (last != kUnknownDim && last != s.normalized_shape()) ||
-      s.normalized_shape() <= 0) {
+      s.normalized_shape() <= 0 || s.normalized_shape() > kMaxFeatures) {
     return Invalid(absl::StrCat(
         Field(index, "layer_norm.normalized_shape"), "=", s.normalized_shape(),
         " does not match the last dimension of the previous layer's output ",
         in.ToString()));
   }
   const float eps = s.has_eps() ? s.eps() : 1e-5f;
-  if (!(eps > 0)) {
+  if (!(eps > 0 && eps <= 1)) {
     return Invalid(absl::StrCat(Field(index, "layer_norm.eps"), "=", eps,
-                                " must be positive"));
+                                " must be positive (at most 1)"));
   }
   SymbolicShape out = in;
   if (!out.rank_known) out.last = s.normalized_shape();
@@ -184,12 +217,11 @@ absl::StatusOr<SymbolicShape> LayerNorm(const LayerNormSpec& s, int index,
 
 SymbolicShape Flatten(const SymbolicShape& in) {
   if (!in.rank_known) return SymbolicShape::Known({kUnknownDim});
-  int64_t n = 1;
   for (int64_t d : in.dims) {
     if (d == kUnknownDim) return SymbolicShape::Known({kUnknownDim});
-    n *= d;
   }
-  return SymbolicShape::Known({n});
+  // Saturates; InferLayerShape refuses an output past kMaxTensorFloats.
+  return SymbolicShape::Known({SaturatingProduct(in.dims)});
 }
 
 absl::Status CheckDelay(const DelaySpec& s, int index) {
@@ -205,7 +237,7 @@ absl::Status CheckDelay(const DelaySpec& s, int index) {
 // Sizes from a spec are bounded before anything is allocated: no tensor of
 // a transformer layer (a parameter, or an activation of one sample) holds
 // more than 2^32 floats, and the products below cannot overflow.
-constexpr int64_t kMaxFloats = int64_t{1} << 32;
+constexpr int64_t kMaxFloats = kMaxTensorFloats;
 
 // Whether a * b <= kMaxFloats, for positive a and b (no overflow).
 bool Fits(int64_t a, int64_t b) { return a <= kMaxFloats / b; }
@@ -226,7 +258,8 @@ absl::StatusOr<SymbolicShape> TokenEmbedding(const v1::TokenEmbeddingSpec& s,
                                 s.vocab_size(), " must be in [1, ", kMaxVocab,
                                 "] (token ids travel as floats)"));
   }
-  RETURN_IF_ERROR(CheckPositive(s.dim(), index, "token_embedding.dim"));
+  RETURN_IF_ERROR(
+      CheckSize(s.dim(), kMaxFeatures, index, "token_embedding.dim"));
   if (!Fits(s.vocab_size(), s.dim())) {
     return TooLarge(index, "token_embedding",
                     absl::StrCat("the weight [vocab_size, dim] = [",
@@ -269,8 +302,9 @@ absl::StatusOr<int64_t> Positions(const SymbolicShape& in, int index,
 absl::StatusOr<SymbolicShape> PositionEmbedding(
     const v1::PositionEmbeddingSpec& s, int index, const SymbolicShape& in) {
   RETURN_IF_ERROR(
-      CheckPositive(s.context(), index, "position_embedding.context"));
-  RETURN_IF_ERROR(CheckPositive(s.dim(), index, "position_embedding.dim"));
+      CheckSize(s.context(), kMaxContext, index, "position_embedding.context"));
+  RETURN_IF_ERROR(
+      CheckSize(s.dim(), kMaxFeatures, index, "position_embedding.dim"));
   if (!Fits(s.context(), s.dim())) {
     return TooLarge(index, "position_embedding",
                     absl::StrCat("the weight [context, dim] = [", s.context(),
@@ -294,8 +328,8 @@ absl::StatusOr<SymbolicShape> Attention(absl::string_view kind, int64_t dim,
                                         int64_t width, int index,
                                         const SymbolicShape& in) {
   const std::string field(kind);
-  RETURN_IF_ERROR(CheckPositive(dim, index, field + ".dim"));
-  RETURN_IF_ERROR(CheckPositive(heads, index, field + ".heads"));
+  RETURN_IF_ERROR(CheckSize(dim, kMaxFeatures, index, field + ".dim"));
+  RETURN_IF_ERROR(CheckSize(heads, kMaxHeads, index, field + ".heads"));
   if (dim % heads != 0) {
     return Invalid(absl::StrCat(Field(index, kind), ".heads=", heads,
                                 " does not divide dim=", dim));
@@ -326,8 +360,8 @@ absl::StatusOr<SymbolicShape> TransformerBlock(
     const v1::TransformerBlockSpec& s, int index, const SymbolicShape& in) {
   int64_t hidden = 0;
   if (s.has_mlp_hidden()) {
-    RETURN_IF_ERROR(
-        CheckPositive(s.mlp_hidden(), index, "transformer_block.mlp_hidden"));
+    RETURN_IF_ERROR(CheckSize(s.mlp_hidden(), kMaxFeatures, index,
+                              "transformer_block.mlp_hidden"));
     hidden = s.mlp_hidden();
   } else if (s.dim() > 0) {
     hidden = s.dim() <= kMaxFloats ? 4 * s.dim() : kMaxFloats + 1;
@@ -338,9 +372,9 @@ absl::StatusOr<SymbolicShape> TransformerBlock(
                                  ", ", s.dim(), "]"));
   }
   const float eps = s.has_eps() ? s.eps() : 1e-5f;
-  if (!(eps > 0)) {
+  if (!(eps > 0 && eps <= 1)) {
     return Invalid(absl::StrCat(Field(index, "transformer_block.eps"), "=", eps,
-                                " must be positive"));
+                                " must be positive (at most 1)"));
   }
   return Attention("transformer_block", s.dim(), s.heads(), s.dropout(), hidden,
                    index, in);
@@ -357,11 +391,9 @@ absl::Status CheckNotEmpty(const SymbolicShape& in, int index) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<SymbolicShape> InferLayerShape(const LayerSpec& spec, int index,
-                                              const SymbolicShape& in) {
-  RETURN_IF_ERROR(CheckNotEmpty(in, index));
+// The output of a layer of any kind, before its size is checked.
+absl::StatusOr<SymbolicShape> LayerOutput(const LayerSpec& spec, int index,
+                                          const SymbolicShape& in) {
   switch (spec.kind_case()) {
     case LayerSpec::kLinear:
       return Linear(spec.linear(), index, in);
@@ -406,6 +438,25 @@ absl::StatusOr<SymbolicShape> InferLayerShape(const LayerSpec& spec, int index,
       "] has no layer kind (set one of linear, relu, gelu, dropout, flatten, "
       "conv2d, max_pool2d, layer_norm, delay, token_embedding, "
       "position_embedding, causal_self_attention, transformer_block)"));
+}
+
+}  // namespace
+
+absl::StatusOr<SymbolicShape> InferLayerShape(const LayerSpec& spec, int index,
+                                              const SymbolicShape& in) {
+  RETURN_IF_ERROR(CheckNotEmpty(in, index));
+  ASSIGN_OR_RETURN(SymbolicShape out, LayerOutput(spec, index, in));
+  // One sample's output is a tensor like any other (and a flatten of a
+  // huge input saturates rather than wrapping round).
+  const int64_t floats = out.FullyKnown() ? SaturatingProduct(out.dims) : 0;
+  if (floats > kMaxTensorFloats) {
+    return Invalid(absl::StrCat(
+        "model.layers[", index, "]: one sample's output ", out.ToString(),
+        " has ", floats == kSaturated ? "more than 2^63" : absl::StrCat(floats),
+        " floats, more than one tensor may hold (", kMaxTensorFloats,
+        " floats)"));
+  }
+  return out;
 }
 
 namespace {
@@ -483,6 +534,10 @@ absl::StatusOr<std::vector<std::optional<int>>> TiedWeights(
 absl::StatusOr<std::vector<SymbolicShape>> InferModelShapes(
     const ModelSpec& model, const SymbolicShape& input) {
   if (model.layers().empty()) return Invalid("model.layers is empty");
+  if (model.layers_size() > kMaxLayers) {
+    return Invalid(absl::StrCat("model.layers has ", model.layers_size(),
+                                " layers, more than ", kMaxLayers));
+  }
   std::vector<SymbolicShape> out;
   SymbolicShape shape = input;
   for (int i = 0; i < model.layers_size(); ++i) {

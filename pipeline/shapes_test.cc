@@ -6,6 +6,7 @@
 
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "pipeline/limits.h"
 
 namespace aqueduct {
 namespace {
@@ -19,9 +20,11 @@ ModelSpec Model(const std::string& text) {
 
 // The first error InferModelShapes reports for `layers` over token ids
 // [input_len] per sample.
-std::string Error(const std::string& layers, int64_t input_len = 128) {
-  auto shapes =
-      InferModelShapes(Model(layers), SymbolicShape::Known({input_len}));
+std::string Error(const std::string& layers, int64_t input_len = 128,
+                  const SymbolicShape* input = nullptr) {
+  auto shapes = InferModelShapes(
+      Model(layers),
+      input != nullptr ? *input : SymbolicShape::Known({input_len}));
   EXPECT_FALSE(shapes.ok()) << layers;
   if (shapes.ok()) return "";
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument);
@@ -113,7 +116,12 @@ TEST(ShapesTest, AttentionAndBlockErrors) {
             "model.layers[1].transformer_block.mlp_hidden=0 must be positive");
   EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 "
                           "eps: 0 } }"),
-            "model.layers[1].transformer_block.eps=0 must be positive");
+            "model.layers[1].transformer_block.eps=0 must be positive (at most "
+            "1)");
+  EXPECT_EQ(Error(embed + "layers { transformer_block { dim: 128 heads: 4 "
+                          "eps: inf } }"),
+            "model.layers[1].transformer_block.eps=inf must be positive (at "
+            "most 1)");
   EXPECT_EQ(Error("layers { transformer_block { dim: 128 heads: 4 } }"),
             "model.layers[0].transformer_block expects [T, dim] per sample; "
             "the previous layer's output is [128]");
@@ -126,21 +134,85 @@ TEST(ShapesTest, SizesAreBoundedWithoutOverflow) {
           "layers { transformer_block { dim: 40000 heads: 1 mlp_hidden: 1 } }"),
       "model.layers[1].transformer_block: the attention weight [3 * "
       "dim, dim] with dim=40000 exceeds 2^32 floats");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: 4096 } } "
+                  "layers { transformer_block { dim: 4096 heads: 1 "
+                  "mlp_hidden: 16777216 } }"),
+            "model.layers[1].transformer_block: the MLP weight [mlp_hidden, "
+            "dim] = [16777216, 4096] exceeds 2^32 floats");
   EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: 4 } } "
                   "layers { transformer_block { dim: 4 heads: 1 "
                   "mlp_hidden: 9223372036854775807 } }"),
-            "model.layers[1].transformer_block: the MLP weight [mlp_hidden, "
-            "dim] = [9223372036854775807, 4] exceeds 2^32 floats");
+            "model.layers[1].transformer_block.mlp_hidden="
+            "9223372036854775807 must be at most 16777216");
   EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: 8 } } "
                   "layers { causal_self_attention { dim: 8 heads: 2 } }",
                   70000),
             "model.layers[1].causal_self_attention: a sample's activations "
             "over 70000 positions with 2 heads (the attention weights are "
             "[heads, T, T]) exceeds 2^32 floats");
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 16777216 dim: "
+                  "16777216 } }"),
+            "model.layers[0].token_embedding: the weight [vocab_size, dim] = "
+            "[16777216, 16777216] exceeds 2^32 floats");
   EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: "
                   "9223372036854775807 } }"),
-            "model.layers[0].token_embedding: the weight [vocab_size, dim] = "
-            "[2, 9223372036854775807] exceeds 2^32 floats");
+            "model.layers[0].token_embedding.dim=9223372036854775807 must be "
+            "at most 16777216");
+}
+
+// Every layer's widths are bounded, products saturate instead of wrapping,
+// and one sample's output is a tensor like any other.
+TEST(ShapesTest, EveryLayerIsBounded) {
+  const SymbolicShape image = SymbolicShape::Known({1, 8, 8});
+  EXPECT_EQ(Error("layers { linear { in_features: 128 out_features: "
+                  "16777217 } }"),
+            "model.layers[0].linear.out_features=16777217 must be at most "
+            "16777216");
+  EXPECT_EQ(Error("layers { linear { in_features: 128 out_features: "
+                  "-1 } }"),
+            "model.layers[0].linear.out_features=-1 must be positive");
+  EXPECT_EQ(Error("layers { conv2d { in_channels: 1 out_channels: 2097152 "
+                  "kernel_size: 3 } }",
+                  0, &image),
+            "model.layers[0].conv2d.out_channels=2097152 must be at most "
+            "1048576");
+  EXPECT_EQ(Error("layers { conv2d { in_channels: 1048576 out_channels: "
+                  "1048576 kernel_size: 1 } }",
+                  0, &image),
+            "model.layers[0].conv2d: the weight [out_channels, in_channels, "
+            "kernel_size, kernel_size] = [1048576, 1048576, 1, 1] has "
+            "1099511627776 parameters (4.4 TB), more than one tensor may hold "
+            "(4294967296 floats, 17.2 GB)");
+  EXPECT_EQ(Error("layers { max_pool2d { kernel_size: 9999 } }", 0, &image),
+            "model.layers[0].max_pool2d.kernel_size=9999 must be at most 4096");
+  EXPECT_EQ(Error("layers { layer_norm { normalized_shape: 128 eps: nan } }"),
+            "model.layers[0].layer_norm.eps=nan must be positive (at most 1)");
+  EXPECT_EQ(
+      Error(std::string(kEmbed) +
+            "layers { position_embedding { context: 2097152 dim: 128 } }"),
+      "model.layers[1].position_embedding.context=2097152 must be at most "
+      "1048576");
+  EXPECT_EQ(Error(std::string(kEmbed) +
+                  "layers { causal_self_attention { dim: 128 heads: 8192 } }"),
+            "model.layers[1].causal_self_attention.heads=8192 must be at most "
+            "4096");
+  // [65537, 65536] per sample: 65537 ids, each a vector of 65536.
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 4 dim: 65536 } }",
+                  65537),
+            "model.layers[0].token_embedding: the output [65537, 65536] "
+            "exceeds 2^32 floats");
+  // A convolution's output past 2^32 floats per sample: [2^20, 2^7, 2^7].
+  const SymbolicShape wide = SymbolicShape::Known({1, 128, 128});
+  EXPECT_EQ(Error("layers { conv2d { in_channels: 1 out_channels: 1048576 "
+                  "kernel_size: 1 } }",
+                  0, &wide),
+            "model.layers[0]: one sample's output [1048576, 128, 128] has "
+            "17179869184 floats, more than one tensor may hold (4294967296 "
+            "floats)");
+  ModelSpec many;
+  for (int i = 0; i <= kMaxLayers; ++i) many.add_layers()->mutable_relu();
+  EXPECT_EQ(InferModelShapes(many, SymbolicShape::Known({4})).status().message(),
+            "model.layers has 4097 layers, more than 4096");
 }
 
 TEST(ShapesTest, TiedWeights) {

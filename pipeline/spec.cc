@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
+#include "pipeline/memory.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -50,6 +52,8 @@ absl::Status ValidateLrSchedule(const LrSchedule& s) {
         absl::StrCat("optimizer.schedule.warmup_steps=", s.warmup_steps(),
                      " must not be negative"));
   }
+  RETURN_IF_ERROR(CheckAtMost("optimizer.schedule.warmup_steps",
+                              s.warmup_steps(), kMaxSteps));
   if (s.has_cosine()) {
     RETURN_IF_ERROR(CheckRange("schedule.cosine.final_fraction",
                                s.cosine().final_fraction(), 0, 1, false));
@@ -60,16 +64,27 @@ absl::Status ValidateLrSchedule(const LrSchedule& s) {
           "optimizer.schedule.step.every_steps=", s.step().every_steps(),
           " must be positive"));
     }
+    RETURN_IF_ERROR(CheckAtMost("optimizer.schedule.step.every_steps",
+                                s.step().every_steps(), kMaxSteps));
     RETURN_IF_ERROR(
         CheckRange("schedule.step.gamma", s.step().gamma(), 0, 1, false));
   }
   return absl::OkStatus();
 }
 
+// A learning rate past this is a typo, not a schedule.
+constexpr float kMaxLearningRate = 1000;
+
 absl::Status CheckLr(const char* field, float lr) {
-  if (lr > 0 && std::isfinite(lr)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "optimizer.", field, ".lr=", lr, " must be positive and finite"));
+  if (!(lr > 0 && std::isfinite(lr))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.", field, ".lr=", lr, " must be positive and finite"));
+  }
+  if (lr > kMaxLearningRate) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.", field, ".lr=", lr, " must be at most ", kMaxLearningRate));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateSgd(const SgdSpec& s) {
@@ -92,21 +107,24 @@ absl::Status ValidateAdam(const AdamSpec& s) {
   if (s.has_beta2()) {
     RETURN_IF_ERROR(CheckRange("adam.beta2", s.beta2(), 0, 1, true));
   }
-  if (s.has_eps() && !(s.eps() > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.adam.eps=", s.eps(), " must be positive"));
+  if (s.has_eps() && !(s.eps() > 0 && s.eps() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.adam.eps=", s.eps(), " must be positive (at most 1)"));
   }
   return CheckRange("adam.weight_decay", s.weight_decay(), 0, 1, true);
 }
 
-absl::Status ValidateSynthetic(const SyntheticData& s) {
+// The floats of one synthetic sample, or the error naming the dimension.
+absl::StatusOr<int64_t> SyntheticSampleFloats(const SyntheticData& s) {
   if (s.sample_shape().empty()) {
     return absl::InvalidArgumentError(
         "data.synthetic.sample_shape is empty (e.g. [784] or [1, 28, 28])");
   }
-  // Sizes are checked against 2^32 floats as they are multiplied, so no
-  // product overflows.
-  constexpr int64_t kMaxFloats = int64_t{1} << 32;
+  if (s.sample_shape_size() > kMaxSampleRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.synthetic.sample_shape has ", s.sample_shape_size(),
+        " dimensions, more than ", kMaxSampleRank));
+  }
   int64_t per = 1;
   for (int i = 0; i < s.sample_shape_size(); ++i) {
     if (s.sample_shape(i) <= 0) {
@@ -114,12 +132,19 @@ absl::Status ValidateSynthetic(const SyntheticData& s) {
           absl::StrCat("data.synthetic.sample_shape[", i,
                        "]=", s.sample_shape(i), " must be positive"));
     }
-    if (s.sample_shape(i) > kMaxFloats / per) {
-      return absl::InvalidArgumentError(
-          "data.synthetic.sample_shape: a sample exceeds 2^32 floats");
-    }
-    per *= s.sample_shape(i);
+    per = SaturatingMul(per, s.sample_shape(i));
   }
+  if (per > kMaxTensorFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.synthetic.sample_shape: a sample of ",
+        per == kSaturated ? "more than 2^63" : absl::StrCat(per),
+        " floats exceeds 2^32 floats"));
+  }
+  return per;
+}
+
+absl::Status ValidateSynthetic(const SyntheticData& s) {
+  ASSIGN_OR_RETURN(const int64_t per, SyntheticSampleFloats(s));
   if (s.num_classes() < 2 || s.num_classes() > 1000000) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.synthetic.num_classes=", s.num_classes(),
@@ -130,17 +155,24 @@ absl::Status ValidateSynthetic(const SyntheticData& s) {
         absl::StrCat("data.synthetic.train_samples=", s.train_samples(),
                      " must be positive"));
   }
+  RETURN_IF_ERROR(CheckAtMost("data.synthetic.train_samples",
+                              s.train_samples(), kMaxSamples));
   if (s.test_samples() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.synthetic.test_samples=", s.test_samples(),
                      " must not be negative"));
   }
-  const int64_t samples_max = kMaxFloats / per;
-  if (s.train_samples() > samples_max ||
-      s.test_samples() > samples_max - s.train_samples()) {
-    return absl::InvalidArgumentError(
-        "data.synthetic: train_samples + test_samples times the sample size "
-        "exceeds 2^32 floats");
+  RETURN_IF_ERROR(CheckAtMost("data.synthetic.test_samples", s.test_samples(),
+                              kMaxSamples));
+  // Both counts are at most 2^40 and a sample at most 2^32 floats: neither
+  // the sum nor the product can overflow, and they saturate regardless.
+  const int64_t floats =
+      SaturatingMul(SaturatingAdd(s.train_samples(), s.test_samples()), per);
+  if (floats > kMaxTensorFloats) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.synthetic: (train_samples=", s.train_samples(),
+        " + test_samples=", s.test_samples(), ") x ", per,
+        " floats per sample = ", floats, " floats exceeds 2^32 floats"));
   }
   return absl::OkStatus();
 }
@@ -170,7 +202,6 @@ absl::Status ValidateText(const v1::TextData& t) {
           "own)"));
     }
   }
-  constexpr int64_t kMaxContext = int64_t{1} << 20;
   if (t.context() < 1 || t.context() > kMaxContext) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.text.context=", t.context(), " must be in [1, ",
@@ -192,6 +223,8 @@ absl::Status ValidateText(const v1::TextData& t) {
         absl::StrCat("data.text.val_windows=", t.val_windows(),
                      " must not be negative (0 = all)"));
   }
+  RETURN_IF_ERROR(
+      CheckAtMost("data.text.val_windows", t.val_windows(), kMaxSamples));
   if (t.val_windows() > 0 && t.has_val_fraction() && t.val_fraction() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.text.val_windows=", t.val_windows(),
@@ -234,11 +267,15 @@ absl::Status ValidateLoop(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size=", spec.batch_size(), " must be positive"));
   }
+  RETURN_IF_ERROR(CheckAtMost("batch_size", spec.batch_size(), kMaxBatchSize));
   if (spec.epochs() < 0 || spec.max_steps() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "epochs=", spec.epochs(), " and max_steps=", spec.max_steps(),
         " must not be negative"));
   }
+  RETURN_IF_ERROR(CheckAtMost("epochs", spec.epochs(), kMaxEpochs));
+  RETURN_IF_ERROR(CheckAtMost("max_steps", spec.max_steps(), kMaxSteps));
+  RETURN_IF_ERROR(CheckInRange("eval_every", spec.eval_every(), 0, kMaxSteps));
   if (spec.epochs() == 0 && spec.max_steps() == 0) {
     return absl::InvalidArgumentError(
         "neither epochs nor max_steps is set: training would never stop");
@@ -252,6 +289,10 @@ absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
         "checkpoint.every_steps=", c.every_steps(),
         " and checkpoint.keep_last=", c.keep_last(), " must not be negative"));
   }
+  RETURN_IF_ERROR(
+      CheckAtMost("checkpoint.every_steps", c.every_steps(), kMaxSteps));
+  RETURN_IF_ERROR(
+      CheckAtMost("checkpoint.keep_last", c.keep_last(), kMaxCheckpointsKept));
   if (c.every_steps() > 0 && c.dir().empty()) {
     return absl::InvalidArgumentError(
         "checkpoint.every_steps is set but checkpoint.dir is not: say where "
@@ -367,6 +408,126 @@ absl::Status CheckTiesAndSchedule(const ModelSpec& model,
   return absl::OkStatus();
 }
 
+// The pipeline fields ResolvePipeline leaves unbounded above.
+absl::Status CheckPipelineLimits(const v1::PipelineSpec& p) {
+  RETURN_IF_ERROR(CheckAtMost("pipeline.microbatches", p.microbatches(),
+                              kMaxMicrobatches));
+  RETURN_IF_ERROR(CheckAtMost("pipeline.wait_for_workers_ms",
+                              p.wait_for_workers_ms(), kMaxWaitForWorkersMs));
+  if (p.bandwidth_bytes_per_s() > kMaxBandwidthBytesPerS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.bandwidth_bytes_per_s=", p.bandwidth_bytes_per_s(),
+        " must be at most ", kMaxBandwidthBytesPerS, " (1 PB/s)"));
+  }
+  return absl::OkStatus();
+}
+
+// "model.layers[3].transformer_block": the layer and its kind's field.
+std::string LayerField(const ModelSpec& model, int l) {
+  const auto* field = LayerSpec::descriptor()->FindFieldByNumber(
+      model.layers(l).kind_case());
+  return absl::StrCat("model.layers[", l, "]",
+                      field != nullptr ? "." + field->name() : "");
+}
+
+// "1000 parameters with their gradients and optimizer state (12.0 kB) and
+// the activations of a microbatch of 8 samples (1.0 MB)".
+std::string Parts(const StageFootprint& f, int64_t samples) {
+  return absl::StrCat(f.parameters,
+                      " parameters with their gradients and optimizer state (",
+                      FormatBytes(f.parameter_bytes),
+                      ") and the activations of a microbatch of ", samples,
+                      " samples (", FormatBytes(f.activation_bytes), ")");
+}
+
+// Samples per microbatch, at the least: a splitting schedule's microbatches
+// (the spec's, or one per worker), else the whole minibatch.
+int64_t MicrobatchSamples(const JobSpec& spec, const PipelinePolicy& p) {
+  auto micro = MicrobatchesFor(p, spec.batch_size(), p.workers);
+  return micro.ok() ? spec.batch_size() / *micro : 1;
+}
+
+// Every layer must fit one worker, and the model pipeline.workers of them.
+absl::Status CheckLayersFit(const JobSpec& spec, const SpecSummary& summary,
+                            const MemoryLimit& limit) {
+  const std::vector<LayerFootprint> layers =
+      EstimateModel(spec.model(), summary.input, summary.layer_outputs);
+  const int copies = TrainingCopies(spec.optimizer());
+  const int64_t samples = MicrobatchSamples(spec, summary.pipeline);
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    const StageFootprint f = EstimateStage(layers, l, l + 1, copies, samples);
+    if (f.total_bytes <= limit.bytes) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        LayerField(spec.model(), l), " needs at least ",
+        FormatBytes(f.total_bytes), ": ", Parts(f, samples), ", more than ",
+        Describe(limit)));
+  }
+  const int workers = summary.pipeline.workers;
+  const int64_t stages = MinimumStages(layers, copies, samples, limit.bytes);
+  if (stages <= workers) return absl::OkStatus();
+  const StageFootprint all =
+      EstimateStage(layers, 0, static_cast<int>(layers.size()), copies,
+                    samples);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model needs at least ", FormatBytes(all.total_bytes), ": ",
+      Parts(all, samples), "; that takes at least ", stages,
+      " workers of ", Describe(limit), ", and pipeline.workers=", workers));
+}
+
+// Synthetic data is generated whole on each worker that loads it.
+absl::Status CheckDataFits(const DataSpec& data, const MemoryLimit& limit) {
+  if (!data.has_synthetic()) return absl::OkStatus();
+  const SyntheticData& s = data.synthetic();
+  int64_t train = s.train_samples();
+  int64_t test = s.test_samples();
+  if (data.train_limit() > 0) train = std::min(train, data.train_limit());
+  if (data.test_limit() > 0) test = std::min(test, data.test_limit());
+  const int64_t bytes = SyntheticDataBytes(s, train, test);
+  if (bytes <= limit.bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.synthetic: ", train, " training and ", test, " test samples of ",
+      SymbolicShape::Known(std::vector<int64_t>(s.sample_shape().begin(),
+                                                s.sample_shape().end()))
+          .ToString(),
+      " floats and a teacher for num_classes=", s.num_classes(), " need ",
+      FormatBytes(bytes), " on each worker that loads them, more than ",
+      Describe(limit)));
+}
+
+// A worker keeps a record of every step (PerStepBytes), when the spec says
+// how many steps there are.
+absl::Status CheckStepsFit(const JobSpec& spec, const SpecSummary& summary,
+                           const MemoryLimit& limit) {
+  int64_t total = 0;
+  if (summary.train_samples >= 0) {
+    ASSIGN_OR_RETURN(total, TotalSteps(spec, summary.train_samples));
+  } else if (spec.epochs() == 0) {
+    total = spec.max_steps();
+  }
+  const PipelinePolicy& p = summary.pipeline;
+  const bool pipeline = p.workers > 1;
+  auto micro = MicrobatchesFor(p, spec.batch_size(), p.workers);
+  const int64_t per_step = PerStepBytes(pipeline, micro.ok() ? *micro : 1);
+  const int64_t bytes = SaturatingMul(total, per_step);
+  if (bytes <= limit.bytes) return absl::OkStatus();
+  const bool capped = spec.max_steps() > 0 && total == spec.max_steps();
+  return absl::InvalidArgumentError(absl::StrCat(
+      capped ? absl::StrCat("max_steps=", spec.max_steps())
+             : absl::StrCat("epochs=", spec.epochs()),
+      ": ", total, " steps at ", per_step, " bytes each (",
+      pipeline ? "the operations of each stage's schedule"
+               : "the loss of every step",
+      ") need ", FormatBytes(bytes), ", more than ", Describe(limit)));
+}
+
+absl::Status CheckMemory(const JobSpec& spec, const SpecSummary& summary,
+                         const MemoryLimit& memory) {
+  const MemoryLimit limit = KnownOrDefault(memory);
+  RETURN_IF_ERROR(CheckLayersFit(spec, summary, limit));
+  RETURN_IF_ERROR(CheckDataFits(spec.data(), limit));
+  return CheckStepsFit(spec, summary, limit);
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
@@ -424,10 +585,20 @@ absl::Status ValidateDataSpec(const DataSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.std=", spec.std(), " must be positive"));
   }
+  // Inputs are scaled to [0, 1] first: a mean or deviation past these is a
+  // mistake, and a NaN or an infinity would make every input one.
+  RETURN_IF_ERROR(CheckFiniteInRange("data.mean", spec.mean(), -1e6, 1e6));
+  if (spec.has_std()) {
+    RETURN_IF_ERROR(CheckFiniteInRange("data.std", spec.std(), 1e-12, 1e6));
+  }
   if (spec.train_limit() < 0 || spec.test_limit() < 0) {
     return absl::InvalidArgumentError(
         "data.train_limit and data.test_limit must not be negative");
   }
+  RETURN_IF_ERROR(
+      CheckAtMost("data.train_limit", spec.train_limit(), kMaxSamples));
+  RETURN_IF_ERROR(
+      CheckAtMost("data.test_limit", spec.test_limit(), kMaxSamples));
   switch (spec.source_case()) {
     case DataSpec::kText:
       return ValidateText(spec.text());
@@ -471,7 +642,8 @@ bool HasTestSplit(const DataSpec& d) {
          (d.has_synthetic() && d.synthetic().test_samples() > 0);
 }
 
-absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
+absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec,
+                                         const MemoryLimit& memory) {
   RETURN_IF_ERROR(ValidateLoop(spec));
   RETURN_IF_ERROR(ValidateOptimizerSpec(spec.optimizer()));
   RETURN_IF_ERROR(ValidateDataSpec(spec.data()));
@@ -479,6 +651,7 @@ absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateFaultTolerance(spec.fault_tolerance()));
   SpecSummary summary;
   ASSIGN_OR_RETURN(summary.pipeline, ResolvePipeline(spec));
+  RETURN_IF_ERROR(CheckPipelineLimits(spec.pipeline()));
   if (spec.data().has_synthetic()) {
     const SyntheticData& s = spec.data().synthetic();
     summary.input = SymbolicShape::Known(
@@ -497,7 +670,43 @@ absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec) {
                    InferModelShapes(spec.model(), summary.input));
   RETURN_IF_ERROR(CheckLogits(summary, spec.data(), spec.model()));
   RETURN_IF_ERROR(CheckTiesAndSchedule(spec.model(), summary.pipeline));
+  RETURN_IF_ERROR(CheckMemory(spec, summary, memory));
   return summary;
+}
+
+absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
+                              const StageNeeds& stage,
+                              const MemoryLimit& memory,
+                              absl::StatusCode code) {
+  ASSIGN_OR_RETURN(const std::vector<SymbolicShape> outputs,
+                   InferModelShapes(spec.model(), input));
+  const MemoryLimit limit = KnownOrDefault(memory);
+  const StageFootprint f =
+      EstimateStage(EstimateModel(spec.model(), input, outputs),
+                    stage.layer_begin, stage.layer_end, stage.copies,
+                    stage.samples);
+  const int64_t steps = SaturatingMul(stage.steps, stage.bytes_per_step);
+  const int64_t total =
+      SaturatingAdd(SaturatingAdd(f.total_bytes, stage.data_bytes), steps);
+  if (total <= limit.bytes) return absl::OkStatus();
+  std::string message = absl::StrCat(
+      stage.what, " (model.layers[", stage.layer_begin, ", ", stage.layer_end,
+      ")) needs at least ", FormatBytes(total), ": ",
+      Parts(f, stage.samples));
+  if (stage.data_bytes > 0) {
+    absl::StrAppend(&message, ", its data (", FormatBytes(stage.data_bytes),
+                    ")");
+  }
+  if (steps > 0) {
+    absl::StrAppend(&message, ", its record of ", stage.steps, " steps (",
+                    FormatBytes(steps), ")");
+  }
+  if (f.heaviest_layer >= 0) {
+    absl::StrAppend(&message, "; ", LayerField(spec.model(), f.heaviest_layer),
+                    " alone holds ", FormatBytes(f.heaviest_bytes));
+  }
+  absl::StrAppend(&message, "; more than ", Describe(limit));
+  return absl::Status(code, message);
 }
 
 }  // namespace aqueduct

@@ -8,6 +8,13 @@
 // it, which fail the job naming the path and the worker
 // (worker/nn/spec.h builds the model against the data).
 //
+// Every count and size is bounded (pipeline/limits.h: a maximum per field,
+// overflow-safe products) and what the job would allocate is compared with
+// the memory of the device it would run on (pipeline/memory.h), so that a
+// spec that passes cannot make a worker throw std::length_error or
+// std::bad_alloc. Workers check again, with their own memory, before they
+// allocate (CheckStageMemory).
+//
 // Thread-safety: stateless functions.
 #ifndef AQUEDUCT_PIPELINE_SPEC_H_
 #define AQUEDUCT_PIPELINE_SPEC_H_
@@ -16,6 +23,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pipeline/limits.h"
+#include "pipeline/memory.h"
 #include "pipeline/policy.h"
 #include "pipeline/shapes.h"
 #include "proto/types.h"
@@ -42,9 +51,44 @@ struct SpecSummary {
   int64_t train_samples = -1;
 };
 
-// Checks every field of `spec` that does not need its data.
-// INVALID_ARGUMENT naming the field.
-absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec);
+// Checks every field of `spec` that does not need its data, and what the
+// job would hold against `memory` (one worker's; unknown by default, when
+// pipeline/limits.h's kDefaultMemoryBytes applies). INVALID_ARGUMENT naming
+// the field, and for sizes the numbers: "model.layers[3].transformer_block
+// needs at least 80.0 GB: ..., more than the largest registered worker's
+// memory (16.0 GB)".
+absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec,
+                                         const MemoryLimit& memory = {});
+
+// One worker's part of a job, for CheckStageMemory.
+struct StageNeeds {
+  // In messages: "stage 1", "profiling".
+  std::string what;
+  // The layers it holds.
+  int layer_begin = 0;
+  int layer_end = 0;
+  // Samples per microbatch.
+  int64_t samples = 1;
+  // Copies of each parameter: weights, gradients and optimizer state in
+  // training (TrainingCopies); the profiler holds two more.
+  int copies = 2;
+  // Bytes of data it loads, and the steps (with the bytes a step costs,
+  // PerStepBytes) it keeps a record of.
+  int64_t data_bytes = 0;
+  int64_t steps = 0;
+  int64_t bytes_per_step = 0;
+};
+
+// A worker's own check before it allocates (defence in depth: the
+// coordinator checked the spec against its largest worker and the plan
+// against each): the layers of `stage` built on samples of shape `input`
+// (the data's, as the worker read it), its data and its steps, against
+// `memory`. `code` (FAILED_PRECONDITION, RESOURCE_EXHAUSTED) with a message
+// naming the layer that holds the most and the numbers otherwise; the
+// error of shape inference if `input` does not fit the model.
+absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
+                              const StageNeeds& stage,
+                              const MemoryLimit& memory, absl::StatusCode code);
 
 // The optimizer section (INVALID_ARGUMENT naming the field).
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec);

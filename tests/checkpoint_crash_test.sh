@@ -26,7 +26,7 @@ start_coordinator() {
   rm -f "$tmp/port"
   "$COORDINATOR" --listen "$1" --port_file "$tmp/port" --state_dir "$tmp/cstate" \
     --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
-    >"$tmp/coordinator-$restarts.log" 2>&1 &
+    --checkpoint_root "$tmp" >"$tmp/coordinator-$restarts.log" 2>&1 &
   cpid=$!; pids+=("$cpid")
   restarts=$((restarts + 1))
   wait_until 10 test -s "$tmp/port"
@@ -34,7 +34,8 @@ start_coordinator() {
 declare -A wpid
 start_worker() {
   "$WORKER" --coordinator "$addr" --worker_id "$1" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false --peer_timeout_ms 3000 >>"$tmp/$1.log" 2>&1 &
+    --threads 1 --measure_gemm=false --peer_timeout_ms 3000 \
+    --checkpoint_root "$tmp" >>"$tmp/$1.log" 2>&1 &
   pids+=("$!"); wpid[$1]=$!
 }
 start_coordinator 127.0.0.1:0 || { cat "$tmp"/coordinator-0.log; exit 1; }

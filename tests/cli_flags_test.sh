@@ -76,8 +76,8 @@ done
 # The daemons' --help lists their flags; unknown flags and stray arguments
 # exit 2 naming them.
 declare -A daemon_flags=(
-  [coordinator]="--listen --port_file --state_dir --max_model_bytes --heartbeat_interval_ms --dead_after_ms --log_level --log_format"
-  [worker]="--coordinator --listen --advertise_host --worker_id --device --gemm_precision --threads --port_file --measure_gemm --model_upload_deadline_ms"
+  [coordinator]="--listen --port_file --state_dir --checkpoint_root --max_model_bytes --heartbeat_interval_ms --dead_after_ms --log_level --log_format"
+  [worker]="--coordinator --listen --advertise_host --worker_id --data_root --checkpoint_root --max_text_bytes --device --gemm_precision --threads --port_file --measure_gemm --model_upload_deadline_ms"
 )
 for bin in "$COORDINATOR" "$WORKER"; do
   name=$(basename "$bin")
@@ -98,6 +98,15 @@ done
 timeout 10 "$WORKER" --threads many >/dev/null 2>"$tmp/err"; rc=$?
 [ "$rc" -eq 2 ] || fail "worker --threads many: exit $rc"
 grep -q "bad value 'many' for --threads" "$tmp/err" || fail "worker --threads message: $(cat "$tmp/err")"
+# A file root that is not a directory stops either daemon naming the flag.
+timeout 10 "$WORKER" --data_root "$tmp/no-such-root" >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "worker --data_root missing: exit $rc"
+grep -q -- "--data_root: '$tmp/no-such-root'" "$tmp/err" || fail "worker --data_root message: $(cat "$tmp/err")"
+timeout 10 "$COORDINATOR" --listen 127.0.0.1:0 --checkpoint_root "$tmp/no-such-root" \
+  >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "coordinator --checkpoint_root missing: exit $rc"
+grep -q -- "--checkpoint_root: '$tmp/no-such-root'" "$tmp/err" ||
+  fail "coordinator --checkpoint_root message: $(cat "$tmp/err")"
 
 # A --state_dir that cannot be created stops the coordinator naming it.
 touch "$tmp/a-file"

@@ -22,7 +22,7 @@ start_coordinator() {
   rm -f "$tmp/port"
   "$COORDINATOR" --listen "$1" --port_file "$tmp/port" --state_dir "$tmp/cstate" \
     --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
-    >"$2" 2>&1 &
+    --checkpoint_root "$tmp" >"$2" 2>&1 &
   cpid=$!; pids+=("$cpid")
   wait_until 10 test -s "$tmp/port"
 }
@@ -33,7 +33,8 @@ addr="127.0.0.1:$port"
 aq() { "$AQ" "$@" --coordinator "$addr"; }
 for w in w1 w2; do
   "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false --peer_timeout_ms 10000 >"$tmp/$w.log" 2>&1 &
+    --threads 1 --measure_gemm=false --peer_timeout_ms 10000 \
+    --checkpoint_root "$tmp" >"$tmp/$w.log" 2>&1 &
   pids+=("$!")
 done
 healthy() { [ "$(healthy_count)" -eq 2 ]; }

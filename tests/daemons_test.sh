@@ -19,7 +19,7 @@ source "$harness"
 cstate="$tmp/new/cstate"
 "$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$cstate" \
   --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
-  >"$tmp/coordinator.log" 2>&1 &
+  --checkpoint_root "$tmp" >"$tmp/coordinator.log" 2>&1 &
 cpid=$!; pids+=("$cpid")
 wait_until 10 test -s "$tmp/port" || { echo "coordinator did not start"; cat "$tmp/coordinator.log"; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
@@ -66,7 +66,7 @@ fi
 start_worker() {
   "$WORKER" --coordinator "$addr" --worker_id "$1" --listen 127.0.0.1:0 \
     --threads 1 --measure_gemm=false --peer_timeout_ms "$2" \
-    >"$tmp/$1.log" 2>&1 &
+    --checkpoint_root "$tmp" >"$tmp/$1.log" 2>&1 &
   pids+=("$!"); eval "pid_$1=$!"
 }
 # True when exactly $1 workers are HEALTHY.
@@ -324,7 +324,7 @@ kill -TERM "$cpid"; wait "$cpid"; rc=$?
 # the status it ended with.
 rm -f "$tmp/port"
 "$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$cstate" \
-  >"$tmp/coordinator2.log" 2>&1 &
+  --checkpoint_root "$tmp" >"$tmp/coordinator2.log" 2>&1 &
 cpid=$!; pids+=("$cpid")
 wait_until 10 test -s "$tmp/port" || fail "coordinator did not restart: $(cat "$tmp/coordinator2.log")"
 addr="127.0.0.1:$(cat "$tmp/port")"

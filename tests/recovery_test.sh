@@ -26,7 +26,7 @@ source "$harness"
 
 "$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \
   --heartbeat_interval_ms 100 --suspect_after_missed 3 --dead_after_ms 1500 \
-  >"$tmp/coordinator.log" 2>&1 &
+  --checkpoint_root "$tmp" >"$tmp/coordinator.log" 2>&1 &
 pids+=("$!")
 wait_until 10 test -s "$tmp/port" || { cat "$tmp/coordinator.log"; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
@@ -41,7 +41,8 @@ describe_process() {
 declare -A wpid
 for w in w1 w2 w3; do
   "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false --peer_timeout_ms 3000 >"$tmp/$w.log" 2>&1 &
+    --threads 1 --measure_gemm=false --peer_timeout_ms 3000 \
+    --checkpoint_root "$tmp" >"$tmp/$w.log" 2>&1 &
   pids+=("$!"); wpid[$w]=$!
 done
 healthy() { [ "$(healthy_count)" -eq "$1" ]; }

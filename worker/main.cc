@@ -1,6 +1,7 @@
 // The worker daemon: one device, one stage at a time. Serves the Worker
 // gRPC service, registers with the coordinator and heartbeats; SIGTERM or
 // SIGINT stops the current job after its step, deregisters and exits 0.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,11 +9,16 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "common/daemon.h"
+#include "common/grpc_security.h"
+#include "common/security.h"
 #include "common/device/factory.h"
+#include "common/file_system.h"
 #include "common/grpc_coordinator_client.h"
 #include "common/logging.h"
 #include "common/version.h"
@@ -30,8 +36,13 @@
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "host:port of the coordinator");
-ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "host:port for the Worker service (port 0: any free port)");
+ABSL_FLAG(std::string, listen, "",
+          "host:port for the Worker service (port 0: any free port; default "
+          "<advertise_host>:0); a non-loopback host needs TLS (--tls_*) or "
+          "--insecure");
+ABSL_FLAG(bool, insecure, false,
+          "allow serving plaintext on a non-loopback --listen (a trusted "
+          "network only)");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "host name or address the coordinator and peers reach this worker "
           "at");
@@ -49,6 +60,19 @@ ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
 ABSL_FLAG(int64_t, model_upload_deadline_ms, 300000,
           "how long the output stage keeps trying to upload a job's trained "
           "model while the coordinator is unreachable");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "directories under which jobs' data files and init_weights are "
+          "read (comma-separated, or the flag repeated); a path outside "
+          "(after '..' and symbolic links) is refused naming the field and "
+          "this flag. Default: the Debian datasets the examples use, "
+          "/usr/share/games/fortunes and /usr/share/datasets/fashion-mnist "
+          "(those that exist)");
+ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
+          "directories under which jobs' checkpoints are written and read "
+          "(comma-separated, or the flag repeated). Default: none, and a job "
+          "with a checkpoint.dir or a checkpoint to resume from fails");
+ABSL_FLAG(int64_t, max_text_bytes, int64_t{1} << 30,
+          "most bytes the text files of one job may hold in all (data.text)");
 ABSL_FLAG(bool, measure_gemm, true,
           "measure GEMM throughput at start (reported on registration)");
 ABSL_FLAG(std::string, log_level, "info",
@@ -103,20 +127,47 @@ int ThreadsFromFlags() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// --listen, by default the advertised host on any free port.
+std::string ListenAddress() {
+  if (!absl::GetFlag(FLAGS_listen).empty()) return absl::GetFlag(FLAGS_listen);
+  const std::string host = absl::GetFlag(FLAGS_advertise_host);
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:0")
+                                             : absl::StrCat(host, ":0");
+}
+
+// The worker's TLS material and token from the flags; nullopt (after
+// saying why) if they are bad or do not allow the listen address.
+std::optional<SecurityConfig> SecurityFromFlags() {
+  absl::StatusOr<SecurityConfig> config = SecurityConfigFromFlags(true);
+  absl::Status s = config.status();
+  if (s.ok()) {
+    s = CheckListenAddress(ListenAddress(), config->tls(),
+                           absl::GetFlag(FLAGS_insecure));
+  }
+  if (!s.ok()) {
+    AQ_LOG_ERROR("{}", std::string(s.message()));
+    return std::nullopt;
+  }
+  return *std::move(config);
+}
+
 // Serves `service` on --listen and writes --port_file; null (after logging
-// why) if either fails.
+// why) if either fails. Only the coordinator calls: with TLS, callers must
+// present a certificate the CA signed.
 std::unique_ptr<grpc::Server> StartServer(GrpcWorkerService* service,
+                                          const SecurityConfig& security,
                                           int* port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(
+      ListenAddress(), ServerCredentials(security, ClientCertificates::kRequire),
+      port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
-    AQ_LOG_ERROR("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+    AQ_LOG_ERROR("cannot listen on {}", ListenAddress());
     return nullptr;
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
@@ -163,9 +214,46 @@ ModelUploaderOptions UploaderOptions() {
   return options;
 }
 
+// What jobs may open: --data_root (default: the example datasets that are
+// installed), --checkpoint_root, --max_text_bytes; nullopt (after logging
+// why) if a root is not a directory.
+std::optional<FileAccess> FilesFromFlags() {
+  std::vector<std::string> data = absl::GetFlag(FLAGS_data_root);
+  if (data.empty()) {
+    for (const char* dir :
+         {"/usr/share/games/fortunes", "/usr/share/datasets/fashion-mnist"}) {
+      struct stat st;
+      if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) data.push_back(dir);
+    }
+  }
+  FileAccess files;
+  absl::StatusOr<PathRoots> data_roots = PathRoots::Make("--data_root", data);
+  absl::StatusOr<PathRoots> checkpoint_roots = PathRoots::Make(
+      "--checkpoint_root", absl::GetFlag(FLAGS_checkpoint_root));
+  for (const absl::Status& s :
+       {data_roots.status(), checkpoint_roots.status()}) {
+    if (!s.ok()) {
+      AQ_LOG_ERROR("{}", std::string(s.message()));
+      return std::nullopt;
+    }
+  }
+  if (absl::GetFlag(FLAGS_max_text_bytes) <= 0) {
+    AQ_LOG_ERROR("--max_text_bytes must be positive");
+    return std::nullopt;
+  }
+  files.data = *std::move(data_roots);
+  files.checkpoints = *std::move(checkpoint_roots);
+  files.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  AQ_LOG_INFO("jobs read data under {} and checkpoint under {}",
+              files.data.Describe(), files.checkpoints.Describe());
+  return files;
+}
+
 StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads,
-                                   ModelSink* model_sink) {
+                                   ModelSink* model_sink,
+                                   const FileAccess& files) {
   StageRuntimeOptions options;
+  options.files = files;
   options.model_sink = model_sink;
   options.device = device_spec;
   options.threads = threads;
@@ -200,12 +288,22 @@ int Main() {
   const std::optional<DeviceSpec> device_spec = DeviceSpecFromFlags();
   if (!device_spec.has_value()) return 2;
   const int threads = ThreadsFromFlags();
+  const std::optional<FileAccess> files = FilesFromFlags();
+  if (!files.has_value()) return 2;
+  const std::optional<SecurityConfig> security = SecurityFromFlags();
+  if (!security.has_value()) return 2;
+  // The secret the coordinator proves itself with when it calls us.
+  absl::StatusOr<std::string> control_token = NewRandomToken();
+  if (!control_token.ok()) {
+    AQ_LOG_ERROR("{}", control_token.status().ToString());
+    return 1;
+  }
   BlockTerminationSignals();
 
   // Pipelines meet through the coordinator's store and connect over Gloo
   // (NCCL channels for transport "nccl").
   std::unique_ptr<CoordinatorClient> coordinator =
-      NewGrpcCoordinatorClient(absl::GetFlag(FLAGS_coordinator));
+      NewGrpcCoordinatorClient(absl::GetFlag(FLAGS_coordinator), *security);
   CoordinatorStore store(coordinator.get());
   GlooDataPlaneFactory data_plane(DataPlaneOptions(*device_spec));
   // The agent is created once the server has its port; until then the
@@ -217,11 +315,14 @@ int Main() {
   // Trained models go to the coordinator.
   CoordinatorModelSink model_sink(coordinator.get(), identity,
                                   UploaderOptions());
-  StageRuntime runtime(RuntimeOptions(*device_spec, threads, &model_sink),
-                       &data_plane, &store);
-  GrpcWorkerService service(&runtime, *device_spec, threads, identity);
+  StageRuntime runtime(
+      RuntimeOptions(*device_spec, threads, &model_sink, *files), &data_plane,
+      &store);
+  GrpcWorkerService service(&runtime, *device_spec, threads, identity,
+                            *control_token);
   int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(&service, &port);
+  std::unique_ptr<grpc::Server> server =
+      StartServer(&service, *security, &port);
   if (server == nullptr) return 1;
 
   // Created once at start so that a missing GPU or a CPU-only build fails
@@ -236,6 +337,7 @@ int Main() {
   AgentOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.info = DescribeWorker(**made, port);
+  options.control_token = *control_token;
   agent = std::make_unique<WorkerAgent>(options, &runtime, coordinator.get());
   agent->Start();
   AQ_LOG_INFO("worker {} serving on port {}, coordinator {}",

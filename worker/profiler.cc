@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
+#include "pipeline/memory.h"
+#include "pipeline/spec.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/spec.h"
@@ -204,6 +207,34 @@ void AddLayerNode(const JobSpec& spec, const Model& model,
   }
 }
 
+// Profiling holds every layer at once at the job's batch size: the
+// parameters and their gradients, each layer's own copy of both for its
+// update with the optimizer's state (CreateLayerUpdates), and every
+// layer's saved tensors. Checked before any of it is allocated, so that a
+// layer too large for this worker is an error that names it, not a
+// std::bad_alloc thrown through the RPC.
+absl::Status CheckProfileFits(const JobSpec& spec, const ValidatedJob& job,
+                              const ProfilerOptions& options) {
+  StageNeeds needs;
+  needs.what = "profiling the whole model";
+  needs.layer_end = job.model->num_layers();
+  needs.samples = spec.batch_size();
+  needs.copies = 2 + TrainingCopies(spec.optimizer());
+  const MemoryLimit memory{
+      options.memory_bytes > 0 ? options.memory_bytes : HostMemoryBytes(),
+      "this worker's memory"};
+  const absl::Status fits =
+      CheckStageMemory(spec, SymbolicShape::Known(job.data.sample_shape.dims()),
+                       needs, memory, absl::StatusCode::kResourceExhausted);
+  if (fits.ok() || fits.code() != absl::StatusCode::kResourceExhausted) {
+    return fits;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      fits.message(),
+      " (profile on a larger worker and submit the job with the profile: aq "
+      "profile, then aq submit --profile)"));
+}
+
 }  // namespace
 
 absl::StatusOr<double> MeasureGemmGflops(Device* device, int n,
@@ -234,7 +265,8 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
     return absl::InvalidArgumentError(
         "the profiler needs warmup >= 0 and at least 1 measured iteration");
   }
-  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec));
+  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec, options.files));
+  RETURN_IF_ERROR(CheckProfileFits(spec, job, options));
   const Model& model = *job.model;
   const int layers = model.num_layers();
   const int64_t batch = spec.batch_size();

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/device/device.h"
+#include "common/file_system.h"
 #include "proto/types.h"
 
 namespace aqueduct {
@@ -20,9 +21,18 @@ struct ProfilerOptions {
   int measured_iterations = 5;
   // Measure GEMM throughput too (a 1024^3 sgemm).
   bool measure_gemm = true;
+  // The device's memory, which profiling the whole model must fit (0: the
+  // host's physical memory, what a CPU worker registers).
+  int64_t memory_bytes = 0;
+  // Where the spec's data may be read (a worker's --data_root; every path
+  // for `aq profile`).
+  FileAccess files = FileAccess::Anywhere();
 };
 
-// INVALID_ARGUMENT for a bad spec or options.
+// INVALID_ARGUMENT for a bad spec or options; RESOURCE_EXHAUSTED, before
+// anything is allocated, when the model's parameters (with the copies the
+// profiler keeps) and one minibatch's activations would not fit
+// options.memory_bytes, naming the layer that holds the most.
 absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
                                           const ProfilerOptions& options);
 

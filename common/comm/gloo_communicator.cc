@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/comm/gloo_address.h"
 #include "common/status.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
@@ -38,13 +39,17 @@ absl::Status FromGloo(const std::exception& e, const std::string& what) {
 }
 
 // Gloo's store interface over a RendezvousStore. Gloo expects exceptions.
+// A rank's pair addresses are scrubbed on their way out (gloo_address.h):
+// only the addresses reach the store, not the stack bytes around them.
 class StoreAdapter final : public gloo::rendezvous::Store {
  public:
   StoreAdapter(RendezvousStore* store, absl::Duration timeout)
       : store_(store), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
-    const absl::Status s =
-        store_->Set(key, std::string(data.begin(), data.end()));
+    std::string value(data.begin(), data.end());
+    absl::Status s =
+        IsGlooAddressKey(key) ? ScrubGlooAddresses(&value) : absl::OkStatus();
+    if (s.ok()) s = store_->Set(key, value);
     if (!s.ok()) throw gloo::IoException(std::string(s.message()));
   }
   std::vector<char> get(const std::string& key) override {
@@ -247,9 +252,13 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside a world of ", size));
   }
+  // Bound to that address only (not every interface), by number so that
+  // Gloo binds exactly what was checked.
+  absl::StatusOr<std::string> address = DataPlaneBindAddress(hostname);
+  if (!address.ok()) return address.status();
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = hostname;
+    attr.hostname = *address;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(

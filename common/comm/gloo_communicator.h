@@ -35,8 +35,11 @@ namespace aqueduct {
 class GlooCommunicator final : public Communicator {
  public:
   // Connects `size` ranks: every rank calls this with the same prefix.
-  // `hostname` is the address peers reach this rank at. Fails with
-  // DEADLINE_EXCEEDED or UNAVAILABLE naming the problem after `timeout`.
+  // `hostname` is the address peers reach this rank at, and the only one
+  // its sockets listen on (INVALID_ARGUMENT for a wildcard such as
+  // 0.0.0.0; gloo_address.h). Fails with DEADLINE_EXCEEDED or UNAVAILABLE
+  // naming the problem after `timeout`. Gloo's traffic is not encrypted:
+  // ranks must talk over a trusted (or an encrypted) network.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
       RendezvousStore* store, const std::string& prefix, int rank, int size,
       const std::string& hostname, absl::Duration timeout);

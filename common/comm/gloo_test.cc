@@ -1,6 +1,12 @@
-// GlooCommunicator over real TCP on loopback, ranks as threads.
+// GlooCommunicator over real TCP on loopback, ranks as threads; what its
+// rendezvous leaves in the store (gloo_address.h).
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstring>
 #include <thread>
 
+#include "common/comm/gloo_address.h"
 #include "common/comm/gloo_communicator.h"
 #include "common/comm/local_store.h"
 #include "gtest/gtest.h"
@@ -8,8 +14,10 @@
 namespace aqueduct {
 namespace {
 
-std::vector<std::unique_ptr<GlooCommunicator>> ConnectAll(int n) {
-  LocalRendezvousStore store;
+std::vector<std::unique_ptr<GlooCommunicator>> ConnectAll(
+    int n, LocalRendezvousStore* kept = nullptr) {
+  LocalRendezvousStore own;
+  LocalRendezvousStore& store = kept != nullptr ? *kept : own;
   std::vector<std::unique_ptr<GlooCommunicator>> comms(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -22,6 +30,87 @@ std::vector<std::unique_ptr<GlooCommunicator>> ConnectAll(int n) {
   }
   for (auto& t : threads) t.join();
   return comms;
+}
+
+// What each rank put in the store: its addresses, and nothing else of its
+// memory (the bytes of each sockaddr_storage past the IPv4 address are
+// zero), bound to the advertised address only.
+TEST(GlooTest, StoredAddressesAreTheAdvertisedAddressAndNothingElse) {
+  LocalRendezvousStore store;
+  auto comms = ConnectAll(4, &store);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(comms[r]) << r;
+    auto value = store.Get("test//" + std::to_string(r), absl::Seconds(1));
+    ASSERT_TRUE(value.ok()) << value.status();
+    ASSERT_EQ(value->size(), 3 * kGlooAddressBytes) << r;
+    for (size_t i = 0; i < 3; ++i) {
+      auto described = DescribeGlooAddress(*value, i);
+      ASSERT_TRUE(described.ok()) << described.status();
+      EXPECT_EQ(described->rfind("127.0.0.1:", 0), 0u) << *described;
+      const char* record = value->data() + i * kGlooAddressBytes;
+      for (size_t b = offsetof(sockaddr_in, sin_zero);
+           b < sizeof(sockaddr_storage); ++b) {
+        ASSERT_EQ(record[b], 0)
+            << "rank " << r << " address " << i << " byte " << b;
+      }
+    }
+  }
+}
+
+TEST(GlooTest, ScrubbingKeepsTheAddressAndZeroesTheRest) {
+  // Two copies of the same address over different stack garbage.
+  auto record = [](unsigned char garbage) {
+    std::string bytes(kGlooAddressBytes, static_cast<char>(garbage));
+    sockaddr_in in;
+    std::memset(&in, garbage, sizeof(in));
+    in.sin_family = AF_INET;
+    in.sin_port = htons(4242);
+    in.sin_addr.s_addr = htonl(0x0a000001);  // 10.0.0.1
+    std::memcpy(bytes.data(), &in, sizeof(in));
+    const ssize_t seq = 7;
+    std::memcpy(bytes.data() + sizeof(sockaddr_storage), &seq, sizeof(seq));
+    return bytes;
+  };
+  std::string a = record(0xAB) + record(0x5C);
+  std::string b = record(0x11) + record(0xEE);
+  ASSERT_NE(a, b);
+  ASSERT_TRUE(ScrubGlooAddresses(&a).ok());
+  ASSERT_TRUE(ScrubGlooAddresses(&b).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(*DescribeGlooAddress(a, 1), "10.0.0.1:4242");
+  ssize_t seq = 0;
+  std::memcpy(&seq, a.data() + sizeof(sockaddr_storage), sizeof(seq));
+  EXPECT_EQ(seq, 7);  // The sequence number is kept.
+
+  std::string odd(kGlooAddressBytes + 3, '\0');
+  EXPECT_EQ(ScrubGlooAddresses(&odd).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string unknown(kGlooAddressBytes, '\x7f');
+  const std::string before = unknown;
+  EXPECT_EQ(ScrubGlooAddresses(&unknown).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown, before);
+  EXPECT_TRUE(IsGlooAddressKey("job/x/gloo//12"));
+  EXPECT_FALSE(IsGlooAddressKey("job/x/gloo//rank_1"));
+}
+
+TEST(GlooTest, TheDataPlaneBindsTheAdvertisedAddressOnly) {
+  EXPECT_EQ(*DataPlaneBindAddress("127.0.0.1"), "127.0.0.1");
+  for (const std::string wildcard : {"0.0.0.0", "::"}) {
+    auto any = DataPlaneBindAddress(wildcard);
+    EXPECT_EQ(any.status().code(), absl::StatusCode::kInvalidArgument)
+        << wildcard;
+    EXPECT_NE(any.status().message().find("'" + wildcard + "' is a wildcard"),
+              std::string::npos)
+        << any.status();
+  }
+  // An address of another host cannot be bound here.
+  EXPECT_EQ(DataPlaneBindAddress("192.0.2.1").status().code(),
+            absl::StatusCode::kUnavailable);
+  LocalRendezvousStore store;
+  auto c = GlooCommunicator::Connect(&store, "wild/", 0, 2, "0.0.0.0",
+                                     absl::Seconds(1));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GlooTest, SendRecvAllSizes) {

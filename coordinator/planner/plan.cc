@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
 
 namespace aqueduct {
 
@@ -38,15 +39,75 @@ struct Placed {
   int depth;
 };
 
-// The request's checks that need the states: workers given, and enough
-// states for a straight pipeline. Returns the total number of workers.
+// The levels' workers and links: every count in range and every bandwidth
+// finite (a NaN one once planned a job that ran to SUCCEEDED), and the
+// product of the counts checked before it is used, since it sizes the
+// solvers' tables.
+absl::Status ValidateLevels(const std::vector<PlannerLevel>& levels) {
+  if (levels.empty()) return absl::InvalidArgumentError("no workers given");
+  int64_t total = 1;
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const std::string field = absl::StrCat("levels[", l, "]");
+    RETURN_IF_ERROR(CheckInRange(field + ".workers", levels[l].workers, 1,
+                                 kMaxJobWorkers));
+    RETURN_IF_ERROR(CheckFiniteInRange(field + ".bandwidth_bytes_per_s",
+                                       levels[l].bandwidth_bytes_per_s, 1,
+                                       kMaxBandwidthBytesPerS));
+    total = SaturatingMul(total, levels[l].workers);
+  }
+  if (total > kMaxJobWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the levels' workers multiply to ",
+                     total == kSaturated ? "more than 2^63"
+                                         : absl::StrCat(total),
+                     ", more than ", kMaxJobWorkers));
+  }
+  return absl::OkStatus();
+}
+
+// The request's numbers, before any of them sizes or feeds the solvers:
+// finite and in range, named as PlanRequest names them.
+absl::Status ValidateRequest(const PlanRequest& r) {
+  RETURN_IF_ERROR(ValidateLevels(r.levels));
+  if (r.memory_limit_bytes.has_value()) {
+    RETURN_IF_ERROR(CheckFiniteInRange("memory_limit_bytes",
+                                       *r.memory_limit_bytes, 1, 1e18));
+  }
+  if (r.activation_compression_ratio.has_value()) {
+    RETURN_IF_ERROR(CheckFiniteInRange("activation_compression_ratio",
+                                       *r.activation_compression_ratio, 1e-6,
+                                       1e6));
+  }
+  for (size_t i = 0; i < r.worker_speed.size(); ++i) {
+    RETURN_IF_ERROR(CheckFiniteInRange(absl::StrCat("worker_speed[", i, "]"),
+                                       r.worker_speed[i], 1e-6, 1e6));
+  }
+  RETURN_IF_ERROR(
+      CheckFiniteInRange("allreduce_overlap", r.allreduce_overlap, 0, 1));
+  RETURN_IF_ERROR(CheckFiniteInRange("optimizer_state_factor",
+                                     r.optimizer_state_factor, 0, 16));
+  RETURN_IF_ERROR(
+      CheckInRange("microbatches", r.microbatches, 0, kMaxMicrobatches));
+  return CheckInRange("threads", r.threads, 0, 1024);
+}
+
+// The request's checks that need the states: enough states for a straight
+// pipeline, and tables of states x workers of a bounded size. Returns the
+// total number of workers (ValidateLevels bounded it).
 absl::StatusOr<int> TotalWorkers(const PlanRequest& request,
                                  const StateSequence& seq) {
-  if (request.levels.empty()) {
-    return absl::InvalidArgumentError("no workers given");
-  }
   int total = 1;
   for (const PlannerLevel& l : request.levels) total *= l.workers;
+  // The solvers keep a cell per state and worker (and PipeDream one per
+  // pair of states): 2^24 cells is a few hundred MB.
+  constexpr int64_t kMaxCells = int64_t{1} << 24;
+  const int64_t states = static_cast<int64_t>(seq.states.size());
+  if (SaturatingMul(states, std::max<int64_t>(states, total)) > kMaxCells) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the profile's ", states, " states over ", total,
+        " workers are more than the planner's tables hold (", kMaxCells,
+        " cells of states x max(states, workers))"));
+  }
   if (request.straight_pipeline &&
       total > static_cast<int>(seq.states.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -198,6 +259,7 @@ void SetSummary(PartitionPlan* plan) {
 
 absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
                                        const PlanRequest& request) {
+  RETURN_IF_ERROR(ValidateRequest(request));
   RETURN_IF_ERROR(raw.Validate());
   const ProfileGraph graph = raw.WithoutInputsAndGetitemSinks();
   if (graph.size() == 0) {

@@ -13,16 +13,29 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace aqueduct {
 
 namespace {
 
-absl::Status CheckValue(const std::string& id, const char* what, double v) {
+// A profile's values are bounded as well as finite: sums over its nodes
+// and products with worker counts stay finite in the planner's doubles,
+// and a size past an exabyte or a time past 11 days per minibatch is
+// not a measurement.
+constexpr double kMaxProfileBytes = 1e18;
+constexpr double kMaxProfileMs = 1e9;
+
+absl::Status CheckValue(const std::string& id, const char* what, double v,
+                        double max) {
   if (!std::isfinite(v) || v < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "node '", id, "': ", what, "=", v, " must be finite and >= 0"));
+  }
+  if (v > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", id, "': ", what, "=", v, " must be at most ", max));
   }
   return absl::OkStatus();
 }
@@ -74,13 +87,22 @@ absl::Status ProfileGraph::AddNode(ProfileNode node) {
     return absl::InvalidArgumentError(
         absl::StrCat("node '", node.id, "' is defined twice"));
   }
-  RETURN_IF_ERROR(CheckValue(node.id, "forward_compute_time", node.forward_ms));
+  if (nodes_.size() >= static_cast<size_t>(kMaxLayers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", node.id, "': a profile has at most ", kMaxLayers, " nodes"));
+  }
+  RETURN_IF_ERROR(CheckValue(node.id, "forward_compute_time", node.forward_ms,
+                             kMaxProfileMs));
+  RETURN_IF_ERROR(CheckValue(node.id, "backward_compute_time",
+                             node.backward_ms, kMaxProfileMs));
+  RETURN_IF_ERROR(CheckValue(node.id, "optimizer_time", node.optimizer_ms,
+                             kMaxProfileMs));
+  RETURN_IF_ERROR(CheckValue(node.id, "activation_size", node.activation_bytes,
+                             kMaxProfileBytes));
+  RETURN_IF_ERROR(CheckValue(node.id, "parameter_size", node.parameter_bytes,
+                             kMaxProfileBytes));
   RETURN_IF_ERROR(
-      CheckValue(node.id, "backward_compute_time", node.backward_ms));
-  RETURN_IF_ERROR(CheckValue(node.id, "optimizer_time", node.optimizer_ms));
-  RETURN_IF_ERROR(
-      CheckValue(node.id, "activation_size", node.activation_bytes));
-  RETURN_IF_ERROR(CheckValue(node.id, "parameter_size", node.parameter_bytes));
+      CheckValue(node.id, "saved_bytes", node.saved_bytes, kMaxProfileBytes));
   nodes_.push_back(std::move(node));
   out_.emplace_back();
   in_.emplace_back();
@@ -270,6 +292,15 @@ std::string ProfileGraph::ToPipeDreamText() const {
 absl::StatusOr<ProfileGraph> ProfileGraph::FromProto(
     const ModelProfile& profile) {
   ProfileGraph g;
+  if (profile.batch_size() < 0 || profile.batch_size() > kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size=", profile.batch_size(), " must be in [0, ",
+                     kMaxBatchSize, "]"));
+  }
+  if (!std::isfinite(profile.gemm_gflops()) || profile.gemm_gflops() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm_gflops=", profile.gemm_gflops(), " must be finite and >= 0"));
+  }
   g.batch_size_ = profile.batch_size();
   for (int i = 0; i < profile.nodes_size(); ++i) {
     const LayerProfile& p = profile.nodes(i);
@@ -322,6 +353,25 @@ ModelProfile ProfileGraph::ToProto() const {
   return p;
 }
 
+absl::StatusOr<ProfileGraph> ParseProfile(const std::string& text,
+                                          const std::string& format) {
+  if (!format.empty() && format != "json" && format != "pipedream") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile format '", format, "' is not one of: pipedream, json"));
+  }
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  bool json = format == "json";
+  if (format.empty()) json = first != std::string::npos && text[first] == '{';
+  if (!json) return ProfileGraph::FromPipeDreamText(text);
+  ModelProfile proto;
+  const auto s = google::protobuf::util::JsonStringToMessage(text, &proto);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a JSON ModelProfile: ", s.message().as_string()));
+  }
+  return ProfileGraph::FromProto(proto);
+}
+
 absl::StatusOr<ProfileGraph> ReadProfileFile(const std::string& path,
                                              const std::string& format) {
   std::ifstream in(path);
@@ -331,26 +381,7 @@ absl::StatusOr<ProfileGraph> ReadProfileFile(const std::string& path,
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  bool json = format == "json";
-  if (format.empty()) json = first != std::string::npos && text[first] == '{';
-  if (!format.empty() && format != "json" && format != "pipedream") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "profile format '", format, "' is not one of: pipedream, json"));
-  }
-  absl::StatusOr<ProfileGraph> graph;
-  if (json) {
-    ModelProfile proto;
-    const auto s = google::protobuf::util::JsonStringToMessage(text, &proto);
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": not a JSON ModelProfile: ", s.message().as_string()));
-    }
-    graph = ProfileGraph::FromProto(proto);
-  } else {
-    graph = ProfileGraph::FromPipeDreamText(text);
-  }
+  absl::StatusOr<ProfileGraph> graph = ParseProfile(buffer.str(), format);
   if (!graph.ok()) return Annotate(graph.status(), path);
   return graph;
 }

@@ -84,9 +84,13 @@ class ProfileGraph {
   int64_t batch_size_ = 0;
 };
 
-// Reads a profile file: PipeDream's text format, or JSON (a ModelProfile)
-// when the content starts with '{' (or `format` says "json"; "pipedream"
-// forces the text format; "" picks by content). Errors carry the path.
+// Parses a profile: PipeDream's text format, or JSON (a ModelProfile) when
+// `text` starts with '{' (or `format` says "json"; "pipedream" forces the
+// text format; "" picks by content). INVALID_ARGUMENT naming the line, the
+// node or the JSON error.
+absl::StatusOr<ProfileGraph> ParseProfile(const std::string& text,
+                                          const std::string& format);
+// ParseProfile over a file's content. Errors carry the path.
 absl::StatusOr<ProfileGraph> ReadProfileFile(const std::string& path,
                                              const std::string& format);
 // Writes `graph` as "json" or "pipedream".

@@ -3,9 +3,14 @@
 # this machine, with logs and pid files in a state directory.
 #
 #   deploy/local/aqueduct-local.sh start [--workers N] [--port P] [--state-dir DIR]
-#                                        [--threads T] [--bin DIR]
+#                                        [--threads T] [--bin DIR] [--data-root DIR]
 #   deploy/local/aqueduct-local.sh stop   [--state-dir DIR]
 #   deploy/local/aqueduct-local.sh status [--state-dir DIR]
+#
+# Jobs checkpoint under <state-dir>/checkpoints only (the daemons'
+# --checkpoint_root); workers read data under the --data-root directories
+# given (repeatable), else under the example datasets' directories (the
+# worker's default --data_root).
 #
 # start waits (at most 60 s) until every worker is registered and HEALTHY,
 # then prints the coordinator's address. Port 0 (the default) picks a free
@@ -15,6 +20,7 @@ set -euo pipefail
 cmd="${1:-}"
 [ -n "$cmd" ] && shift
 workers=1 port=0 threads=1 bin="" state="${AQ_STATE_DIR:-/tmp/aqueduct-local}"
+data_roots=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -22,6 +28,7 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --state-dir) state="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
+    --data-root) data_roots+=(--data_root "$2"); shift 2 ;;
     *) echo "aqueduct-local: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -45,10 +52,11 @@ stop() {
 
 case "$cmd" in
   start)
-    mkdir -p "$state"
+    mkdir -p "$state" "$state/checkpoints"
     stop
     rm -f "$state"/coordinator.port
     "$bin/coordinator/coordinator" --listen "127.0.0.1:$port" \
+      --checkpoint_root "$state/checkpoints" \
       --state_dir "$state" >"$state/coordinator.log" 2>&1 &
     echo $! >"$state/coordinator.pid"
     for _ in $(seq 100); do [ -s "$state/coordinator.port" ] && break; sleep 0.1; done
@@ -60,6 +68,7 @@ case "$cmd" in
     echo "$address" >"$state/coordinator.address"
     for i in $(seq "$workers"); do
       "$bin/worker/worker" --coordinator "$address" --worker_id "local-$i" \
+        --checkpoint_root "$state/checkpoints" ${data_roots[@]+"${data_roots[@]}"} \
         --threads "$threads" --listen 127.0.0.1:0 \
         >"$state/worker-$i.log" 2>&1 &
       echo $! >"$state/worker-$i.pid"

@@ -9,7 +9,8 @@ start_coordinator() {
   local listen="$1"
   rm -f "$state/coordinator.port"
   "$bin/coordinator/coordinator" --listen "$listen" --state_dir "$state" \
-    --port_file "$state/coordinator.port" >>"$state/coordinator.log" 2>&1 &
+    --port_file "$state/coordinator.port" --checkpoint_root "$state" \
+    >>"$state/coordinator.log" 2>&1 &
   coordinator_pid=$!
   disown $!
   for _ in $(seq 100); do [ -s "$state/coordinator.port" ] && break; sleep 0.1; done
@@ -20,7 +21,8 @@ start_coordinator() {
 # Starts worker local-$1 (a new incarnation when it ran before).
 start_worker() {
   "$bin/worker/worker" --coordinator "$address" --worker_id "local-$1" \
-    --threads "$threads" --listen 127.0.0.1:0 >>"$state/worker-$1.log" 2>&1 &
+    --threads "$threads" --listen 127.0.0.1:0 --checkpoint_root "$state" \
+    >>"$state/worker-$1.log" 2>&1 &
   echo $! >"$state/worker-$1.pid"
   disown $!  # Killed on purpose: no "Killed" notice from the shell.
 }

@@ -15,21 +15,26 @@ namespace aqueduct {
 
 namespace {
 
+// The IDX files of a spec, with the fields that name them.
 struct IdxPaths {
   std::string train_images, train_labels, test_images, test_labels;
+  std::string train_images_field = "data.idx.train_images";
+  std::string train_labels_field = "data.idx.train_labels";
+  std::string test_images_field = "data.idx.test_images";
+  std::string test_labels_field = "data.idx.test_labels";
 };
 
 // Fashion-MNIST's file names, gzip'd (as Debian ships them) or not.
-std::string PickFile(const std::string& dir, const std::string& base) {
+std::string PickFile(const std::string& dir, const std::string& base,
+                     const FileAccess& files) {
   const std::string gz = dir + "/" + base + ".gz";
-  if (std::FILE* f = std::fopen(gz.c_str(), "rb")) {
-    std::fclose(f);
-    return gz;
-  }
-  return dir + "/" + base;
+  absl::StatusOr<OpenedFile> f =
+      OpenRegularFile(gz, files.data, "data.fashion_mnist_dir");
+  return absl::IsNotFound(f.status()) ? dir + "/" + base : gz;
 }
 
-absl::StatusOr<IdxPaths> PathsOf(const DataSpec& spec) {
+absl::StatusOr<IdxPaths> PathsOf(const DataSpec& spec,
+                                 const FileAccess& files) {
   IdxPaths p;
   if (spec.has_idx()) {
     const IdxData& idx = spec.idx();
@@ -47,10 +52,14 @@ absl::StatusOr<IdxPaths> PathsOf(const DataSpec& spec) {
     return p;
   }
   const std::string& dir = spec.fashion_mnist_dir();
-  p.train_images = PickFile(dir, "train-images-idx3-ubyte");
-  p.train_labels = PickFile(dir, "train-labels-idx1-ubyte");
-  p.test_images = PickFile(dir, "t10k-images-idx3-ubyte");
-  p.test_labels = PickFile(dir, "t10k-labels-idx1-ubyte");
+  // The directory first: outside the roots, nothing in it is looked at.
+  RETURN_IF_ERROR(files.data.Resolve(dir, "data.fashion_mnist_dir").status());
+  p.train_images = PickFile(dir, "train-images-idx3-ubyte", files);
+  p.train_labels = PickFile(dir, "train-labels-idx1-ubyte", files);
+  p.test_images = PickFile(dir, "t10k-images-idx3-ubyte", files);
+  p.test_labels = PickFile(dir, "t10k-labels-idx1-ubyte", files);
+  p.train_images_field = p.train_labels_field = p.test_images_field =
+      p.test_labels_field = "data.fashion_mnist_dir";
   return p;
 }
 
@@ -66,11 +75,21 @@ absl::StatusOr<Shape> ImageSampleShape(const IdxArray& header,
   return Shape(std::move(dims));
 }
 
-absl::StatusOr<Dataset> LoadIdxSplit(const std::string& images_path,
-                                     const std::string& labels_path,
-                                     const DataSpec& spec, int64_t limit) {
-  ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path));
-  ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path));
+absl::StatusOr<Dataset> LoadIdxSplit(const IdxPaths& paths, bool test,
+                                     const DataSpec& spec, int64_t limit,
+                                     const FileAccess& files) {
+  const std::string& images_path =
+      test ? paths.test_images : paths.train_images;
+  const std::string& labels_path =
+      test ? paths.test_labels : paths.train_labels;
+  ASSIGN_OR_RETURN(
+      IdxArray images,
+      ReadIdxFile(images_path, files,
+                  test ? paths.test_images_field : paths.train_images_field));
+  ASSIGN_OR_RETURN(
+      IdxArray labels,
+      ReadIdxFile(labels_path, files,
+                  test ? paths.test_labels_field : paths.train_labels_field));
   if (labels.dims.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         labels_path, ": a label file must have 1 dimension, found ",
@@ -146,7 +165,8 @@ Dataset MakeSynthetic(const SyntheticData& s, int64_t size, uint64_t stream) {
 
 }  // namespace
 
-absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
+absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec,
+                                      const FileAccess& files) {
   RETURN_IF_ERROR(ValidateDataSpec(spec));
   DataInfo info;
   switch (spec.source_case()) {
@@ -163,8 +183,10 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
     }
     case DataSpec::kFashionMnistDir:
     case DataSpec::kIdx: {
-      ASSIGN_OR_RETURN(IdxPaths paths, PathsOf(spec));
-      ASSIGN_OR_RETURN(IdxArray header, ReadIdxFile(paths.train_images, true));
+      ASSIGN_OR_RETURN(IdxPaths paths, PathsOf(spec, files));
+      ASSIGN_OR_RETURN(IdxArray header,
+                       ReadIdxFile(paths.train_images, files,
+                                   paths.train_images_field, true));
       ASSIGN_OR_RETURN(info.sample_shape,
                        ImageSampleShape(header, paths.train_images));
       info.train_samples = header.dims[0];
@@ -172,14 +194,15 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
         info.train_samples = std::min(info.train_samples, spec.train_limit());
       }
       // Labels are small; reading them gives the class count.
-      ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(paths.train_labels));
+      ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(paths.train_labels, files,
+                                                    paths.train_labels_field));
       int max_label = 0;
       for (uint8_t l : labels.data) max_label = std::max<int>(max_label, l);
       info.num_classes = max_label + 1;
       return info;
     }
     case DataSpec::kText:
-      return DescribeTextData(spec.text());
+      return DescribeTextData(spec.text(), files);
     case DataSpec::SOURCE_NOT_SET:
       break;
   }
@@ -188,7 +211,8 @@ absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec) {
       "or data.synthetic)");
 }
 
-absl::StatusOr<DataSplits> LoadData(const DataSpec& spec) {
+absl::StatusOr<DataSplits> LoadData(const DataSpec& spec,
+                                    const FileAccess& files) {
   RETURN_IF_ERROR(ValidateDataSpec(spec));
   DataSplits splits;
   if (spec.has_synthetic()) {
@@ -203,18 +227,16 @@ absl::StatusOr<DataSplits> LoadData(const DataSpec& spec) {
     }
     return splits;
   }
-  if (spec.has_text()) return LoadTextData(spec.text());
+  if (spec.has_text()) return LoadTextData(spec.text(), files);
   if (spec.source_case() == DataSpec::SOURCE_NOT_SET) {
-    return DescribeData(spec).status();
+    return DescribeData(spec, files).status();
   }
-  ASSIGN_OR_RETURN(IdxPaths paths, PathsOf(spec));
-  ASSIGN_OR_RETURN(splits.train,
-                   LoadIdxSplit(paths.train_images, paths.train_labels, spec,
-                                spec.train_limit()));
+  ASSIGN_OR_RETURN(IdxPaths paths, PathsOf(spec, files));
+  ASSIGN_OR_RETURN(splits.train, LoadIdxSplit(paths, /*test=*/false, spec,
+                                              spec.train_limit(), files));
   if (!paths.test_images.empty()) {
-    ASSIGN_OR_RETURN(Dataset test,
-                     LoadIdxSplit(paths.test_images, paths.test_labels, spec,
-                                  spec.test_limit()));
+    ASSIGN_OR_RETURN(Dataset test, LoadIdxSplit(paths, /*test=*/true, spec,
+                                                spec.test_limit(), files));
     if (test.sample_shape != splits.train.sample_shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           paths.test_images, ": test samples of shape ",

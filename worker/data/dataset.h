@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/device/device.h"
+#include "common/file_system.h"
 #include "common/tensor.h"
 #include "proto/types.h"
 
@@ -74,13 +75,18 @@ struct DataInfo {
 // Validates `spec` (errors name the field: "data.synthetic.num_classes=1
 // must be at least 2") and reads only what is needed to know the shapes
 // (IDX headers and labels; every file of a text, for its vocabulary and
-// token count).
-absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec);
+// token count). Files are opened under files.data only (worker/data/idx.h,
+// text.h): a path outside it is PERMISSION_DENIED naming the field and the
+// path.
+absl::StatusOr<DataInfo> DescribeData(const DataSpec& spec,
+                                      const FileAccess& files);
 
 // Loads the training and (if any) test split (for text, the validation
-// split). Errors name the file and the offset for corrupt IDX data or
-// invalid UTF-8, and the index of any out-of-range label.
-absl::StatusOr<DataSplits> LoadData(const DataSpec& spec);
+// split) under files.data. Errors name the file and the offset for corrupt
+// IDX data or invalid UTF-8, and the index of any out-of-range label;
+// CANCELLED once *files.stop is true.
+absl::StatusOr<DataSplits> LoadData(const DataSpec& spec,
+                                    const FileAccess& files);
 
 // The visiting order of a training set.
 class EpochSampler {

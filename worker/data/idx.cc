@@ -1,7 +1,9 @@
 #include "worker/data/idx.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace aqueduct {
 
@@ -18,6 +21,12 @@ constexpr uint8_t kUnsignedByte = 0x08;
 // 64 GiB: larger than any IDX file this reader is for, small enough to
 // reject a garbage header before allocating.
 constexpr int64_t kMaxElements = int64_t{1} << 36;
+// Deflate inflates at most 1032-fold: the most data a gzip stream of n bytes
+// can hold is about 1032 n.
+constexpr int64_t kMaxDeflateRatio = 1032;
+// The data is read (and its vector grown) this much at a time, checking
+// the stop flag in between.
+constexpr int64_t kDataChunk = int64_t{16} << 20;
 
 struct GzCloser {
   void operator()(gzFile f) const { gzclose(f); }
@@ -57,19 +66,24 @@ absl::StatusOr<size_t> ReadSome(gzFile f, const std::string& path,
   return total;
 }
 
-// Opens `path` (gzip'd or raw) for reading with a 1 MiB buffer.
-absl::StatusOr<GzHandle> OpenIdx(const std::string& path) {
-  GzHandle file(gzopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    const int err = errno;
-    if (err == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    }
-    return absl::UnavailableError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(err)));
+// Whether `file` starts with gzip's magic number.
+bool IsGzip(const OpenedFile& file) {
+  uint8_t magic[2];
+  return pread(file.fd.get(), magic, 2, 0) == 2 && magic[0] == 0x1f &&
+         magic[1] == 0x8b;
+}
+
+// Reads the opened `file` (gzip'd or raw; zlib reads both) with a 1 MiB
+// buffer; the descriptor passes to zlib.
+absl::StatusOr<GzHandle> OpenIdx(OpenedFile& file, const std::string& path) {
+  const int fd = file.fd.release();
+  GzHandle gz(gzdopen(fd, "rb"));
+  if (gz == nullptr) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat(path, ": cannot read"));
   }
-  gzbuffer(file.get(), 1 << 20);
-  return file;
+  gzbuffer(gz.get(), 1 << 20);
+  return gz;
 }
 
 // Reads and checks the 4-byte magic number; returns the dimension count.
@@ -82,23 +96,23 @@ absl::StatusOr<int> ReadMagic(gzFile f, const std::string& path) {
         absl::StrCat(path, ": truncated at offset ", *got,
                      ": the 4-byte IDX magic number is incomplete"));
   }
+  // No message quotes the bytes: the file may be anything.
   if (magic[0] != 0 || magic[1] != 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: bad IDX magic at offset 0: expected two zero bytes, found "
-        "0x%02x%02x (not an IDX file?)",
-        path, magic[0], magic[1]));
+    return absl::DataLossError(absl::StrCat(
+        path,
+        ": not an IDX file (it does not start with the two zero bytes of the "
+        "IDX magic number)"));
   }
   if (magic[2] != kUnsignedByte) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: IDX element type 0x%02x at offset 2 is not supported (only 0x08, "
-        "unsigned byte)",
-        path, magic[2]));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": the IDX element type at offset 2 is not 0x08 (unsigned byte), the "
+        "only one supported"));
   }
   const int rank = magic[3];
   if (rank < 1 || rank > 4) {
-    return absl::DataLossError(absl::StrCat(path, ": IDX dimension count ",
-                                            rank,
-                                            " at offset 3 is outside [1, 4]"));
+    return absl::DataLossError(absl::StrCat(
+        path, ": the IDX dimension count at offset 3 is outside [1, 4]"));
   }
   return rank;
 }
@@ -135,46 +149,89 @@ absl::StatusOr<int64_t> ReadDims(gzFile f, const std::string& path, int rank,
   return elements;
 }
 
-// Reads exactly `elements` data bytes, from offset `header`, into `data`;
-// DATA_LOSS if there are fewer, or more after them.
+absl::Status Truncated(const std::string& path, int64_t header,
+                       int64_t elements, int64_t found) {
+  return absl::DataLossError(absl::StrCat(
+      path, ": truncated at offset ", header + found, ": the header promises ",
+      elements, " data bytes from offset ", header, ", found ", found));
+}
+
+absl::Status TrailingData(const std::string& path, int64_t header,
+                          int64_t elements) {
+  return absl::DataLossError(
+      absl::StrCat(path, ": unexpected data at offset ", header + elements,
+                   " after the ", elements, " elements the header describes"));
+}
+
+// Whether a file of `size` bytes (gzip'd or not) can hold `elements` data
+// bytes after the `header`: checked before the data is allocated.
+absl::Status CheckDataFits(const std::string& path, bool gzip, int64_t size,
+                           int64_t header, int64_t elements) {
+  if (!gzip) {
+    if (size - header < elements) {
+      return Truncated(path, header, elements, size - header);
+    }
+    if (size - header > elements) return TrailingData(path, header, elements);
+    return absl::OkStatus();
+  }
+  if ((header + elements - 1) / kMaxDeflateRatio + 1 > size) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": the header describes ", elements,
+                     " data bytes, more than its ", size,
+                     " compressed bytes can hold (corrupt header?)"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads exactly `elements` data bytes, from offset `header`, into `data`,
+// in chunks (the vector grows with what was read, not with what the header
+// claims); DATA_LOSS if there are fewer, or more after them; CANCELLED once
+// *stop is true.
 absl::Status ReadData(gzFile f, const std::string& path, int64_t header,
-                      int64_t elements, std::vector<uint8_t>* data) {
-  data->resize(static_cast<size_t>(elements));
-  auto n = ReadSome(f, path, header, data->data(), data->size());
-  if (!n.ok()) return n.status();
-  if (static_cast<int64_t>(*n) < elements) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": truncated at offset ", header + static_cast<int64_t>(*n),
-        ": the header promises ", elements, " data bytes from offset ", header,
-        ", found ", *n));
+                      int64_t elements, const std::atomic<bool>* stop,
+                      std::vector<uint8_t>* data) {
+  int64_t done = 0;
+  while (done < elements) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(
+          absl::StrCat(path, ": reading stopped (the job was stopped)"));
+    }
+    const int64_t chunk = std::min(kDataChunk, elements - done);
+    data->resize(static_cast<size_t>(done + chunk));
+    ASSIGN_OR_RETURN(const size_t n,
+                     ReadSome(f, path, header + done, data->data() + done,
+                              static_cast<size_t>(chunk)));
+    done += static_cast<int64_t>(n);
+    if (static_cast<int64_t>(n) < chunk) {
+      return Truncated(path, header, elements, done);
+    }
   }
   uint8_t extra;
   auto more = ReadSome(f, path, header + elements, &extra, 1);
   if (!more.ok()) return more.status();
-  if (*more != 0) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": unexpected data at offset ", header + elements, " after the ",
-        elements, " elements the header describes"));
-  }
+  if (*more != 0) return TrailingData(path, header, elements);
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
+                                     const FileAccess& files,
+                                     absl::string_view field,
                                      bool header_only) {
-  auto file = OpenIdx(path);
-  if (!file.ok()) return file.status();
-  auto rank = ReadMagic(file->get(), path);
-  if (!rank.ok()) return rank.status();
+  ASSIGN_OR_RETURN(OpenedFile file, OpenRegularFile(path, files.data, field));
+  const bool gzip = IsGzip(file);
+  const int64_t size = file.size;
+  ASSIGN_OR_RETURN(GzHandle gz, OpenIdx(file, path));
+  ASSIGN_OR_RETURN(const int rank, ReadMagic(gz.get(), path));
   IdxArray array;
-  auto elements = ReadDims(file->get(), path, *rank, &array.dims);
-  if (!elements.ok()) return elements.status();
+  ASSIGN_OR_RETURN(const int64_t elements,
+                   ReadDims(gz.get(), path, rank, &array.dims));
   if (header_only) return array;
-  const int64_t header = 4 + 4 * *rank;
-  absl::Status read =
-      ReadData(file->get(), path, header, *elements, &array.data);
-  if (!read.ok()) return read;
+  const int64_t header = 4 + 4 * rank;
+  RETURN_IF_ERROR(CheckDataFits(path, gzip, size, header, elements));
+  RETURN_IF_ERROR(
+      ReadData(gz.get(), path, header, elements, files.stop, &array.data));
   return array;
 }
 

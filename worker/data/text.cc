@@ -1,7 +1,5 @@
 #include "worker/data/text.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -56,7 +54,8 @@ bool DecodeOne(absl::string_view text, size_t* pos, char32_t* c) {
 }
 
 // Appends the code points of `text` to `out`. INVALID_ARGUMENT naming
-// `source` and the byte offset of the first invalid sequence.
+// `source` and the byte offset of the first invalid sequence (not the byte:
+// no error quotes a file).
 absl::Status DecodeUtf8(absl::string_view text, absl::string_view source,
                         std::vector<int32_t>* out) {
   size_t pos = 0;
@@ -64,8 +63,7 @@ absl::Status DecodeUtf8(absl::string_view text, absl::string_view source,
     char32_t c;
     if (!DecodeOne(text, &pos, &c)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: invalid UTF-8 at byte offset %d (byte 0x%02x)",
-                          source, pos, static_cast<uint8_t>(text[pos])));
+          absl::StrFormat("%s: invalid UTF-8 at byte offset %d", source, pos));
     }
     out->push_back(static_cast<int32_t>(c));
   }
@@ -110,41 +108,28 @@ std::vector<char32_t> AlphabetOf(const std::vector<int32_t>& code_points) {
   return alphabet;
 }
 
-// The contents of the regular file `path`. NOT_FOUND if it is missing or
-// cannot be opened; INVALID_ARGUMENT if it is not a regular file or empty.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": cannot read: ", std::strerror(errno)));
+// The contents of the regular file `path` (spec field `field`) under
+// files.data, when it fits in the `budget` left of files.max_text_bytes
+// (which it then takes from). OpenRegularFile's errors; INVALID_ARGUMENT if
+// it is empty; FAILED_PRECONDITION past the budget, before reading.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path,
+                                         const FileAccess& files,
+                                         const std::string& field,
+                                         int64_t* budget) {
+  ASSIGN_OR_RETURN(const OpenedFile file,
+                   OpenRegularFile(path, files.data, field));
+  if (file.size > *budget) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": '", path, "' holds ", file.size,
+                     " bytes; the text files of "
+                     "a job may hold ",
+                     files.max_text_bytes, " bytes in all (--max_text_bytes)"));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::string text;
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) {
-    text.append(buffer, n);
-  }
-  const bool failed = std::ferror(f) != 0;
-  const int error = errno;
-  std::fclose(f);
-  if (failed) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": read error after ", text.size(),
-                     " bytes: ", std::strerror(error)));
-  }
-  if (text.empty()) {
+  if (file.size == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty file"));
   }
-  return text;
+  *budget -= file.size;
+  return ReadOpenedFile(file, field, files.stop);
 }
 
 std::string FilesOf(const v1::TextData& spec) {
@@ -184,9 +169,10 @@ absl::StatusOr<Tokenizer> Tokenizer::CharsOf(absl::string_view text,
   return Chars(AlphabetOf(code_points));
 }
 
-absl::StatusOr<Tokenizer> Tokenizer::ForSpec(const v1::TextData& spec) {
+absl::StatusOr<Tokenizer> Tokenizer::ForSpec(const v1::TextData& spec,
+                                             const FileAccess& files) {
   if (spec.tokenizer() == "bytes") return Bytes();
-  ASSIGN_OR_RETURN(TextCorpus corpus, LoadTextCorpus(spec));
+  ASSIGN_OR_RETURN(TextCorpus corpus, LoadTextCorpus(spec, files));
   return std::move(corpus.tokenizer);
 }
 
@@ -243,11 +229,17 @@ absl::StatusOr<std::string> Tokenizer::Decode(
   return text;
 }
 
-absl::StatusOr<TextCorpus> LoadTextCorpus(const v1::TextData& spec) {
+absl::StatusOr<TextCorpus> LoadTextCorpus(const v1::TextData& spec,
+                                          const FileAccess& files) {
   TextCorpus corpus;
   const bool bytes = spec.tokenizer() == "bytes";
-  for (const std::string& path : spec.files()) {
-    ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  int64_t budget = files.max_text_bytes;
+  for (int i = 0; i < spec.files_size(); ++i) {
+    const std::string& path = spec.files(i);
+    ASSIGN_OR_RETURN(
+        std::string text,
+        ReadTextFile(path, files, absl::StrCat("data.text.files[", i, "]"),
+                     &budget));
     if (bytes) {
       corpus.tokens.reserve(corpus.tokens.size() + text.size());
       for (char c : text) corpus.tokens.push_back(static_cast<uint8_t>(c));
@@ -341,14 +333,16 @@ absl::StatusOr<DataSplits> SplitText(std::vector<int32_t> tokens,
   return splits;
 }
 
-absl::StatusOr<DataSplits> LoadTextData(const v1::TextData& spec) {
-  ASSIGN_OR_RETURN(TextCorpus corpus, LoadTextCorpus(spec));
+absl::StatusOr<DataSplits> LoadTextData(const v1::TextData& spec,
+                                        const FileAccess& files) {
+  ASSIGN_OR_RETURN(TextCorpus corpus, LoadTextCorpus(spec, files));
   return SplitText(std::move(corpus.tokens), corpus.tokenizer.vocab_size(),
                    spec, FilesOf(spec));
 }
 
-absl::StatusOr<DataInfo> DescribeTextData(const v1::TextData& spec) {
-  ASSIGN_OR_RETURN(DataSplits splits, LoadTextData(spec));
+absl::StatusOr<DataInfo> DescribeTextData(const v1::TextData& spec,
+                                          const FileAccess& files) {
+  ASSIGN_OR_RETURN(DataSplits splits, LoadTextData(spec, files));
   const Dataset& train = splits.train;
   DataInfo info;
   info.sample_shape = train.sample_shape;

@@ -3,11 +3,13 @@
 // and validation tokens, and the random training windows.
 //
 // The corpus is the files of the spec, read whole and concatenated in order,
-// tokenized as one sequence. The first tokens are the training split, the
-// rest the validation split (SplitTextTokens). In a Dataset (dataset.h) a
-// text split is its tokens, not its windows: sample i is the window of
-// context tokens starting at token i * stride, with the next token at every
-// position as its labels.
+// tokenized as one sequence. They are opened under the roots a FileAccess
+// allows (common/file_system.h: regular files only, each size checked
+// before it is read, at most files.max_text_bytes in all). The first tokens are
+// the training split, the rest the validation split (SplitTextTokens). In a
+// Dataset (dataset.h) a text split is its tokens, not its windows: sample i is
+// the window of context tokens starting at token i * stride, with the next
+// token at every position as its labels.
 //
 // Training windows are drawn at random with replacement, as nanoGPT does:
 // row r of global minibatch m starts at TextWindowStart(seed, m, r, windows),
@@ -28,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/file_system.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
 
@@ -56,7 +59,8 @@ class Tokenizer {
   // The tokenizer a job with data `spec` trains with. "bytes" reads no file;
   // "chars" (the default) reads every file of the spec for its alphabet,
   // with LoadTextCorpus's errors.
-  static absl::StatusOr<Tokenizer> ForSpec(const v1::TextData& spec);
+  static absl::StatusOr<Tokenizer> ForSpec(const v1::TextData& spec,
+                                           const FileAccess& files);
 
   Kind kind() const { return kind_; }
   // 256 for bytes, the alphabet's size for chars.
@@ -88,11 +92,15 @@ struct TextCorpus {
 };
 
 // Reads and tokenizes the files of `spec` (whose fields ValidateDataSpec
-// has checked). NOT_FOUND naming the path for a file that is missing or
-// cannot be opened; INVALID_ARGUMENT naming the path for one that is not a
-// regular file or is empty, and naming the path and byte offset for invalid
-// UTF-8 (chars).
-absl::StatusOr<TextCorpus> LoadTextCorpus(const v1::TextData& spec);
+// has checked) under files.data. Errors name the field
+// ("data.text.files[2]") and the path: PERMISSION_DENIED outside the roots
+// or unreadable; NOT_FOUND for a missing file; INVALID_ARGUMENT for one that
+// is not a regular file or is empty, and naming the path and byte offset
+// for invalid UTF-8 (chars); FAILED_PRECONDITION when the files hold more
+// than files.max_text_bytes in all (found before reading the one that
+// passes it); CANCELLED once *files.stop is true.
+absl::StatusOr<TextCorpus> LoadTextCorpus(const v1::TextData& spec,
+                                          const FileAccess& files);
 
 // spec.val_fraction as the float32 it is stored as (default 0.1f), widened
 // to double.
@@ -161,14 +169,16 @@ absl::StatusOr<DataSplits> SplitText(std::vector<int32_t> tokens,
                                      absl::string_view source);
 
 // LoadTextCorpus, then SplitText.
-absl::StatusOr<DataSplits> LoadTextData(const v1::TextData& spec);
+absl::StatusOr<DataSplits> LoadTextData(const v1::TextData& spec,
+                                        const FileAccess& files);
 
 // What LoadTextData would load, without keeping it: sample_shape [context],
 // num_classes = the vocabulary, labels_per_sample = context, and
 // train_samples = floor(train_tokens / context) (an epoch visits as many
 // tokens as the training split holds). Reads every file (the vocabulary of
 // chars and the token count need them); errors as LoadTextData.
-absl::StatusOr<DataInfo> DescribeTextData(const v1::TextData& spec);
+absl::StatusOr<DataInfo> DescribeTextData(const v1::TextData& spec,
+                                          const FileAccess& files);
 
 }  // namespace aqueduct
 

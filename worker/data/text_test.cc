@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -16,6 +17,19 @@
 
 namespace aqueduct {
 namespace {
+
+// The test's files lie under its temporary directory: the --data_root.
+const FileAccess& Files() {
+  static const FileAccess* files = [] {
+    const char* dir = std::getenv("TEST_TMPDIR");
+    auto roots = PathRoots::Make("--data_root", {dir ? dir : "/tmp"});
+    EXPECT_TRUE(roots.ok()) << roots.status();
+    auto* access = new FileAccess;
+    if (roots.ok()) access->data = *roots;
+    return access;
+  }();
+  return *files;
+}
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -119,16 +133,18 @@ TEST(TokenizerTest, InvalidUtf8InAFileNamesThePathAndOffset) {
   };
   for (const Case& c : cases) {
     const std::string bad = WriteFile("bad.txt", c.bytes);
-    auto corpus = LoadTextCorpus(Text({good, bad}, 4));
+    auto corpus = LoadTextCorpus(Text({good, bad}, 4), Files());
     ASSERT_FALSE(corpus.ok());
     EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
-    const std::string want = bad + ": invalid UTF-8 at byte offset " +
-                             std::to_string(c.offset) + " (byte 0x";
-    EXPECT_EQ(Message(corpus.status()).substr(0, want.size()), want);
+    // Not the byte: no error quotes a file.
+    EXPECT_EQ(Message(corpus.status()), bad +
+                                            ": invalid UTF-8 at byte "
+                                            "offset " +
+                                            std::to_string(c.offset));
   }
   // The same bytes are fine as bytes.
-  auto bytes =
-      LoadTextCorpus(Text({good, WriteFile("bad.txt", "\xff")}, 4, "bytes"));
+  auto bytes = LoadTextCorpus(
+      Text({good, WriteFile("bad.txt", "\xff")}, 4, "bytes"), Files());
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(bytes->tokens.back(), 0xFF);
 }
@@ -136,32 +152,33 @@ TEST(TokenizerTest, InvalidUtf8InAFileNamesThePathAndOffset) {
 TEST(TextTest, CorpusConcatenatesTheFilesInOrder) {
   const std::string a = WriteFile("a.txt", "ba");
   const std::string b = WriteFile("b.txt", "c\xc3\xa9");
-  auto corpus = LoadTextCorpus(Text({a, b, a}, 2));
+  auto corpus = LoadTextCorpus(Text({a, b, a}, 2), Files());
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   EXPECT_EQ(corpus->tokenizer.vocab_size(), 4);
   EXPECT_EQ(corpus->tokens, (std::vector<int32_t>{1, 0, 2, 3, 1, 0}));
-  auto tokenizer = Tokenizer::ForSpec(Text({a, b, a}, 2));
+  auto tokenizer = Tokenizer::ForSpec(Text({a, b, a}, 2), Files());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   EXPECT_EQ(tokenizer->alphabet(), corpus->tokenizer.alphabet());
-  auto bytes = Tokenizer::ForSpec(Text({"/nonexistent"}, 2, "bytes"));
+  auto bytes = Tokenizer::ForSpec(Text({"/nonexistent"}, 2, "bytes"), Files());
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(bytes->vocab_size(), 256);
 }
 
 TEST(TextTest, MissingEmptyAndShortFilesNameThePath) {
   const std::string missing = TempPath("missing.txt");
-  auto status = LoadTextCorpus(Text({missing}, 4)).status();
+  auto status = LoadTextCorpus(Text({missing}, 4), Files()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Message(status),
-            missing + ": cannot read: No such file or directory");
+            "data.text.files[0]: '" + missing + "' does not exist");
   const std::string empty = WriteFile("empty.txt", "");
-  status = LoadTextCorpus(Text({empty}, 4)).status();
+  status = LoadTextCorpus(Text({empty}, 4), Files()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Message(status), empty + ": empty file");
   const std::string dir = TempPath("a_directory");
   ::mkdir(dir.c_str(), 0755);
-  EXPECT_EQ(Message(LoadTextCorpus(Text({dir}, 4)).status()),
-            dir + ": not a regular file");
+  EXPECT_EQ(
+      Message(LoadTextCorpus(Text({dir}, 4), Files()).status()),
+      "data.text.files[0]: '" + dir + "' is a directory, not a regular file");
 
   // 20 tokens with val_fraction 0.1: 18 train, 2 validation; context 4
   // needs 5 of each: 45 tokens (40 + 5).
@@ -169,22 +186,71 @@ TEST(TextTest, MissingEmptyAndShortFilesNameThePath) {
   const std::string b = WriteFile("short_b.txt", Alphabetic(8));
   DataSpec spec;
   *spec.mutable_text() = Text({a, b}, 4);
-  status = LoadData(spec).status();
+  status = LoadData(spec, Files()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   const std::string want =
       "data.text: the text of " + a + ", " + b +
       " has 20 tokens; context=4 with val_fraction=0.1 needs at least 45 (5 "
       "for a training window and 5 for a validation window)";
   EXPECT_EQ(Message(status), want);
-  EXPECT_EQ(Message(DescribeData(spec).status()), want);
+  EXPECT_EQ(Message(DescribeData(spec, Files()).status()), want);
   spec.mutable_text()->set_val_fraction(0);
   spec.mutable_text()->set_context(20);
-  EXPECT_EQ(Message(LoadData(spec).status()),
+  EXPECT_EQ(Message(LoadData(spec, Files()).status()),
             "data.text: the text of " + a + ", " + b +
                 " has 20 tokens; context=20 with val_fraction=0 needs at "
                 "least 21 (21 for a training window)");
   spec.mutable_text()->set_context(19);
-  EXPECT_TRUE(LoadData(spec).ok());
+  EXPECT_TRUE(LoadData(spec, Files()).ok());
+}
+
+// Text files a spec may not name: refused naming the field, the path and
+// the flag, quoting nothing; the size cap is checked before reading.
+TEST(TextTest, OnlyRegularFilesUnderTheRootUpToTheCap) {
+  const std::string good = WriteFile("ok.txt", Alphabetic(100));
+  for (const std::string& outside :
+       {std::string("/etc/shadow"), TempPath("../../../../../../etc/shadow")}) {
+    auto status = LoadTextCorpus(Text({good, outside}, 4), Files()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << outside;
+    EXPECT_EQ(Message(status).rfind("data.text.files[1]: '" + outside +
+                                        "' is outside --data_root (",
+                                    0),
+              0u)
+        << status;
+    EXPECT_EQ(Message(status).find("root:"), std::string::npos);
+  }
+  const std::string link = TempPath("shadow-link.txt");
+  unlink(link.c_str());
+  ASSERT_EQ(symlink("/etc/shadow", link.c_str()), 0);
+  EXPECT_EQ(LoadTextCorpus(Text({link}, 4), Files()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  const std::string fifo = TempPath("text.fifo");
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(Message(LoadTextCorpus(Text({fifo}, 4), Files()).status()),
+            "data.text.files[0]: '" + fifo + "' is a FIFO, not a regular file");
+
+  FileAccess capped = Files();
+  capped.max_text_bytes = 150;
+  const std::string second = WriteFile("second.txt", Alphabetic(60));
+  auto status = LoadTextCorpus(Text({good, second}, 4), capped).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Message(status),
+            "data.text.files[1]: '" + second +
+                "' holds 60 bytes; the text files of a job may hold 150 bytes "
+                "in all (--max_text_bytes)");
+  DataSpec spec;
+  *spec.mutable_text() = Text({good, second}, 4);
+  EXPECT_EQ(DescribeData(spec, capped).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  capped.max_text_bytes = 160;
+  EXPECT_TRUE(LoadTextCorpus(Text({good, second}, 4), capped).ok());
+
+  std::atomic<bool> stop{true};
+  capped.stop = &stop;
+  EXPECT_EQ(LoadTextCorpus(Text({good}, 4), capped).status().code(),
+            absl::StatusCode::kCancelled);
 }
 
 TEST(TextTest, SplitSizes) {
@@ -203,7 +269,7 @@ TEST(TextTest, SplitSizes) {
   const std::string path = WriteFile("split.txt", Alphabetic(1000));
   DataSpec spec;
   *spec.mutable_text() = Text({path}, 8);
-  auto data = LoadData(spec);
+  auto data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   const Dataset& train = data->train;
   EXPECT_TRUE(train.is_text());
@@ -220,7 +286,7 @@ TEST(TextTest, SplitSizes) {
   EXPECT_EQ(data->test->num_classes, 26);
   EXPECT_TRUE(HasTestSplit(spec));
 
-  auto info = DescribeData(spec);
+  auto info = DescribeData(spec, Files());
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->sample_shape, Shape({8}));
   EXPECT_EQ(info->num_classes, 26);
@@ -228,7 +294,7 @@ TEST(TextTest, SplitSizes) {
   EXPECT_EQ(info->train_samples, 112);  // floor(900 / 8).
 
   spec.mutable_text()->set_val_fraction(0);
-  data = LoadData(spec);
+  data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->train.tokens.size(), 1000u);
   EXPECT_FALSE(data->test.has_value());
@@ -242,7 +308,7 @@ TEST(TextTest, WindowsAreInputsAndTheNextTokens) {
   DataSpec spec;
   *spec.mutable_text() = Text({WriteFile("windows.txt", text)}, 4, "bytes");
   spec.mutable_text()->set_val_fraction(0.2f);
-  auto data = LoadData(spec);
+  auto data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->train.num_classes, 256);
   std::vector<float> x(12);
@@ -285,7 +351,7 @@ TEST(TextTest, ValidationWindowsAreNonOverlappingAndCapped) {
   DataSpec spec;
   *spec.mutable_text() = Text({WriteFile("val.txt", Alphabetic(1000))}, 10);
   spec.mutable_text()->set_val_fraction(0.5f);
-  auto data = LoadData(spec);
+  auto data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   const Dataset& val = *data->test;
   EXPECT_EQ(val.size, 49);  // (500 - 1) / 10.
@@ -301,11 +367,11 @@ TEST(TextTest, ValidationWindowsAreNonOverlappingAndCapped) {
     EXPECT_EQ(y[k], val.tokens[k + 1]);
   }
   spec.mutable_text()->set_val_windows(7);
-  data = LoadData(spec);
+  data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->test->size, 7);
   spec.mutable_text()->set_val_windows(1000);
-  data = LoadData(spec);
+  data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->test->size, 49);
 }
@@ -329,7 +395,7 @@ TEST(TextTest, WindowStartsAreTheDocumentedFunction) {
 TEST(TextTest, SamplerDrawsTheDocumentedWindows) {
   DataSpec spec;
   *spec.mutable_text() = Text({WriteFile("sampler.txt", Alphabetic(1000))}, 8);
-  auto data = LoadData(spec);
+  auto data = LoadData(spec, Files());
   ASSERT_TRUE(data.ok()) << data.status();
   // 900 training tokens / 8 / batch 4: 28 batches an epoch; 892 windows.
   EpochSampler a = EpochSampler::For(data->train, 4, true, 42);
@@ -358,7 +424,7 @@ TEST(TextTest, SamplerDrawsTheDocumentedWindows) {
   s->add_sample_shape(3);
   s->set_num_classes(2);
   s->set_train_samples(10);
-  auto synthetic = LoadData(images);
+  auto synthetic = LoadData(images, Files());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status();
   EpochSampler old(10, 3, true, 9);
   EpochSampler via_for = EpochSampler::For(synthetic->train, 3, true, 9);
@@ -379,14 +445,18 @@ TEST(TextTest, FortuneCookies) {
   }
   DataSpec spec;
   *spec.mutable_text() = Text({cookie}, 64);
-  auto data = LoadData(spec);
+  auto roots = PathRoots::Make("--data_root", {"/usr/share/games/fortunes"});
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  FileAccess files;
+  files.data = *roots;
+  auto data = LoadData(spec, files);
   ASSERT_TRUE(data.ok()) << data.status();
   const int64_t total = static_cast<int64_t>(data->train.tokens.size() +
                                              data->test->tokens.size());
   EXPECT_GT(total, 100000);
   EXPECT_GT(data->train.num_classes, 60);
   EXPECT_LT(data->train.num_classes, 128);
-  auto tokenizer = Tokenizer::ForSpec(spec.text());
+  auto tokenizer = Tokenizer::ForSpec(spec.text(), files);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   // The first window decodes to the file's first 64 characters.
   auto text =

@@ -5,10 +5,11 @@
 
 namespace aqueduct {
 
-absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec) {
+absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec,
+                                             const FileAccess& files) {
   RETURN_IF_ERROR(CheckJobSpec(spec).status());
   ValidatedJob job;
-  ASSIGN_OR_RETURN(job.data, DescribeData(spec.data()));
+  ASSIGN_OR_RETURN(job.data, DescribeData(spec.data(), files));
   ASSIGN_OR_RETURN(job.model, Model::Build(spec.model(), job.data.sample_shape,
                                            spec.seed()));
   RETURN_IF_ERROR(CheckEmbeddingVocabulary(

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 #include "pipeline/spec.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
@@ -25,8 +26,11 @@ struct ValidatedJob {
   std::unique_ptr<Model> model;
 };
 
-// CheckJobSpec, then reads the data's headers and builds the model.
-absl::StatusOr<ValidatedJob> ValidateJobSpec(const JobSpec& spec);
+// CheckJobSpec, then reads the data's headers (under `files`: a daemon
+// passes the roots its operator allowed; the default, every path, is for
+// tools that read their own user's files) and builds the model.
+absl::StatusOr<ValidatedJob> ValidateJobSpec(
+    const JobSpec& spec, const FileAccess& files = FileAccess::Anywhere());
 
 }  // namespace aqueduct
 

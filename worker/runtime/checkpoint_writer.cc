@@ -77,8 +77,8 @@ void CheckpointWriter::Write(const Item& item) {
   const std::string dir =
       CheckpointVersionDir(options_.dir, options_.job_id, item.version);
   absl::StatusOr<CheckpointFile> file = WriteCheckpointFile(
-      dir, StageFileName(options_.stage, options_.attempt), item.snapshot,
-      options_.stage, options_.layer_begin, options_.layer_end);
+      options_.roots, dir, StageFileName(options_.stage, options_.attempt),
+      item.snapshot, options_.stage, options_.layer_begin, options_.layer_end);
   if (!file.ok()) {
     AQ_LOG_WARN(
         "job {}: stage {}: the checkpoint of version {} was not "

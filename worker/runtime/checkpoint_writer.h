@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/file_system.h"
 #include "common/safetensors.h"
 #include "proto/service_types.h"
 
@@ -31,8 +32,10 @@ namespace aqueduct {
 
 struct CheckpointWriterOptions {
   // The checkpoint directory of the job spec; files go under
-  // <dir>/<job_id>/v<version>/.
+  // <dir>/<job_id>/v<version>/, which must lie under `roots` (the worker's
+  // --checkpoint_root; a write outside fails, logged, and is not reported).
   std::string dir;
+  PathRoots roots;
   std::string job_id;
   int stage = 0;
   int attempt = 0;

@@ -38,9 +38,19 @@ struct Written {
   std::vector<CheckpointWritten> files ABSL_GUARDED_BY(mu);
 };
 
+// The test's temporary directory: the worker's --checkpoint_root.
+PathRoots Roots() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  auto roots =
+      PathRoots::Make("--checkpoint_root", {dir != nullptr ? dir : "/tmp"});
+  EXPECT_TRUE(roots.ok()) << roots.status();
+  return roots.ok() ? *roots : PathRoots();
+}
+
 CheckpointWriterOptions Options(const std::string& dir, Written* out) {
   CheckpointWriterOptions o;
   o.dir = dir;
+  o.roots = Roots();
   o.job_id = "job-1";
   o.stage = 1;
   o.attempt = 2;
@@ -88,6 +98,21 @@ TEST(CheckpointWriterTest, AFailedWriteIsNotReportedAndTrainingGoesOn) {
   ASSERT_TRUE(writer.Drain(absl::Seconds(10)));
   EXPECT_EQ(writer.failed(), 1);
   EXPECT_EQ(writer.written(), 0);
+  absl::MutexLock lock(&out.mu);
+  EXPECT_TRUE(out.files.empty());
+}
+
+TEST(CheckpointWriterTest, NothingIsWrittenOutsideTheRoot) {
+  const std::string dir = TempDir("writer-outside");
+  Written out;
+  CheckpointWriterOptions o = Options(dir, &out);
+  o.roots = PathRoots();  // No --checkpoint_root.
+  o.job_id = "../../escape";
+  CheckpointWriter writer(o);
+  ASSERT_TRUE(writer.Enqueue(4, Snapshot(1.0f)).ok());
+  ASSERT_TRUE(writer.Drain(absl::Seconds(10)));
+  EXPECT_EQ(writer.failed(), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir));
   absl::MutexLock lock(&out.mu);
   EXPECT_TRUE(out.files.empty());
 }

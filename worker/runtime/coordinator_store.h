@@ -6,11 +6,13 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_COORDINATOR_STORE_H_
 #define AQUEDUCT_WORKER_RUNTIME_COORDINATOR_STORE_H_
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/comm/rendezvous_store.h"
 #include "common/coordinator_client.h"
@@ -34,16 +36,29 @@ class CoordinatorStore final : public RendezvousStore {
   }
 
   // Waits up to `wait` on the coordinator for the key; DEADLINE_EXCEEDED
-  // (naming the key) if it is not set by then.
+  // (naming the key) if it is not set by then. The coordinator bounds its
+  // waiting calls (--max_waiting_calls): when it is busy (RESOURCE_EXHAUSTED)
+  // the wait goes on by polling, with backoff, until the same deadline.
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration wait) override {
-    v1::StoreGetRequest request;
-    request.set_key(key);
-    request.set_wait_ms(absl::ToInt64Milliseconds(wait));
-    absl::StatusOr<v1::StoreGetResponse> response =
-        client_->StoreGet(request, wait + kGetSlack);
-    if (!response.ok()) return response.status();
-    return std::move(*response->mutable_value());
+    const absl::Time deadline = absl::Now() + wait;
+    absl::Duration backoff = absl::Milliseconds(20);
+    while (true) {
+      v1::StoreGetRequest request;
+      request.set_key(key);
+      const absl::Duration left =
+          std::max(deadline - absl::Now(), absl::ZeroDuration());
+      request.set_wait_ms(absl::ToInt64Milliseconds(left));
+      absl::StatusOr<v1::StoreGetResponse> response =
+          client_->StoreGet(request, left + kGetSlack);
+      if (response.ok()) return std::move(*response->mutable_value());
+      if (!absl::IsResourceExhausted(response.status()) ||
+          absl::Now() + backoff >= deadline) {
+        return response.status();
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    }
   }
 
   // Adds `delta` to the counter at `key` (0 if unset); returns its new value.

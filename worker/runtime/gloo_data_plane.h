@@ -4,6 +4,12 @@
 // rendezvous store (the coordinator's, in the daemon) under
 // "<rendezvous_key>gloo/" and "<rendezvous_key>nccl/".
 //
+// Gloo's sockets listen on the advertised address only (a wildcard such as
+// 0.0.0.0 is refused), and the addresses a rank puts in the store carry no
+// other bytes of its memory (common/comm/gloo_address.h). Neither Gloo nor
+// NCCL encrypts or authenticates what it sends: the workers' data links
+// must be a trusted network or an encrypted one (WireGuard, IPsec).
+//
 // This is the one place that knows whether the binary has CUDA: NCCL
 // channels exist only in CUDA builds; elsewhere a job asking for them fails
 // with FAILED_PRECONDITION.
@@ -20,7 +26,8 @@
 namespace aqueduct {
 
 struct GlooDataPlaneOptions {
-  // The address peers reach this worker at.
+  // The address peers reach this worker at, and the only one the data
+  // plane listens on.
   std::string advertise_host = "127.0.0.1";
   // The worker's device: NCCL channels need a CUDA device, on this ordinal.
   DeviceSpec device;

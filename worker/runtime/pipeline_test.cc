@@ -165,7 +165,7 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
                    bool device_channels = false) {
   auto job = ValidateJobSpec(spec);
   EXPECT_TRUE(job.ok()) << job.status();
-  auto data = LoadData(spec.data());
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
   int world = 0;
   for (const auto& r : layout.ranks) world += static_cast<int>(r.size());
   auto hub = std::make_shared<InMemoryHub>(world);
@@ -255,7 +255,7 @@ void SumTies(const Model& model, const PipelineLayout& layout, Device& device,
 // newest weights.
 Result Reference(const JobSpec& spec, const PipelineLayout& layout) {
   auto job = ValidateJobSpec(spec);
-  auto data = LoadData(spec.data());
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
   const Model& model = *job->model;
   CpuDevice device(CpuDeviceOptions{1});
   const int S = layout.num_stages();
@@ -582,7 +582,7 @@ struct LoneStage {
   explicit LoneStage(PipelineStage::Options options)
       : spec(*ParseJobSpec(kMlp, "test")),
         job(ValidateJobSpec(spec)),
-        data(LoadData(spec.data())),
+        data(LoadData(spec.data(), FileAccess::Anywhere())),
         hub(std::make_shared<InMemoryHub>(2)),
         device(CpuDeviceOptions{1}),
         comm(hub, 0),
@@ -637,7 +637,7 @@ TEST(PipelineTest, MismatchedFrameIsRefused) {
   PipelineLayout layout =
       Layout(v1::SCHEDULE_1F1B_STASHED, {0, 5}, {1, 1}, 2, 1, 10);
   auto job = ValidateJobSpec(spec);
-  auto data = LoadData(spec.data());
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
   auto hub = std::make_shared<InMemoryHub>(2);
   InMemoryCommunicator rank0(hub, 0);
   // Garbage arrives under the tag of minibatch 0's activation.

@@ -162,7 +162,7 @@ Outcome RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
                     const State* restore = nullptr, int64_t first = 0) {
   auto job = ValidateJobSpec(spec);
   EXPECT_TRUE(job.ok()) << job.status();
-  auto data = LoadData(spec.data());
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
   const int S = layout.num_stages();
   StageRun in{&spec,
               job->model.get(),

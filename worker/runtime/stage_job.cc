@@ -1,5 +1,6 @@
 #include "worker/runtime/stage_job.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -10,6 +11,8 @@
 #include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
+#include "pipeline/memory.h"
 #include "pipeline/spec.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/spec.h"
@@ -25,10 +28,19 @@ namespace aqueduct {
 
 namespace {
 
+// What the job may open: env.files, its reads stopped with the job.
+FileAccess JobFiles(const JobEnv& env) {
+  FileAccess files = env.files;
+  if (files.stop == nullptr) files.stop = env.stop;
+  return files;
+}
+
 // The checkpoint of the assignment's restore manifest for layers [begin,
-// end); nullopt when the job starts from the beginning.
+// end) (read under --checkpoint_root); nullopt when the job starts from the
+// beginning.
 absl::StatusOr<std::optional<SafetensorsFile>> RestoreState(
-    const StageAssignment& a, int num_layers, int begin, int end) {
+    const StageAssignment& a, const JobEnv& env, int num_layers, int begin,
+    int end) {
   if (!a.has_restore() || a.restore().version() == 0) return std::nullopt;
   const CheckpointManifest& m = a.restore();
   if (m.num_layers() != num_layers) {
@@ -36,22 +48,33 @@ absl::StatusOr<std::optional<SafetensorsFile>> RestoreState(
         "the checkpoint in ", m.dir(), " is of a model of ", m.num_layers(),
         " layers; this job's model has ", num_layers));
   }
-  ASSIGN_OR_RETURN(SafetensorsFile state, LoadCheckpointLayers(m, begin, end));
+  const FileAccess files = JobFiles(env);
+  ASSIGN_OR_RETURN(
+      SafetensorsFile state,
+      LoadCheckpointLayers(files.checkpoints, m, begin, end, files.stop));
   return state;
 }
 
 // The checkpoint writer of replica 0 of a stage of layers [begin, end),
-// when the spec asks for checkpoints; null otherwise.
-std::unique_ptr<CheckpointWriter> MakeWriter(const StageAssignment& a,
-                                             const JobEnv& env, int begin,
-                                             int end) {
+// when the spec asks for checkpoints; null otherwise. PERMISSION_DENIED
+// naming checkpoint.dir and --checkpoint_root for a directory outside it,
+// before the job trains.
+absl::StatusOr<std::unique_ptr<CheckpointWriter>> MakeWriter(
+    const StageAssignment& a, const JobEnv& env, int begin, int end) {
   const v1::CheckpointSpec& c = a.spec().checkpoint();
   if (c.dir().empty() || (c.every_steps() <= 0 && c.every_seconds() <= 0) ||
       a.replica() != 0) {
     return nullptr;
   }
+  // Refused now rather than at the first checkpoint. The files are
+  // reported in c.dir() as the spec says it (the coordinator expects that
+  // name) and written where it resolves under the roots.
+  RETURN_IF_ERROR(
+      env.files.checkpoints.ResolveForCreate(c.dir(), "checkpoint.dir")
+          .status());
   CheckpointWriterOptions options;
   options.dir = c.dir();
+  options.roots = env.files.checkpoints;
   options.job_id = a.job_id();
   options.stage = a.stage();
   options.attempt = a.attempt();
@@ -63,6 +86,18 @@ std::unique_ptr<CheckpointWriter> MakeWriter(const StageAssignment& a,
     progress->OnCheckpoint(w);
   };
   return std::make_unique<CheckpointWriter>(std::move(options));
+}
+
+// init_weights (layers of params) read under --data_root: a regular file
+// whose header fits it, read until the job stops.
+absl::Status LoadInitWeights(const std::string& path, const JobEnv& env,
+                             Device& device, const ParameterSet& params) {
+  const FileAccess files = JobFiles(env);
+  ASSIGN_OR_RETURN(
+      const SafetensorsFile file,
+      ReadSafetensorsUnder(files.data, path, "init_weights", files.stop));
+  return Annotate(ImportParameters(file, device, params),
+                  absl::StrCat("init_weights: '", path, "'"));
 }
 
 // The hook a stage (or the local trainer) calls at a checkpoint version:
@@ -106,18 +141,59 @@ absl::Status DeliverModel(const StageAssignment& a, const JobEnv& env,
                   "delivering the trained model");
 }
 
+// Bytes of data a worker that loads `spec`'s data holds, at least: the
+// synthetic set it generates, or the training images of files (text is
+// bounded by the files it reads).
+int64_t DataBytes(const DataSpec& spec, const DataInfo& info) {
+  if (spec.has_synthetic()) {
+    int64_t test = spec.synthetic().test_samples();
+    if (spec.test_limit() > 0) test = std::min(test, spec.test_limit());
+    return SyntheticDataBytes(spec.synthetic(), info.train_samples, test);
+  }
+  if (spec.has_text()) return 0;
+  return SaturatingMul(
+      SaturatingMul(info.train_samples, info.sample_shape.numel()),
+      sizeof(float));
+}
+
+// The worker's own check of its part of a job against its memory, before
+// it allocates any of it (the coordinator checked the spec against its
+// largest worker and the plan against each; a profile it was given may
+// still be wrong). FAILED_PRECONDITION: re-running the same plan on the
+// same worker would not mend it.
+absl::Status CheckStageFits(const JobSpec& spec, const DataInfo& data,
+                            const JobEnv& env, bool loads_data,
+                            StageNeeds needs) {
+  needs.copies = TrainingCopies(spec.optimizer());
+  if (loads_data) needs.data_bytes = DataBytes(spec.data(), data);
+  const MemoryLimit memory{
+      env.memory_bytes > 0 ? env.memory_bytes : HostMemoryBytes(),
+      "this worker's memory"};
+  return CheckStageMemory(spec, SymbolicShape::Known(data.sample_shape.dims()),
+                          needs, memory, absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 
 absl::Status RunLocalJob(const StageAssignment& a, const JobEnv& env) {
   ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
                    CreateDevice(env.device, env.threads));
-  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(a.spec()));
+  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(a.spec(), JobFiles(env)));
   const int layers = job.model->num_layers();
+  StageNeeds needs;
+  needs.what = "the job";
+  needs.layer_end = layers;
+  needs.samples = a.spec().batch_size();
+  needs.steps = TotalSteps(a.spec(), job.data.train_samples).value_or(0);
+  needs.bytes_per_step = PerStepBytes(/*pipeline=*/false, 1);
+  RETURN_IF_ERROR(CheckStageFits(a.spec(), job.data, env, true, needs));
   ASSIGN_OR_RETURN(std::optional<SafetensorsFile> restore,
-                   RestoreState(a, layers, 0, layers));
-  std::unique_ptr<CheckpointWriter> writer = MakeWriter(a, env, 0, layers);
+                   RestoreState(a, env, layers, 0, layers));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointWriter> writer,
+                   MakeWriter(a, env, 0, layers));
   LocalTrainOptions options;
   options.stop = env.stop;
+  options.files = JobFiles(env);
   options.on_step = [&](const StepReport& r) { env.progress->OnLocalStep(r); };
   options.export_model = true;
   if (restore.has_value()) {
@@ -191,9 +267,19 @@ class PipelineJob {
 };
 
 absl::Status PipelineJob::Prepare() {
-  ASSIGN_OR_RETURN(job_, ValidateJobSpec(a_.spec()));
+  ASSIGN_OR_RETURN(job_, ValidateJobSpec(a_.spec(), JobFiles(env_)));
   ASSIGN_OR_RETURN(layout_, LayoutFromAssignment(a_, job_.model->num_layers(),
                                                  job_.data.train_samples));
+  StageNeeds needs;
+  needs.what = absl::StrCat("stage ", layout_.stage);
+  needs.layer_begin = layout_.layer_begin;
+  needs.layer_end = layout_.layer_end;
+  needs.samples = layout_.batch_size / layout_.pipeline.microbatches;
+  needs.steps = layout_.total_steps;
+  needs.bytes_per_step = PerStepBytes(true, layout_.pipeline.microbatches);
+  RETURN_IF_ERROR(
+      CheckStageFits(a_.spec(), job_.data, env_,
+                     layout_.input_stage() || layout_.output_stage(), needs));
   env_.progress->SetTotalSteps(layout_.total_steps);
   ASSIGN_OR_RETURN(device_, CreateDevice(env_.device, env_.threads));
   return absl::OkStatus();
@@ -210,18 +296,18 @@ absl::Status PipelineJob::Connect() {
 absl::Status PipelineJob::LoadInputs() {
   const JobSpec& spec = a_.spec();
   if (layout_.input_stage() || layout_.output_stage()) {
-    ASSIGN_OR_RETURN(data_, LoadData(spec.data()));
+    ASSIGN_OR_RETURN(data_, LoadData(spec.data(), JobFiles(env_)));
   }
   ASSIGN_OR_RETURN(params_, InitParameters(*job_.model, layout_.layer_begin,
                                            layout_.layer_end, device_.get()));
+  ASSIGN_OR_RETURN(restore_,
+                   RestoreState(a_, env_, job_.model->num_layers(),
+                                layout_.layer_begin, layout_.layer_end));
   ASSIGN_OR_RETURN(
-      restore_, RestoreState(a_, job_.model->num_layers(), layout_.layer_begin,
-                             layout_.layer_end));
-  writer_ = MakeWriter(a_, env_, layout_.layer_begin, layout_.layer_end);
+      writer_, MakeWriter(a_, env_, layout_.layer_begin, layout_.layer_end));
   if (!spec.init_weights().empty() && !restore_.has_value()) {
     RETURN_IF_ERROR(
-        Annotate(LoadParametersFile(spec.init_weights(), *device_, *params_),
-                 "init_weights"));
+        LoadInitWeights(spec.init_weights(), env_, *device_, *params_));
     CopyTiedWeights(*job_.model, *device_, *params_);
   }
   return absl::OkStatus();

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/comm/rendezvous_store.h"
 #include "common/device/factory.h"
+#include "common/file_system.h"
 #include "proto/service_types.h"
 #include "worker/runtime/data_plane.h"
 #include "worker/runtime/model_sink.h"
@@ -53,9 +54,22 @@ struct JobEnv {
   const std::atomic<int64_t>* checkpoint_at = nullptr;
   // Longest wait for the job's checkpoint files to be written at its end.
   absl::Duration checkpoint_drain = absl::Seconds(120);
+  // The device's memory: a stage that cannot fit in it fails before it
+  // allocates anything, naming the layer (0: the host's physical memory,
+  // what a CPU worker registers as its DeviceInfo.memory_bytes).
+  int64_t memory_bytes = 0;
+  // Where the job's data and init_weights are read (files.data) and its
+  // checkpoints written and read (files.checkpoints): the worker's
+  // --data_root and --checkpoint_root. The default allows nothing. Reads
+  // stop with the job (`stop` is used as files.stop when that is null).
+  FileAccess files;
 };
 
-// Both kinds of run start from the assignment's checkpoint when it has one
+// Both kinds of run first check that the stage's parameters, optimizer
+// state, activations, data and schedule fit env.memory_bytes
+// (pipeline/spec.h's CheckStageMemory): FAILED_PRECONDITION naming the
+// layer otherwise, before anything is allocated. Both start from the
+// assignment's checkpoint when it has one
 // (assignment.restore(): the files of the layers it runs, verified), write
 // checkpoints as the spec's checkpoint section asks (replica 0 of each
 // stage, from a background thread; each file reported once durable), and

@@ -155,6 +155,8 @@ void StageRuntime::Run(const StageAssignment& a) {
   env.on_data_plane = [this](const DataPlane* plane) { SetDataPlane(plane); };
   env.model_sink = options_.model_sink;
   env.checkpoint_at = &checkpoint_at_;
+  env.files = options_.files;
+  env.files.stop = &stop_;
   const absl::Status status =
       RunsLocally(a.plan()) ? RunLocalJob(a, env) : RunPipelineJob(a, env);
   End(a, status);

@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/comm/rendezvous_store.h"
 #include "common/device/factory.h"
+#include "common/file_system.h"
 #include "proto/service_types.h"
 #include "worker/runtime/data_plane.h"
 #include "worker/runtime/model_sink.h"
@@ -48,6 +49,9 @@ struct StageRuntimeOptions {
   // Where trained models go (worker/runtime/model_sink.h); null: nowhere.
   // Not owned.
   ModelSink* model_sink = nullptr;
+  // What jobs may open (--data_root, --checkpoint_root, --max_text_bytes;
+  // common/file_system.h). The default allows no file: synthetic data only.
+  FileAccess files;
 };
 
 class StageRuntime {
@@ -88,6 +92,8 @@ class StageRuntime {
   std::optional<v1::StageClaim> Claim() const;
   RuntimePhase phase() const;
   WorkerRuntimeStatus Status() const;
+  // What jobs may open (options.files): the profiler reads data alike.
+  const FileAccess& files() const { return options_.files; }
 
  private:
   void Run(const StageAssignment& assignment);

@@ -5,7 +5,11 @@
 // stop the survivors when a stage fails).
 #include "worker/runtime/stage_runtime.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <thread>
@@ -205,8 +209,9 @@ class InProcessJobTest : public ::testing::Test {
   // `n` runtimes over the in-memory data plane and the fake coordinator's
   // store. A peer deadline far beyond the tests' bounds: anything that ends
   // sooner ended because a peer closed or a stop aborted it.
-  void AddRuntimes(int n) {
+  void AddRuntimes(int n, const FileAccess& files = FileAccess()) {
     StageRuntimeOptions options;
+    options.files = files;
     options.peer_timeout = absl::Seconds(120);
     options.busy_wait = absl::Seconds(1);
     for (int i = 0; i < n; ++i) {
@@ -411,6 +416,65 @@ TEST_F(InProcessJobTest, StopEndsARunningJobPromptly) {
   const std::vector<WorkerRun> next = Watch("next", absl::Seconds(120));
   for (const WorkerRun& run : next) {
     EXPECT_EQ(run.phase, RuntimePhase::kFinished);
+  }
+}
+
+// The roots a runtime is given: data under `data`, checkpoints under the
+// test's temporary directory.
+FileAccess FilesUnder(const std::string& data) {
+  FileAccess files;
+  files.data = *PathRoots::Make("--data_root", {data});
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  files.checkpoints =
+      *PathRoots::Make("--checkpoint_root", {tmp != nullptr ? tmp : "/tmp"});
+  return files;
+}
+
+// A one-stage job whose files are not what the worker allows fails at once,
+// naming the field, the path and the flag: no read of /dev/zero until
+// memory runs out, no thread stuck on a FIFO.
+TEST_F(InProcessJobTest, FilesOutsideTheRootsOrNotRegularFailPromptly) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = tmp != nullptr ? tmp : "/tmp";
+  const std::string fifo_dir = root + "/fifo-data";
+  mkdir(fifo_dir.c_str(), 0755);
+  const std::string fifo = fifo_dir + "/train-images-idx3-ubyte.gz";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  struct Case {
+    std::string name;
+    std::string data_root;
+    std::function<void(JobSpec*)> edit;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"zero", "/dev", [](JobSpec* s) { s->set_init_weights("/dev/zero"); },
+       "init_weights: '/dev/zero' is a character device, not a regular file"},
+      {"shadow", root, [](JobSpec* s) { s->set_init_weights("/etc/shadow"); },
+       "init_weights: '/etc/shadow' is outside --data_root (" + root + ")"},
+      {"fifo", root,
+       [&](JobSpec* s) { s->mutable_data()->set_fashion_mnist_dir(fifo_dir); },
+       "data.fashion_mnist_dir: '" + fifo + "' is a FIFO, not a regular file"},
+      {"checkpoint", root,
+       [](JobSpec* s) {
+         s->mutable_checkpoint()->set_dir("/etc/ck");
+         s->mutable_checkpoint()->set_every_steps(4);
+       },
+       "checkpoint.dir: '/etc/ck' is outside --checkpoint_root ("},
+  };
+  for (const Case& c : cases) {
+    for (auto& r : runtimes_) r->Shutdown();
+    runtimes_.clear();
+    JobSpec spec = *ParseJobSpec(kMlp, "test");
+    c.edit(&spec);
+    AddRuntimes(1, FilesUnder(c.data_root));
+    const absl::Time start = absl::Now();
+    Start(Assignments(c.name, spec, {{0}, {1}}));
+    const std::vector<WorkerRun> runs = Watch(c.name, absl::Seconds(30));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << c.name;
+    EXPECT_EQ(runs[0].phase, RuntimePhase::kFailed) << c.name;
+    EXPECT_NE(runs[0].error.find(c.error), std::string::npos)
+        << c.name << ": " << runs[0].error;
   }
 }
 

@@ -99,7 +99,8 @@ TEST(GptTest, GeneratesTheLearnedSentenceDeterministically) {
   auto params =
       InitParameters(*job->model, 0, job->model->num_layers(), &device);
   ASSERT_TRUE(LoadParametersFile(weights, device, *params).ok());
-  auto tokenizer = Tokenizer::ForSpec(spec.data().text());
+  auto tokenizer =
+      Tokenizer::ForSpec(spec.data().text(), FileAccess::Anywhere());
   ASSERT_TRUE(tokenizer.ok());
   auto prompt = tokenizer->Encode("a cat sat ");
   ASSERT_TRUE(prompt.ok());

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "pipeline/policy.h"
@@ -92,8 +93,13 @@ absl::Status InitTrainState(const JobSpec& spec,
   const std::string& init =
       options.init_weights.empty() ? spec.init_weights() : options.init_weights;
   if (!init.empty() && options.restore == nullptr) {
-    RETURN_IF_ERROR(Annotate(LoadParametersFile(init, *device, state->params),
-                             "init_weights"));
+    // Under the roots, a regular file whose header fits it (not, say,
+    // /dev/zero read until memory runs out).
+    ASSIGN_OR_RETURN(const SafetensorsFile file,
+                     ReadSafetensorsUnder(options.files.data, init,
+                                          "init_weights", options.files.stop));
+    RETURN_IF_ERROR(Annotate(ImportParameters(file, *device, state->params),
+                             absl::StrCat("init_weights: '", init, "'")));
     CopyTiedWeights(model, *device, state->params);
   }
   ASSIGN_OR_RETURN(state->grads, ZerosLike(state->params, device));
@@ -355,9 +361,9 @@ absl::Status RunSteps(const LocalRun& run, LocalTrainResult* result) {
 absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
                                             const LocalTrainOptions& options) {
   const Clock::time_point start = Clock::now();
-  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec));
+  ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec, options.files));
   const Model& model = *job.model;
-  ASSIGN_OR_RETURN(DataSplits data, LoadData(spec.data()));
+  ASSIGN_OR_RETURN(DataSplits data, LoadData(spec.data(), options.files));
   RETURN_IF_ERROR(CheckClasses(data.train, model));
   const int64_t batch = spec.batch_size();
   ASSIGN_OR_RETURN(EpochSampler sampler, MakeSampler(spec, data.train));

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/device/device.h"
+#include "common/file_system.h"
 #include "common/safetensors.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
@@ -65,6 +66,9 @@ struct LocalTrainOptions {
   // When set and it becomes true, training stops after the current step and
   // TrainLocal returns CANCELLED.
   const std::atomic<bool>* stop = nullptr;
+  // Where the data and init_weights may be read (a worker's --data_root;
+  // every path for `aq train-local`), and the stop flag of those reads.
+  FileAccess files = FileAccess::Anywhere();
   // Resume: the first step to run (= the checkpoint's version) and the
   // checkpoint's training state (parameters, optimizer state and step
   // count; worker/nn/training_state.h), which replaces init_weights.

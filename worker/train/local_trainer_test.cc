@@ -106,7 +106,7 @@ TEST(LocalTrainerTest, OverridesAndWeightsRoundTrip) {
       InitParameters(*job->model, 0, job->model->num_layers(), &device);
   ASSERT_TRUE(params.ok());
   ASSERT_TRUE(LoadParametersFile(options.save_weights, device, *params).ok());
-  auto data = LoadData(spec.data());
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
   ASSERT_TRUE(data.ok());
   auto eval = Evaluate(*job->model, &device, *params, *data->test, 32);
   ASSERT_TRUE(eval.ok());

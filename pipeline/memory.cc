@@ -1,0 +1,201 @@
+#include "pipeline/memory.h"
+
+#include <algorithm>
+
+#include "pipeline/limits.h"
+#include "pipeline/schedule.h"
+
+namespace aqueduct {
+
+namespace {
+
+constexpr int64_t kFloatBytes = 4;
+
+int64_t Mul(int64_t a, int64_t b) { return SaturatingMul(a, b); }
+int64_t Add(int64_t a, int64_t b) { return SaturatingAdd(a, b); }
+
+// Elements of a fully known shape; 0 when any of it is unknown.
+int64_t KnownFloats(const SymbolicShape& s) {
+  return s.FullyKnown() ? SaturatingProduct(s.dims) : 0;
+}
+
+// T of a [T, dim] input when known, else 0.
+int64_t Positions(const SymbolicShape& in) {
+  if (!in.rank_known || in.dims.empty() || in.dims[0] == kUnknownDim) return 0;
+  return in.dims[0];
+}
+
+// c_attn [3C, C] and c_proj [C, C], with their biases.
+int64_t AttentionParameters(int64_t dim, bool bias) {
+  return Add(Mul(4, Mul(dim, dim)), bias ? Mul(4, dim) : 0);
+}
+
+// What attention keeps per sample over T positions: its input, q/k/v, the
+// attention weights [heads, T, T] and the merged heads.
+int64_t AttentionSaved(int64_t t, int64_t dim, int64_t heads) {
+  return Add(Mul(5, Mul(t, dim)), Mul(heads, Mul(t, t)));
+}
+
+LayerFootprint TransformerBlock(const v1::TransformerBlockSpec& s,
+                                const SymbolicShape& in) {
+  const int64_t dim = s.dim();
+  const int64_t hidden = s.has_mlp_hidden() ? s.mlp_hidden() : Mul(4, dim);
+  const bool bias = !s.has_bias() || s.bias();
+  LayerFootprint f;
+  // Attention, two LayerNorms, c_fc [hidden, C] and c_proj [C, hidden].
+  f.parameters = Add(Add(AttentionParameters(dim, bias), Mul(4, dim)),
+                     Add(Mul(2, Mul(hidden, dim)),
+                         bias ? Add(hidden, dim) : 0));
+  // Attention's tensors, the residual x2 and the MLP's pre-GELU hidden.
+  const int64_t t = Positions(in);
+  f.activations_per_sample = Add(Add(AttentionSaved(t, dim, s.heads()),
+                                     Mul(t, dim)),
+                                 Mul(t, hidden));
+  return f;
+}
+
+LayerFootprint Conv2d(const Conv2dSpec& s, int64_t x) {
+  LayerFootprint f;
+  const int64_t k2 = Mul(s.kernel_size(), s.kernel_size());
+  f.parameters = Add(Mul(Mul(s.out_channels(), s.in_channels()), k2),
+                     !s.has_bias() || s.bias() ? s.out_channels() : 0);
+  f.activations_per_sample = x;
+  return f;
+}
+
+}  // namespace
+
+LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
+                             const SymbolicShape& out) {
+  const int64_t x = KnownFloats(in);
+  const int64_t y = KnownFloats(out);
+  LayerFootprint f;
+  switch (spec.kind_case()) {
+    case LayerSpec::kLinear: {
+      const LinearSpec& s = spec.linear();
+      const bool bias = !s.has_bias() || s.bias();
+      f.parameters = Add(Mul(s.in_features(), s.out_features()),
+                         bias ? s.out_features() : 0);
+      f.activations_per_sample = x;
+      return f;
+    }
+    case LayerSpec::kRelu:
+    case LayerSpec::kMaxPool2D:  // Its argmax, as large as its output.
+      f.activations_per_sample = y;
+      return f;
+    case LayerSpec::kGelu:
+      f.activations_per_sample = x;
+      return f;
+    case LayerSpec::kConv2D:
+      return Conv2d(spec.conv2d(), x);
+    case LayerSpec::kLayerNorm: {
+      const int64_t n = spec.layer_norm().normalized_shape();
+      f.parameters = Mul(2, n);
+      // Its input, and a mean and a reciprocal deviation per row.
+      f.activations_per_sample = n > 0 ? Add(x, Mul(2, x / n)) : x;
+      return f;
+    }
+    case LayerSpec::kTokenEmbedding:
+      f.parameters = Mul(spec.token_embedding().vocab_size(),
+                         spec.token_embedding().dim());
+      f.activations_per_sample = x;  // The token ids.
+      return f;
+    case LayerSpec::kPositionEmbedding:
+      f.parameters = Mul(spec.position_embedding().context(),
+                         spec.position_embedding().dim());
+      return f;
+    case LayerSpec::kCausalSelfAttention: {
+      const v1::CausalSelfAttentionSpec& s = spec.causal_self_attention();
+      f.parameters =
+          AttentionParameters(s.dim(), !s.has_bias() || s.bias());
+      f.activations_per_sample =
+          AttentionSaved(Positions(in), s.dim(), s.heads());
+      return f;
+    }
+    case LayerSpec::kTransformerBlock:
+      return TransformerBlock(spec.transformer_block(), in);
+    default:  // Dropout (its mask is recomputed), flatten, delay.
+      return f;
+  }
+}
+
+std::vector<LayerFootprint> EstimateModel(
+    const ModelSpec& model, const SymbolicShape& input,
+    const std::vector<SymbolicShape>& outputs) {
+  std::vector<LayerFootprint> layers;
+  const int n = std::min(model.layers_size(), static_cast<int>(outputs.size()));
+  for (int l = 0; l < n; ++l) {
+    const SymbolicShape& in = l == 0 ? input : outputs[l - 1];
+    layers.push_back(EstimateLayer(model.layers(l), in, outputs[l]));
+  }
+  if (!layers.empty()) {
+    // The logits, which the loss reads.
+    layers.back().activations_per_sample = Add(
+        layers.back().activations_per_sample, KnownFloats(outputs[n - 1]));
+  }
+  return layers;
+}
+
+int OptimizerStateFactor(const OptimizerSpec& spec) {
+  if (spec.has_adam()) return 2;
+  return spec.has_sgd() && spec.sgd().momentum() > 0 ? 1 : 0;
+}
+
+StageFootprint EstimateStage(const std::vector<LayerFootprint>& layers,
+                             int begin, int end, int copies, int64_t samples) {
+  StageFootprint f;
+  begin = std::max(begin, 0);
+  end = std::min(end, static_cast<int>(layers.size()));
+  for (int l = begin; l < end; ++l) {
+    const int64_t params = Mul(layers[l].parameters, Mul(copies, kFloatBytes));
+    const int64_t act = Mul(Mul(layers[l].activations_per_sample, samples),
+                            kFloatBytes);
+    f.parameters = Add(f.parameters, layers[l].parameters);
+    f.parameter_bytes = Add(f.parameter_bytes, params);
+    f.activation_bytes = Add(f.activation_bytes, act);
+    const int64_t total = Add(params, act);
+    if (f.heaviest_layer < 0 || total > f.heaviest_bytes) {
+      f.heaviest_layer = l;
+      f.heaviest_bytes = total;
+    }
+  }
+  f.total_bytes = Add(f.parameter_bytes, f.activation_bytes);
+  return f;
+}
+
+int64_t MinimumStages(const std::vector<LayerFootprint>& layers, int copies,
+                      int64_t samples, int64_t limit_bytes) {
+  int64_t stages = 0;
+  int64_t held = 0;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    const int64_t bytes =
+        EstimateStage(layers, l, l + 1, copies, samples).total_bytes;
+    const int64_t with = Add(held, bytes);
+    if (stages > 0 && with <= limit_bytes) {
+      held = with;
+    } else {
+      ++stages;
+      held = bytes;
+    }
+  }
+  return stages;
+}
+
+int64_t SyntheticDataBytes(const SyntheticData& s, int64_t train,
+                           int64_t test) {
+  const int64_t per = SaturatingProduct(
+      std::vector<int64_t>(s.sample_shape().begin(), s.sample_shape().end()));
+  const int64_t samples = Add(train, test);
+  const int64_t inputs = Mul(Mul(samples, per), kFloatBytes);
+  const int64_t labels = Mul(samples, sizeof(int32_t));
+  const int64_t teacher = Mul(Mul(s.num_classes(), per), kFloatBytes);
+  return Add(Add(inputs, labels), teacher);
+}
+
+int64_t PerStepBytes(bool pipeline, int64_t microbatches) {
+  if (!pipeline) return sizeof(double);
+  const int64_t ops = Add(Mul(4, std::max<int64_t>(microbatches, 1)), 1);
+  return Mul(ops, sizeof(Op));
+}
+
+}  // namespace aqueduct

@@ -1,0 +1,35 @@
+// The safetensors target: a weights file as a worker reads it
+// (init_weights, a checkpoint, an upload to the coordinator's model store),
+// then a round trip: what was accepted serialises and parses back to the
+// same tensors and metadata.
+#include <string>
+
+#include "common/check.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+#include "tests/fuzz/entries.h"
+
+namespace aqueduct {
+namespace fuzz {
+
+absl::Status SafetensorsEntry(const uint8_t* data, size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  ASSIGN_OR_RETURN(const SafetensorsFile file, ParseSafetensors(bytes));
+  absl::StatusOr<std::string> written = SerializeSafetensors(file);
+  AQ_CHECK(written.ok());
+  absl::StatusOr<SafetensorsFile> back = ParseSafetensors(*written);
+  AQ_CHECK(back.ok());
+  AQ_CHECK(back->metadata == file.metadata);
+  AQ_CHECK(back->tensors.size() == file.tensors.size());
+  for (const auto& [name, t] : file.tensors) {
+    auto it = back->tensors.find(name);
+    AQ_CHECK(it != back->tensors.end());
+    AQ_CHECK(it->second.dtype == t.dtype);
+    AQ_CHECK(it->second.shape == t.shape);
+    AQ_CHECK(it->second.data == t.data);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fuzz
+}  // namespace aqueduct
