@@ -32,6 +32,9 @@ threads=1
 address=$(deploy/local/aqueduct-local.sh start --workers "$workers" \
   --threads "$threads" --state-dir "$state" --bin "$bin")
 trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXIT
+# TLS and the admin token for aq (the local cluster runs with them).
+# shellcheck source=/dev/null
+source "$state/aq.env"
 echo "coordinator at $address (logs in $state)"
 "$bin/client/aq" workers --coordinator "$address"
 set +e

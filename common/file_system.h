@@ -126,6 +126,9 @@ class PathRoots {
   // As Resolve, for a directory that may not exist yet (mkdir -p makes
   // it): the real path of its deepest existing ancestor, then the rest
   // of the path with "." and ".." resolved by name. Anywhere(): `path`.
+  // (A symbolic link planted below that ancestor between this check and
+  // the mkdir, by someone who may write under the root, is not guarded
+  // against: the roots are the operator's directories.)
   absl::StatusOr<std::string> ResolveForCreate(const std::string& path,
                                                absl::string_view field) const;
   // Whether the absolute, real path `real` lies under a root.

@@ -107,13 +107,13 @@ constexpr char kSmall[] =
 
 // Every spec of issue 14 that crashed a worker is refused at submit.
 TEST_F(MemoryCheckTest, TheInputsThatCrashedWorkersAreRefusedAtSubmit) {
-  EXPECT_EQ(Refusal(Spec(std::string(kSmall) +
-                         "max_steps: 4611686018427387904")),
-            "invalid job spec: max_steps=4611686018427387904 must be at most "
-            "1000000000");
+  EXPECT_EQ(
+      Refusal(Spec(std::string(kSmall) + "max_steps: 4611686018427387904")),
+      "invalid job spec: max_steps=4611686018427387904 must be at most "
+      "1000000000");
   JobSpec test_samples = Spec(std::string(kSmall) + "epochs: 1");
-  test_samples.mutable_data()->mutable_synthetic()->set_test_samples(
-      int64_t{1} << 62);
+  test_samples.mutable_data()->mutable_synthetic()->set_test_samples(int64_t{1}
+                                                                     << 62);
   EXPECT_NE(Refusal(test_samples)
                 .find("data.synthetic.test_samples=4611686018427387904"),
             std::string::npos);

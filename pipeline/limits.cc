@@ -56,8 +56,8 @@ std::string FormatBytes(int64_t bytes) {
 absl::Status CheckInRange(absl::string_view field, int64_t value, int64_t lo,
                           int64_t hi) {
   if (value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, "=", value, " must be in [", lo, ", ", hi, "]"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, "=", value, " must be in [", lo, ", ", hi, "]"));
 }
 
 absl::Status CheckAtMost(absl::string_view field, int64_t value, int64_t hi) {

@@ -52,8 +52,8 @@ absl::Status CheckInRange(absl::string_view field, int64_t value, int64_t lo,
 // INVALID_ARGUMENT "<field>=<value> must be at most <hi>" if value > hi
 // (the upper bound of a field whose lower bound is checked on its own).
 absl::Status CheckAtMost(absl::string_view field, int64_t value, int64_t hi);
-// The same as CheckInRange for a floating-point field, which must also be finite (NaN and
-// infinities are refused whatever the range).
+// The same as CheckInRange for a floating-point field, which must also be
+// finite (NaN and infinities are refused whatever the range).
 absl::Status CheckFiniteInRange(absl::string_view field, double value,
                                 double lo, double hi);
 

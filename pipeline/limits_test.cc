@@ -2,13 +2,14 @@
 // the memory estimates, and every spec that once crashed a worker, now
 // refused by CheckJobSpec with the field and the numbers; and a spec with
 // every field at its limit, still accepted.
+#include "pipeline/limits.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "pipeline/limits.h"
 #include "pipeline/memory.h"
 #include "pipeline/spec.h"
 
@@ -115,13 +116,12 @@ TEST(MemoryTest, EstimatesCountParametersAndSavedActivations) {
   EXPECT_EQ(b.parameters, 198272);  // nanoGPT's count for n_embd=128.
   // x, x2, q/k/v, merged: 6 x [64, 128]; attention [4, 64, 64]; MLP
   // hidden [64, 512].
-  EXPECT_EQ(b.activations_per_sample,
-            6 * 64 * 128 + 4 * 64 * 64 + 64 * 512);
+  EXPECT_EQ(b.activations_per_sample, 6 * 64 * 128 + 4 * 64 * 64 + 64 * 512);
   // Unknown shapes count nothing (a lower bound).
-  EXPECT_EQ(EstimateLayer(block, SymbolicShape::Unknown(),
-                          SymbolicShape::Unknown())
-                .activations_per_sample,
-            0);
+  EXPECT_EQ(
+      EstimateLayer(block, SymbolicShape::Unknown(), SymbolicShape::Unknown())
+          .activations_per_sample,
+      0);
   // Two linear layers of 100 parameters, 10 floats kept per sample each, SGD
   // with momentum (3 copies), microbatches of 2: 1200 + 80 (+ logits).
   std::vector<LayerFootprint> layers = {{100, 10}, {100, 10}};
@@ -166,6 +166,18 @@ TEST(RegressionTest, SyntheticTestSamples2To62) {
             "floats");
 }
 
+TEST(RegressionTest, SyntheticTeacherIsBounded) {
+  JobSpec spec = Small("max_steps: 3");
+  SyntheticData* s = spec.mutable_data()->mutable_synthetic();
+  s->clear_sample_shape();
+  s->add_sample_shape(int64_t{1} << 30);
+  s->set_train_samples(1);
+  s->set_num_classes(1000);
+  EXPECT_EQ(Error(spec),
+            "data.synthetic: the teacher [num_classes, sample] = [1000, "
+            "1073741824] holds 1073741824000 floats, more than 2^32 floats");
+}
+
 TEST(RegressionTest, TeraParameterLinearNamesTheFieldAndTheBytes) {
   JobSpec spec = Parse(
       "model { layers { linear { in_features: 1000000 out_features: 1000000 "
@@ -179,10 +191,9 @@ TEST(RegressionTest, TeraParameterLinearNamesTheFieldAndTheBytes) {
 }
 
 TEST(RegressionTest, MicrobatchesMinusOne) {
-  EXPECT_EQ(
-      Error(Small("max_steps: 3 pipeline { workers: 2 schedule: "
-                  "\"1f1b_flush\" microbatches: -1 }")),
-      "pipeline.microbatches=-1 must not be negative");
+  EXPECT_EQ(Error(Small("max_steps: 3 pipeline { workers: 2 schedule: "
+                        "\"1f1b_flush\" microbatches: -1 }")),
+            "pipeline.microbatches=-1 must not be negative");
   EXPECT_EQ(Error(Small("max_steps: 3 pipeline { microbatches: 131072 }")),
             "pipeline.microbatches=131072 must be at most 65536");
 }
@@ -205,8 +216,7 @@ TEST(RegressionTest, NonFiniteFloatsAreRefused) {
   EXPECT_EQ(Error(spec), "data.mean=nan must be finite and in [-1e+06, 1e+06]");
   spec = Small("max_steps: 3");
   spec.mutable_data()->set_std(INFINITY);
-  EXPECT_EQ(Error(spec),
-            "data.std=inf must be finite and in [1e-12, 1e+06]");
+  EXPECT_EQ(Error(spec), "data.std=inf must be finite and in [1e-12, 1e+06]");
   spec = Small("max_steps: 3");
   spec.mutable_optimizer()->mutable_sgd()->set_lr(NAN);
   EXPECT_EQ(Error(spec), "optimizer.sgd.lr=nan must be positive and finite");
@@ -216,10 +226,11 @@ TEST(RegressionTest, NonFiniteFloatsAreRefused) {
   spec = Small("max_steps: 3");
   spec.mutable_optimizer()->mutable_sgd()->set_momentum(NAN);
   EXPECT_EQ(Error(spec), "optimizer.sgd.momentum=nan must be in [0, 1)");
-  spec = Parse("model { layers { linear { in_features: 8 out_features: 4 } } "
-               "} data { synthetic { sample_shape: [8] num_classes: 4 "
-               "train_samples: 64 } } optimizer { adam { lr: 0.1 eps: inf } "
-               "} batch_size: 16 max_steps: 3");
+  spec = Parse(
+      "model { layers { linear { in_features: 8 out_features: 4 } } "
+      "} data { synthetic { sample_shape: [8] num_classes: 4 "
+      "train_samples: 64 } } optimizer { adam { lr: 0.1 eps: inf } "
+      "} batch_size: 16 max_steps: 3");
   EXPECT_EQ(Error(spec), "optimizer.adam.eps=inf must be positive (at most 1)");
   spec = Small("max_steps: 3");
   spec.mutable_model()->add_layers()->mutable_dropout()->set_p(NAN);
@@ -235,8 +246,7 @@ JobSpec Gpt(const std::string& block, const std::string& extra = "",
       " dim: 64 } } layers { position_embedding { context: ", context,
       " dim: 64 } } ", block,
       " layers { linear { in_features: 64 out_features: ", vocab,
-      " } } } data { text { files: \"/nonexistent/t.txt\" context: ",
-      context,
+      " } } } data { text { files: \"/nonexistent/t.txt\" context: ", context,
       " tokenizer: \"bytes\" } } optimizer { adam { lr: 0.001 } } "
       "batch_size: 8 max_steps: 3 ",
       extra));
@@ -285,8 +295,9 @@ TEST(MemoryCheckTest, AModelNeedingMoreWorkersThanItAsksFor) {
   // 134.5 MB each, 538.2 MB in all; workers of 300 MB hold two each.
   std::string layers;
   for (int i = 0; i < 4; ++i) {
-    layers += "layers { linear { in_features: 4096 out_features: 4096 "
-              "bias: false } } ";
+    layers +=
+        "layers { linear { in_features: 4096 out_features: 4096 "
+        "bias: false } } ";
   }
   JobSpec spec = Parse(
       "model { " + layers +
@@ -311,8 +322,9 @@ TEST(MemoryCheckTest, SyntheticDataAndStepsAreCounted) {
             "worker that loads them, more than this worker's memory (1.0 GB)");
   // A pipeline keeps every operation of its schedule: 120 bytes a step.
   JobSpec steps = Small("max_steps: 100000000 pipeline { workers: 2 }");
-  EXPECT_EQ(Error(steps, {8000000000, "the largest registered worker's "
-                                      "memory"}),
+  EXPECT_EQ(Error(steps, {8000000000,
+                          "the largest registered worker's "
+                          "memory"}),
             "max_steps=100000000: 100000000 steps at 120 bytes each (the "
             "operations of each stage's schedule) need 12.0 GB, more than "
             "the largest registered worker's memory (8.0 GB)");
@@ -359,10 +371,10 @@ TEST(MemoryCheckTest, EveryFieldAtItsLimitIsAccepted) {
   ok = CheckJobSpec(spec);
   EXPECT_TRUE(ok.ok()) << ok.status();
   // Layers at their widths' limits (weights under 2^32 floats each).
-  JobSpec wide = Gpt(
-      "layers { transformer_block { dim: 64 heads: 64 mlp_hidden: "
-      "16777216 } }",
-      "", 16777216, 64);
+  JobSpec wide =
+      Gpt("layers { transformer_block { dim: 64 heads: 64 mlp_hidden: "
+          "16777216 } }",
+          "", 16777216, 64);
   ok = CheckJobSpec(wide);
   EXPECT_TRUE(ok.ok()) << ok.status();
   // The same job on a worker too small for its first layer.
@@ -393,9 +405,9 @@ TEST(StageMemoryTest, AStageTooLargeForItsWorkerNamesTheLayer) {
                                {8000000000, "this worker's memory"},
                                absl::StatusCode::kFailedPrecondition)
                   .ok());
-  const absl::Status small = CheckStageMemory(
-      spec, input, stage, {1000000000, "this worker's memory"},
-      absl::StatusCode::kFailedPrecondition);
+  const absl::Status small =
+      CheckStageMemory(spec, input, stage, {1000000000, "this worker's memory"},
+                       absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(small.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(small.message(),
             "stage 0 (model.layers[0, 2)) needs at least 1.1 GB: 67117056 "
@@ -405,11 +417,11 @@ TEST(StageMemoryTest, AStageTooLargeForItsWorkerNamesTheLayer) {
             "model.layers[1].linear alone holds 1.1 GB; more than this "
             "worker's memory (1.0 GB)");
   // The data's shape as read may not fit the model: shape inference says.
-  EXPECT_EQ(CheckStageMemory(spec, SymbolicShape::Known({7}), stage,
-                             {8000000000, "w"},
-                             absl::StatusCode::kFailedPrecondition)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CheckStageMemory(spec, SymbolicShape::Known({7}), stage,
+                       {8000000000, "w"}, absl::StatusCode::kFailedPrecondition)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -43,14 +43,13 @@ LayerFootprint TransformerBlock(const v1::TransformerBlockSpec& s,
   const bool bias = !s.has_bias() || s.bias();
   LayerFootprint f;
   // Attention, two LayerNorms, c_fc [hidden, C] and c_proj [C, hidden].
-  f.parameters = Add(Add(AttentionParameters(dim, bias), Mul(4, dim)),
-                     Add(Mul(2, Mul(hidden, dim)),
-                         bias ? Add(hidden, dim) : 0));
+  f.parameters =
+      Add(Add(AttentionParameters(dim, bias), Mul(4, dim)),
+          Add(Mul(2, Mul(hidden, dim)), bias ? Add(hidden, dim) : 0));
   // Attention's tensors, the residual x2 and the MLP's pre-GELU hidden.
   const int64_t t = Positions(in);
-  f.activations_per_sample = Add(Add(AttentionSaved(t, dim, s.heads()),
-                                     Mul(t, dim)),
-                                 Mul(t, hidden));
+  f.activations_per_sample =
+      Add(Add(AttentionSaved(t, dim, s.heads()), Mul(t, dim)), Mul(t, hidden));
   return f;
 }
 
@@ -106,8 +105,7 @@ LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
       return f;
     case LayerSpec::kCausalSelfAttention: {
       const v1::CausalSelfAttentionSpec& s = spec.causal_self_attention();
-      f.parameters =
-          AttentionParameters(s.dim(), !s.has_bias() || s.bias());
+      f.parameters = AttentionParameters(s.dim(), !s.has_bias() || s.bias());
       f.activations_per_sample =
           AttentionSaved(Positions(in), s.dim(), s.heads());
       return f;
@@ -130,8 +128,8 @@ std::vector<LayerFootprint> EstimateModel(
   }
   if (!layers.empty()) {
     // The logits, which the loss reads.
-    layers.back().activations_per_sample = Add(
-        layers.back().activations_per_sample, KnownFloats(outputs[n - 1]));
+    layers.back().activations_per_sample =
+        Add(layers.back().activations_per_sample, KnownFloats(outputs[n - 1]));
   }
   return layers;
 }
@@ -148,8 +146,8 @@ StageFootprint EstimateStage(const std::vector<LayerFootprint>& layers,
   end = std::min(end, static_cast<int>(layers.size()));
   for (int l = begin; l < end; ++l) {
     const int64_t params = Mul(layers[l].parameters, Mul(copies, kFloatBytes));
-    const int64_t act = Mul(Mul(layers[l].activations_per_sample, samples),
-                            kFloatBytes);
+    const int64_t act =
+        Mul(Mul(layers[l].activations_per_sample, samples), kFloatBytes);
     f.parameters = Add(f.parameters, layers[l].parameters);
     f.parameter_bytes = Add(f.parameter_bytes, params);
     f.activation_bytes = Add(f.activation_bytes, act);

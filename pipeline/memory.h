@@ -82,8 +82,7 @@ int64_t MinimumStages(const std::vector<LayerFootprint>& layers, int copies,
 // Bytes a worker that generates synthetic data holds: `train` + `test`
 // samples (floats) and their labels (int32), and the linear teacher that
 // labels them (num_classes x sample floats).
-int64_t SyntheticDataBytes(const SyntheticData& s, int64_t train,
-                           int64_t test);
+int64_t SyntheticDataBytes(const SyntheticData& s, int64_t train, int64_t test);
 
 // Bytes a worker keeps for every optimizer step of a job, at least: a
 // pipeline stage materialises its whole schedule (pipeline/schedule.h: a

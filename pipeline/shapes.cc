@@ -70,12 +70,12 @@ absl::Status CheckWeight(int index, absl::string_view kind,
                          const std::vector<int64_t>& shape) {
   const int64_t floats = SaturatingProduct(shape);
   if (floats <= kMaxTensorFloats) return absl::OkStatus();
-  return Invalid(absl::StrCat(
-      Field(index, kind), ": the weight ", what, " = ",
-      SymbolicShape::Known(shape).ToString(), " has ", floats,
-      " parameters (", FormatBytes(SaturatingMul(floats, 4)),
-      "), more than one tensor may hold (", kMaxTensorFloats, " floats, ",
-      FormatBytes(kMaxTensorFloats * 4), ")"));
+  return Invalid(
+      absl::StrCat(Field(index, kind), ": the weight ", what, " = ",
+                   SymbolicShape::Known(shape).ToString(), " has ", floats,
+                   " parameters (", FormatBytes(SaturatingMul(floats, 4)),
+                   "), more than one tensor may hold (", kMaxTensorFloats,
+                   " floats, ", FormatBytes(kMaxTensorFloats * 4), ")"));
 }
 
 absl::Status CheckRank3(const SymbolicShape& in, int index,

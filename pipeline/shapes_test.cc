@@ -197,10 +197,10 @@ TEST(ShapesTest, EveryLayerIsBounded) {
             "model.layers[1].causal_self_attention.heads=8192 must be at most "
             "4096");
   // [65537, 65536] per sample: 65537 ids, each a vector of 65536.
-  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 4 dim: 65536 } }",
-                  65537),
-            "model.layers[0].token_embedding: the output [65537, 65536] "
-            "exceeds 2^32 floats");
+  EXPECT_EQ(
+      Error("layers { token_embedding { vocab_size: 4 dim: 65536 } }", 65537),
+      "model.layers[0].token_embedding: the output [65537, 65536] "
+      "exceeds 2^32 floats");
   // A convolution's output past 2^32 floats per sample: [2^20, 2^7, 2^7].
   const SymbolicShape wide = SymbolicShape::Known({1, 128, 128});
   EXPECT_EQ(Error("layers { conv2d { in_channels: 1 out_channels: 1048576 "
@@ -211,8 +211,9 @@ TEST(ShapesTest, EveryLayerIsBounded) {
             "floats)");
   ModelSpec many;
   for (int i = 0; i <= kMaxLayers; ++i) many.add_layers()->mutable_relu();
-  EXPECT_EQ(InferModelShapes(many, SymbolicShape::Known({4})).status().message(),
-            "model.layers has 4097 layers, more than 4096");
+  EXPECT_EQ(
+      InferModelShapes(many, SymbolicShape::Known({4})).status().message(),
+      "model.layers has 4097 layers, more than 4096");
 }
 
 TEST(ShapesTest, TiedWeights) {

@@ -10,11 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
-#include "pipeline/limits.h"
-#include "pipeline/memory.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeline/limits.h"
+#include "pipeline/memory.h"
 
 namespace aqueduct {
 
@@ -81,8 +81,9 @@ absl::Status CheckLr(const char* field, float lr) {
         "optimizer.", field, ".lr=", lr, " must be positive and finite"));
   }
   if (lr > kMaxLearningRate) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.", field, ".lr=", lr, " must be at most ", kMaxLearningRate));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.", field, ".lr=", lr, " must be at most ",
+                     kMaxLearningRate));
   }
   return absl::OkStatus();
 }
@@ -121,9 +122,9 @@ absl::StatusOr<int64_t> SyntheticSampleFloats(const SyntheticData& s) {
         "data.synthetic.sample_shape is empty (e.g. [784] or [1, 28, 28])");
   }
   if (s.sample_shape_size() > kMaxSampleRank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.synthetic.sample_shape has ", s.sample_shape_size(),
-        " dimensions, more than ", kMaxSampleRank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.synthetic.sample_shape has ", s.sample_shape_size(),
+                     " dimensions, more than ", kMaxSampleRank));
   }
   int64_t per = 1;
   for (int i = 0; i < s.sample_shape_size(); ++i) {
@@ -135,10 +136,10 @@ absl::StatusOr<int64_t> SyntheticSampleFloats(const SyntheticData& s) {
     per = SaturatingMul(per, s.sample_shape(i));
   }
   if (per > kMaxTensorFloats) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.synthetic.sample_shape: a sample of ",
-        per == kSaturated ? "more than 2^63" : absl::StrCat(per),
-        " floats exceeds 2^32 floats"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.synthetic.sample_shape: a sample of ",
+                     per == kSaturated ? "more than 2^63" : absl::StrCat(per),
+                     " floats exceeds 2^32 floats"));
   }
   return per;
 }
@@ -150,13 +151,21 @@ absl::Status ValidateSynthetic(const SyntheticData& s) {
         absl::StrCat("data.synthetic.num_classes=", s.num_classes(),
                      " must be in [2, 1000000]"));
   }
+  // The teacher that labels the samples is [num_classes, sample] floats.
+  const int64_t teacher = SaturatingMul(s.num_classes(), per);
+  if (teacher > kMaxTensorFloats) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.synthetic: the teacher [num_classes, sample] = [",
+                     s.num_classes(), ", ", per, "] holds ", teacher,
+                     " floats, more than 2^32 floats"));
+  }
   if (s.train_samples() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.synthetic.train_samples=", s.train_samples(),
                      " must be positive"));
   }
-  RETURN_IF_ERROR(CheckAtMost("data.synthetic.train_samples",
-                              s.train_samples(), kMaxSamples));
+  RETURN_IF_ERROR(CheckAtMost("data.synthetic.train_samples", s.train_samples(),
+                              kMaxSamples));
   if (s.test_samples() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.synthetic.test_samples=", s.test_samples(),
@@ -410,8 +419,8 @@ absl::Status CheckTiesAndSchedule(const ModelSpec& model,
 
 // The pipeline fields ResolvePipeline leaves unbounded above.
 absl::Status CheckPipelineLimits(const v1::PipelineSpec& p) {
-  RETURN_IF_ERROR(CheckAtMost("pipeline.microbatches", p.microbatches(),
-                              kMaxMicrobatches));
+  RETURN_IF_ERROR(
+      CheckAtMost("pipeline.microbatches", p.microbatches(), kMaxMicrobatches));
   RETURN_IF_ERROR(CheckAtMost("pipeline.wait_for_workers_ms",
                               p.wait_for_workers_ms(), kMaxWaitForWorkersMs));
   if (p.bandwidth_bytes_per_s() > kMaxBandwidthBytesPerS) {
@@ -424,8 +433,8 @@ absl::Status CheckPipelineLimits(const v1::PipelineSpec& p) {
 
 // "model.layers[3].transformer_block": the layer and its kind's field.
 std::string LayerField(const ModelSpec& model, int l) {
-  const auto* field = LayerSpec::descriptor()->FindFieldByNumber(
-      model.layers(l).kind_case());
+  const auto* field =
+      LayerSpec::descriptor()->FindFieldByNumber(model.layers(l).kind_case());
   return absl::StrCat("model.layers[", l, "]",
                       field != nullptr ? "." + field->name() : "");
 }
@@ -457,21 +466,20 @@ absl::Status CheckLayersFit(const JobSpec& spec, const SpecSummary& summary,
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
     const StageFootprint f = EstimateStage(layers, l, l + 1, copies, samples);
     if (f.total_bytes <= limit.bytes) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        LayerField(spec.model(), l), " needs at least ",
-        FormatBytes(f.total_bytes), ": ", Parts(f, samples), ", more than ",
-        Describe(limit)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(LayerField(spec.model(), l), " needs at least ",
+                     FormatBytes(f.total_bytes), ": ", Parts(f, samples),
+                     ", more than ", Describe(limit)));
   }
   const int workers = summary.pipeline.workers;
   const int64_t stages = MinimumStages(layers, copies, samples, limit.bytes);
   if (stages <= workers) return absl::OkStatus();
-  const StageFootprint all =
-      EstimateStage(layers, 0, static_cast<int>(layers.size()), copies,
-                    samples);
+  const StageFootprint all = EstimateStage(
+      layers, 0, static_cast<int>(layers.size()), copies, samples);
   return absl::InvalidArgumentError(absl::StrCat(
       "the model needs at least ", FormatBytes(all.total_bytes), ": ",
-      Parts(all, samples), "; that takes at least ", stages,
-      " workers of ", Describe(limit), ", and pipeline.workers=", workers));
+      Parts(all, samples), "; that takes at least ", stages, " workers of ",
+      Describe(limit), ", and pipeline.workers=", workers));
 }
 
 // Synthetic data is generated whole on each worker that loads it.
@@ -681,18 +689,16 @@ absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
   ASSIGN_OR_RETURN(const std::vector<SymbolicShape> outputs,
                    InferModelShapes(spec.model(), input));
   const MemoryLimit limit = KnownOrDefault(memory);
-  const StageFootprint f =
-      EstimateStage(EstimateModel(spec.model(), input, outputs),
-                    stage.layer_begin, stage.layer_end, stage.copies,
-                    stage.samples);
+  const StageFootprint f = EstimateStage(
+      EstimateModel(spec.model(), input, outputs), stage.layer_begin,
+      stage.layer_end, stage.copies, stage.samples);
   const int64_t steps = SaturatingMul(stage.steps, stage.bytes_per_step);
   const int64_t total =
       SaturatingAdd(SaturatingAdd(f.total_bytes, stage.data_bytes), steps);
   if (total <= limit.bytes) return absl::OkStatus();
   std::string message = absl::StrCat(
       stage.what, " (model.layers[", stage.layer_begin, ", ", stage.layer_end,
-      ")) needs at least ", FormatBytes(total), ": ",
-      Parts(f, stage.samples));
+      ")) needs at least ", FormatBytes(total), ": ", Parts(f, stage.samples));
   if (stage.data_bytes > 0) {
     absl::StrAppend(&message, ", its data (", FormatBytes(stage.data_bytes),
                     ")");

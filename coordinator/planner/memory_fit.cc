@@ -34,8 +34,8 @@ absl::Status CheckPlanFits(const PartitionPlan& plan,
       if (rank < 0 || rank >= static_cast<int>(memory_bytes.size()) ||
           rank >= static_cast<int>(worker_ids.size())) {
         return absl::InvalidArgumentError(
-            absl::StrCat("plan stage ", s, " names worker rank ", rank,
-                         " of ", memory_bytes.size()));
+            absl::StrCat("plan stage ", s, " names worker rank ", rank, " of ",
+                         memory_bytes.size()));
       }
       const int64_t has = memory_bytes[rank];
       const double needs = stage.predicted_memory_bytes();
@@ -73,8 +73,7 @@ absl::Status CheckProfileFits(const ProfileGraph& graph, const JobSpec& spec,
         " needs at least ", FormatBytes(Bytes(needs)),
         " on any worker: parameter_bytes=", Bytes(node.parameter_bytes),
         " with gradients and optimizer state, and saved_bytes=",
-        Bytes(node.MemoryBytes()), " in flight; more than ",
-        Describe(memory)));
+        Bytes(node.MemoryBytes()), " in flight; more than ", Describe(memory)));
   }
   return absl::OkStatus();
 }

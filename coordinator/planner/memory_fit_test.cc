@@ -35,8 +35,8 @@ TEST(MemoryFitTest, APlanLargerThanItsWorkerNamesTheStageAndTheNumbers) {
   const double first = plan->stages(0).predicted_memory_bytes();
   ASSERT_GT(first, plan->stages(1).predicted_memory_bytes());
   // Workers that hold the plan, and workers of unknown memory.
-  EXPECT_TRUE(CheckPlanFits(*plan, {20000000000, 20000000000}, {"a", "b"})
-                  .ok());
+  EXPECT_TRUE(
+      CheckPlanFits(*plan, {20000000000, 20000000000}, {"a", "b"}).ok());
   EXPECT_TRUE(CheckPlanFits(*plan, {0, 0}, {"a", "b"}).ok());
   // Stage 0 keeps a stashed version for the stage after it: 2 weight
   // versions, gradients and SGD's state of 2 GB, and 2 minibatches of 2 MB
@@ -118,7 +118,8 @@ TEST(MemoryFitTest, ProfileValuesAreFiniteAndBounded) {
   EXPECT_EQ(ProfileGraph::FromProto(profile).status().message(),
             "batch_size=-1 must be in [0, 16777216]");
   ModelProfile many;
-  for (int i = 0; i <= kMaxLayers; ++i) many.add_nodes()->set_id(absl::StrCat(i));
+  for (int i = 0; i <= kMaxLayers; ++i)
+    many.add_nodes()->set_id(absl::StrCat(i));
   EXPECT_EQ(ProfileGraph::FromProto(many).status().message(),
             "nodes[4096]: node '4096': a profile has at most 4096 nodes");
 }

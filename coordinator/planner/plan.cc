@@ -48,19 +48,18 @@ absl::Status ValidateLevels(const std::vector<PlannerLevel>& levels) {
   int64_t total = 1;
   for (size_t l = 0; l < levels.size(); ++l) {
     const std::string field = absl::StrCat("levels[", l, "]");
-    RETURN_IF_ERROR(CheckInRange(field + ".workers", levels[l].workers, 1,
-                                 kMaxJobWorkers));
+    RETURN_IF_ERROR(
+        CheckInRange(field + ".workers", levels[l].workers, 1, kMaxJobWorkers));
     RETURN_IF_ERROR(CheckFiniteInRange(field + ".bandwidth_bytes_per_s",
                                        levels[l].bandwidth_bytes_per_s, 1,
                                        kMaxBandwidthBytesPerS));
     total = SaturatingMul(total, levels[l].workers);
   }
   if (total > kMaxJobWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the levels' workers multiply to ",
-                     total == kSaturated ? "more than 2^63"
-                                         : absl::StrCat(total),
-                     ", more than ", kMaxJobWorkers));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the levels' workers multiply to ",
+        total == kSaturated ? "more than 2^63" : absl::StrCat(total),
+        ", more than ", kMaxJobWorkers));
   }
   return absl::OkStatus();
 }
@@ -103,10 +102,10 @@ absl::StatusOr<int> TotalWorkers(const PlanRequest& request,
   constexpr int64_t kMaxCells = int64_t{1} << 24;
   const int64_t states = static_cast<int64_t>(seq.states.size());
   if (SaturatingMul(states, std::max<int64_t>(states, total)) > kMaxCells) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the profile's ", states, " states over ", total,
-        " workers are more than the planner's tables hold (", kMaxCells,
-        " cells of states x max(states, workers))"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile's ", states, " states over ", total,
+                     " workers are more than the planner's tables hold (",
+                     kMaxCells, " cells of states x max(states, workers))"));
   }
   if (request.straight_pipeline &&
       total > static_cast<int>(seq.states.size())) {

@@ -13,8 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
-#include "pipeline/limits.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeline/limits.h"
 
 namespace aqueduct {
 
@@ -93,10 +93,10 @@ absl::Status ProfileGraph::AddNode(ProfileNode node) {
   }
   RETURN_IF_ERROR(CheckValue(node.id, "forward_compute_time", node.forward_ms,
                              kMaxProfileMs));
-  RETURN_IF_ERROR(CheckValue(node.id, "backward_compute_time",
-                             node.backward_ms, kMaxProfileMs));
-  RETURN_IF_ERROR(CheckValue(node.id, "optimizer_time", node.optimizer_ms,
+  RETURN_IF_ERROR(CheckValue(node.id, "backward_compute_time", node.backward_ms,
                              kMaxProfileMs));
+  RETURN_IF_ERROR(
+      CheckValue(node.id, "optimizer_time", node.optimizer_ms, kMaxProfileMs));
   RETURN_IF_ERROR(CheckValue(node.id, "activation_size", node.activation_bytes,
                              kMaxProfileBytes));
   RETURN_IF_ERROR(CheckValue(node.id, "parameter_size", node.parameter_bytes,

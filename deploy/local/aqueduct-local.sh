@@ -4,6 +4,7 @@
 #
 #   deploy/local/aqueduct-local.sh start [--workers N] [--port P] [--state-dir DIR]
 #                                        [--threads T] [--bin DIR] [--data-root DIR]
+#                                        [--no-tls]
 #   deploy/local/aqueduct-local.sh stop   [--state-dir DIR]
 #   deploy/local/aqueduct-local.sh status [--state-dir DIR]
 #
@@ -11,6 +12,12 @@
 # --checkpoint_root); workers read data under the --data-root directories
 # given (repeatable), else under the example datasets' directories (the
 # worker's default --data_root).
+#
+# TLS and tokens are on unless --no-tls: start makes a development CA,
+# certificates and tokens in <state-dir>/tls (deploy/tls/make-dev-ca.sh;
+# workers local-1 ... local-N, user admin) and writes <state-dir>/aq.env,
+# which sets AQ_COORDINATOR, AQ_TLS_CA and AQ_TOKEN_FILE for aq:
+#   source <state-dir>/aq.env && aq jobs
 #
 # start waits (at most 60 s) until every worker is registered and HEALTHY,
 # then prints the coordinator's address. Port 0 (the default) picks a free
@@ -20,7 +27,7 @@ set -euo pipefail
 cmd="${1:-}"
 [ -n "$cmd" ] && shift
 workers=1 port=0 threads=1 bin="" state="${AQ_STATE_DIR:-/tmp/aqueduct-local}"
-data_roots=()
+data_roots=() tls=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -29,6 +36,7 @@ while [ $# -gt 0 ]; do
     --state-dir) state="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --data-root) data_roots+=(--data_root "$2"); shift 2 ;;
+    --no-tls) tls=0; shift ;;
     *) echo "aqueduct-local: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -54,9 +62,19 @@ case "$cmd" in
   start)
     mkdir -p "$state" "$state/checkpoints"
     stop
-    rm -f "$state"/coordinator.port
+    rm -f "$state"/coordinator.port "$state"/aq.env
+    coordinator_tls=() worker_tls=()
+    if [ "$tls" = 1 ]; then
+      "$(dirname "$0")/../tls/make-dev-ca.sh" "$state/tls" --workers "$workers" \
+        --worker-prefix local- --first 1 --users admin >/dev/null
+      coordinator_tls=(--tls_ca "$state/tls/ca.pem" --tls_cert "$state/tls/coordinator.pem"
+        --tls_key "$state/tls/coordinator.key" --tokens_file "$state/tls/tokens")
+      worker_tls=(--tls_ca "$state/tls/ca.pem" --tls_cert "$state/tls/worker.pem"
+        --tls_key "$state/tls/worker.key")
+      export AQ_TLS_CA="$state/tls/ca.pem" AQ_TOKEN_FILE="$state/tls/token.admin"
+    fi
     "$bin/coordinator/coordinator" --listen "127.0.0.1:$port" \
-      --checkpoint_root "$state/checkpoints" \
+      --checkpoint_root "$state/checkpoints" ${coordinator_tls[@]+"${coordinator_tls[@]}"} \
       --state_dir "$state" >"$state/coordinator.log" 2>&1 &
     echo $! >"$state/coordinator.pid"
     for _ in $(seq 100); do [ -s "$state/coordinator.port" ] && break; sleep 0.1; done
@@ -66,9 +84,15 @@ case "$cmd" in
     fi
     address="127.0.0.1:$(cat "$state/coordinator.port")"
     echo "$address" >"$state/coordinator.address"
+    {
+      echo "export AQ_COORDINATOR=$address"
+      [ "$tls" = 1 ] && echo "export AQ_TLS_CA=$AQ_TLS_CA AQ_TOKEN_FILE=$AQ_TOKEN_FILE"
+    } >"$state/aq.env"
     for i in $(seq "$workers"); do
       "$bin/worker/worker" --coordinator "$address" --worker_id "local-$i" \
         --checkpoint_root "$state/checkpoints" ${data_roots[@]+"${data_roots[@]}"} \
+        ${worker_tls[@]+"${worker_tls[@]}"} \
+        ${worker_tls[@]+--token_file "$state/tls/token.local-$i"} \
         --threads "$threads" --listen 127.0.0.1:0 \
         >"$state/worker-$i.log" 2>&1 &
       echo $! >"$state/worker-$i.pid"
@@ -87,6 +111,8 @@ case "$cmd" in
     ;;
   stop) stop ;;
   status)
+    # shellcheck source=/dev/null
+    [ -s "$state/aq.env" ] && source "$state/aq.env"
     if [ -s "$state/coordinator.address" ]; then
       "$bin/client/aq" workers --coordinator "$(cat "$state/coordinator.address")"
     else

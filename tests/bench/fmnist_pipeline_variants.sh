@@ -21,6 +21,9 @@ state=$(mktemp -d)
 address=$(deploy/local/aqueduct-local.sh start --workers 4 --threads 1 \
   --state-dir "$state" --bin "$bin")
 trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXIT
+# TLS and the admin token for aq (the local cluster runs with them).
+# shellcheck source=/dev/null
+source "$state/aq.env"
 for v in "${variants[@]}"; do
   IFS='|' read -r name optimizer batch <<<"$v"
   python3 - "$optimizer" "$batch" "$epochs" >"$state/$name.textproto" <<'PY'

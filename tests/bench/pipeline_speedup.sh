@@ -20,6 +20,9 @@ state=$(mktemp -d)
 address=$(deploy/local/aqueduct-local.sh start --workers 2 --threads 1 \
   --state-dir "$state" --bin "$bin")
 trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXIT
+# TLS and the admin token for aq (the local cluster runs with them).
+# shellcheck source=/dev/null
+source "$state/aq.env"
 # CPU jiffies "steal total" from /proc/stat's aggregate line.
 jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t }' /proc/stat; }
 steal_since() {

@@ -378,7 +378,9 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const JobSpec& spec, Device* device,
   }
   LocalTrainResult result;
   result.parameters = state.params.numel();
-  result.losses.reserve(total);
+  // Grown as steps run: reserving max_steps up front (up to 10^9) would
+  // allocate gigabytes before the first step.
+  result.losses.reserve(std::min<int64_t>(total, int64_t{1} << 20));
   const LocalRun run{&spec, &options, &model, device,
                      &data, &sampler, &state, total};
   RETURN_IF_ERROR(RunSteps(run, &result));
