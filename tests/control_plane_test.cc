@@ -3,6 +3,7 @@
 // port 0) as threads. A job runs to success through the real RPCs; oversized
 // and malformed requests get precise statuses; deregistration is seen.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
