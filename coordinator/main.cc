@@ -29,12 +29,16 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve on (port 0: pick a free port; see --port_file); "
           "a non-loopback host needs TLS (--tls_*) or --insecure");
+ABSL_FLAG(int32_t, max_server_threads, 512,
+          "most threads serving calls at once (a call beyond waits or is "
+          "refused with RESOURCE_EXHAUSTED)");
 ABSL_FLAG(bool, insecure, false,
           "allow serving plaintext on a non-loopback --listen (a trusted "
           "network only: anyone who reaches the port can act as any worker "
@@ -324,6 +328,16 @@ std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
   builder.AddListeningPort(
       absl::GetFlag(FLAGS_listen),
       ServerCredentials(security, ClientCertificates::kVerifyIfSent), port);
+  // Each call in flight holds a thread of gRPC's synchronous server: bound
+  // them, so a flood of calls is refused (RESOURCE_EXHAUSTED) instead of
+  // growing the process.
+  if (absl::GetFlag(FLAGS_max_server_threads) < 16) {
+    AQ_LOG_ERROR("need --max_server_threads >= 16");
+    return nullptr;
+  }
+  grpc::ResourceQuota quota("coordinator");
+  quota.SetMaxThreads(absl::GetFlag(FLAGS_max_server_threads));
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(service);

@@ -174,8 +174,8 @@ Credentials Connect(const Options& o, const std::string& token) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   args.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
-  c.channel = grpc::CreateCustomChannel(o.address,
-                                        ChannelCredentials(c.config), args);
+  c.channel =
+      grpc::CreateCustomChannel(o.address, ChannelCredentials(c.config), args);
   return c;
 }
 
@@ -187,9 +187,9 @@ std::string TokenOf(const Options& o) {
 // A call's context: a deadline of `seconds` and the bearer token.
 void Prepare(grpc::ClientContext* ctx, const Credentials& c,
              double seconds = 20) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(
-                        static_cast<int64_t>(seconds * 1000)));
+  ctx->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
   AddBearerToken(ctx, c.config.token);
 }
 
@@ -231,8 +231,8 @@ bool HugeJob(const Options& o, Tally* tally) {
   grpc::ClientContext ctx;
   Prepare(&ctx, c);
   v1::SubmitJobResponse response;
-  const grpc::Status s = stub->SubmitJob(
-      &ctx, SmallJob("huge", 100000, o.wait_ms), &response);
+  const grpc::Status s =
+      stub->SubmitJob(&ctx, SmallJob("huge", 100000, o.wait_ms), &response);
   tally->Add(s);
   tally->Note("job_id", Json(response.job_id()));
   return true;
@@ -246,8 +246,7 @@ bool LongNames(const Options& o, Tally* tally) {
     grpc::ClientContext ctx;
     Prepare(&ctx, c);
     v1::SubmitJobResponse response;
-    tally->Add(stub->SubmitJob(&ctx, SmallJob(name, 100000, 60000),
-                               &response));
+    tally->Add(stub->SubmitJob(&ctx, SmallJob(name, 100000, 60000), &response));
   });
   return true;
 }
@@ -508,8 +507,8 @@ bool ForgedProgress(const Options& o, Tally* tally) {
     v1::ReportProgressResponse response;
     const grpc::Status s = stub->ReportProgress(&ctx, request, &response);
     tally->Add(s);
-    absl::StrAppend(&answers, answers.empty() ? "" : ",", "\"", what,
-                    "\":\"", CodeName(s.error_code()), "\"");
+    absl::StrAppend(&answers, answers.empty() ? "" : ",", "\"", what, "\":\"",
+                    CodeName(s.error_code()), "\"");
   }
   tally->Note("answers", absl::StrCat("{", answers, "}"));
   return true;
@@ -519,11 +518,16 @@ bool ParseFlags(int argc, char** argv, Options* o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], v = argv[i + 1];
     std::map<std::string, std::string*> strings = {
-        {"--coordinator", &o->address}, {"--attack", &o->attack},
-        {"--job", &o->job},             {"--tls_ca", &o->ca},
-        {"--tls_cert", &o->cert},       {"--tls_key", &o->key},
-        {"--token_file", &o->token_file}, {"--worker_id", &o->worker_id},
-        {"--tokens_file", &o->tokens_file}, {"--identities", &o->identities}};
+        {"--coordinator", &o->address},
+        {"--attack", &o->attack},
+        {"--job", &o->job},
+        {"--tls_ca", &o->ca},
+        {"--tls_cert", &o->cert},
+        {"--tls_key", &o->key},
+        {"--token_file", &o->token_file},
+        {"--worker_id", &o->worker_id},
+        {"--tokens_file", &o->tokens_file},
+        {"--identities", &o->identities}};
     bool ok = true;
     if (strings.count(flag)) {
       *strings[flag] = v;

@@ -44,13 +44,14 @@ make_dict() {
       proto_fields proto/job.proto | sed 's/.*/"&"/'
       grep -ohE '"[a-z0-9_]+"' pipeline/policy.cc | sort -u
       printf '"%s"\n' '{' '}' ': ' '[' ']' 'true' 'false' 'nan' 'inf' '-1' \
-        '9223372036854775807' '4294967296' '1e308'
+        '9223372036854775807' '4294967296' '2147483647' '-2147483648' '1e308'
       ;;
     profile)
       proto_fields proto/plan.proto | sed 's/.*/"\\"&\\""/'
       printf '"%s"\n' 'forward_compute_time=' 'backward_compute_time=' \
         'activation_size=' 'parameter_size=' ' -- stage_id=' ' -- ' ', ' \
-        '; ' 'Input' '__getitem__' 'nan' 'inf' '1e308' '-0'
+        '; ' 'Input' '__getitem__' 'nan' 'inf' '1e308' '-0' '2147483647' \
+        '-2147483648' '4294967296'
       printf '"\\x09node"\n"\\x0a"\n'
       ;;
     safetensors)

@@ -133,6 +133,32 @@ TEST(ProfileGraphTest, RejectsMalformedText) {
   }
 }
 
+// ParseProfile picks the format by content, and bounds a node's indexes: a
+// layer_index of 2^31 - 1 made the planner's end_layer overflow.
+TEST(ProfileGraphTest, ParseProfileReadsBothFormatsAndBoundsIndexes) {
+  auto text = ParseProfile(kDagText, "");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->size(), 6);
+  auto json = ParseProfile(
+      R"({"nodes": [{"id": "a", "forward_ms": 1, "layer_index": 4095}]})", "");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->nodes()[0].layer_index, 4095);
+  EXPECT_FALSE(ParseProfile(kDagText, "json").ok());
+  EXPECT_EQ(ParseProfile(kDagText, "yaml").status().message(),
+            "profile format 'yaml' is not one of: pipedream, json");
+  for (const char* bad :
+       {R"({"nodes": [{"id": "a", "layer_index": 2147483647}]})",
+        R"({"nodes": [{"id": "a", "layer_index": -2}]})",
+        R"({"nodes": [{"id": "a", "stage_id": 4096}]})"}) {
+    auto g = ParseProfile(bad, "");
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_NE(g.status().message().find("must be -1 (not given) or in [0, "
+                                        "4096)"),
+              std::string::npos)
+        << g.status().message();
+  }
+}
+
 TEST(AntichainTest, ChainStatesAreTheLayers) {
   std::vector<ProfileNode> nodes;
   for (int i = 0; i < 5; ++i) {

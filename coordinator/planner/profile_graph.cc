@@ -40,6 +40,17 @@ absl::Status CheckValue(const std::string& id, const char* what, double v,
   return absl::OkStatus();
 }
 
+// A node's layer or stage: -1 (not given) or an index below kMaxLayers
+// (a model has no more layers, nor a plan more stages). A layer index of
+// 2^31 - 1 from a JSON profile overflowed the planner's end_layer
+// (tests/fuzz, profile target).
+absl::Status CheckIndex(const std::string& id, const char* what, int v) {
+  if (v >= -1 && v < kMaxLayers) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("node '", id, "': ", what, "=", v,
+                   " must be -1 (not given) or in [0, ", kMaxLayers, ")"));
+}
+
 absl::StatusOr<double> ParseNumber(absl::string_view text,
                                    const std::string& where) {
   double v;
@@ -91,6 +102,8 @@ absl::Status ProfileGraph::AddNode(ProfileNode node) {
     return absl::InvalidArgumentError(absl::StrCat(
         "node '", node.id, "': a profile has at most ", kMaxLayers, " nodes"));
   }
+  RETURN_IF_ERROR(CheckIndex(node.id, "layer_index", node.layer_index));
+  RETURN_IF_ERROR(CheckIndex(node.id, "stage_id", node.stage_id));
   RETURN_IF_ERROR(CheckValue(node.id, "forward_compute_time", node.forward_ms,
                              kMaxProfileMs));
   RETURN_IF_ERROR(CheckValue(node.id, "backward_compute_time", node.backward_ms,

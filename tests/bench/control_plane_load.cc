@@ -102,13 +102,17 @@ struct Options {
 
 bool ParseFlags(int argc, char** argv, Options* o) {
   const std::map<std::string, std::string*> strings = {
-      {"--coordinator", &o->address}, {"--tls_ca", &o->tls_ca},
-      {"--tls_cert", &o->tls_cert},   {"--tls_key", &o->tls_key},
+      {"--coordinator", &o->address},
+      {"--tls_ca", &o->tls_ca},
+      {"--tls_cert", &o->tls_cert},
+      {"--tls_key", &o->tls_key},
       {"--tokens_file", &o->tokens_file}};
-  const std::map<std::string, int*> ints = {
-      {"--pid", &o->pid},         {"--workers", &o->workers},
-      {"--seconds", &o->seconds}, {"--threads", &o->threads},
-      {"--connections", &o->connections}, {"--poll_ms", &o->poll_ms}};
+  const std::map<std::string, int*> ints = {{"--pid", &o->pid},
+                                            {"--workers", &o->workers},
+                                            {"--seconds", &o->seconds},
+                                            {"--threads", &o->threads},
+                                            {"--connections", &o->connections},
+                                            {"--poll_ms", &o->poll_ms}};
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) return false;
@@ -141,8 +145,7 @@ bool LoadIdentities(const Options& o, Identities* ids) {
     }
     return true;
   }
-  for (absl::string_view line :
-       absl::StrSplit(ReadFile(o.tokens_file), '\n')) {
+  for (absl::string_view line : absl::StrSplit(ReadFile(o.tokens_file), '\n')) {
     std::vector<std::string> f =
         absl::StrSplit(line, ' ', absl::SkipWhitespace());
     if (f.size() != 3 || f[0][0] == '#') continue;
@@ -182,8 +185,8 @@ std::vector<std::unique_ptr<Stub>> Connect(const Options& o, int n,
     grpc::ChannelArguments args;
     // Distinct arguments: gRPC would otherwise share one connection.
     args.SetInt("grpc.channel_id", c + (worker ? 0 : 1 << 30));
-    stubs.push_back(v1::Coordinator::NewStub(grpc::CreateCustomChannel(
-        o.address, ChannelCredentials(tls), args)));
+    stubs.push_back(v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(o.address, ChannelCredentials(tls), args)));
   }
   return stubs;
 }
@@ -199,6 +202,7 @@ struct Results {
   std::mutex mu;
   std::vector<double> heartbeat_ms, list_all_ms, list_page_ms, get_ms;
   std::atomic<int> failures{0};
+  double register_cpu_s = 0, register_self_cpu_s = 0;
 
   void Fail(const char* what, const std::string& who, const grpc::Status& s) {
     if (failures++ < 5) {
@@ -282,8 +286,8 @@ void HeartbeatLoop(int t, const Options& o, const Identities& ids,
           std::chrono::microseconds(static_cast<int64_t>(1e6 * k / own.size()));
       if (due >= end) {
         std::lock_guard<std::mutex> lock(results->mu);
-        results->heartbeat_ms.insert(results->heartbeat_ms.end(),
-                                     mine.begin(), mine.end());
+        results->heartbeat_ms.insert(results->heartbeat_ms.end(), mine.begin(),
+                                     mine.end());
         return;
       }
       std::this_thread::sleep_until(due);
@@ -348,15 +352,17 @@ void Poll(const Options& o, Stub* stub, const std::string& token,
       std::lock_guard<std::mutex> lock(results->mu);
       results->get_ms.push_back(ms);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(o.poll_ms));
+    std::this_thread::sleep_until(
+        std::min(end, Clock::now() + std::chrono::milliseconds(o.poll_ms)));
   }
 }
 
-void Report(const Options& o, double register_ms, double cpu,
-            double self_cpu, Results& r) {
+void Report(const Options& o, double register_ms, double cpu, double self_cpu,
+            Results& r) {
   std::printf(
       "{\"workers\":%d,\"tls\":%s,\"tokens\":%s,\"connections\":%d,"
-      "\"register_all_ms\":%.1f,\"heartbeats\":%zu,"
+      "\"register_all_ms\":%.1f,\"register_coordinator_cpu_s\":%.3f,"
+      "\"register_load_generator_cpu_s\":%.3f,\"heartbeats\":%zu,"
       "\"heartbeat_p50_ms\":%.3f,\"heartbeat_p99_ms\":%.3f,"
       "\"heartbeat_max_ms\":%.3f,\"list_workers_polls\":%zu,"
       "\"list_workers_all_p50_ms\":%.3f,\"list_workers_all_p99_ms\":%.3f,"
@@ -365,12 +371,12 @@ void Report(const Options& o, double register_ms, double cpu,
       "\"load_generator_cpu_cores\":%.3f,\"failures\":%d}\n",
       o.workers, o.tls_ca.empty() ? "false" : "true",
       o.tokens_file.empty() ? "false" : "true", o.connections, register_ms,
-      r.heartbeat_ms.size(), Percentile(r.heartbeat_ms, 0.5),
-      Percentile(r.heartbeat_ms, 0.99), Percentile(r.heartbeat_ms, 1.0),
-      r.list_all_ms.size(), Percentile(r.list_all_ms, 0.5),
-      Percentile(r.list_all_ms, 0.99), Percentile(r.list_page_ms, 0.99),
-      Percentile(r.get_ms, 0.5), Percentile(r.get_ms, 0.99), cpu, self_cpu,
-      r.failures.load());
+      r.register_cpu_s, r.register_self_cpu_s, r.heartbeat_ms.size(),
+      Percentile(r.heartbeat_ms, 0.5), Percentile(r.heartbeat_ms, 0.99),
+      Percentile(r.heartbeat_ms, 1.0), r.list_all_ms.size(),
+      Percentile(r.list_all_ms, 0.5), Percentile(r.list_all_ms, 0.99),
+      Percentile(r.list_page_ms, 0.99), Percentile(r.get_ms, 0.5),
+      Percentile(r.get_ms, 0.99), cpu, self_cpu, r.failures.load());
 }
 
 int Main(int argc, char** argv) {
@@ -389,7 +395,13 @@ int Main(int argc, char** argv) {
       Connect(o, o.connections, true);
   const std::vector<std::unique_ptr<Stub>> user = Connect(o, 1, false);
   Results results;
+  // CPU seconds spent registering (TLS handshakes included when every
+  // worker has its connection): the coordinator's and this process's.
+  const double reg_cpu_start = o.pid > 0 ? CpuSeconds(o.pid) : 0;
+  const double reg_self_start = SelfCpuSeconds();
   const double register_ms = RegisterAll(o, ids, workers, &results);
+  results.register_cpu_s = o.pid > 0 ? CpuSeconds(o.pid) - reg_cpu_start : -1;
+  results.register_self_cpu_s = SelfCpuSeconds() - reg_self_start;
   const std::string job_id = SubmitPendingJob(o, user[0].get(), ids.user_token);
   if (job_id.empty()) return 1;
 
@@ -399,9 +411,8 @@ int Main(int argc, char** argv) {
   const Clock::time_point end = start + std::chrono::seconds(o.seconds);
   std::vector<std::thread> pool;
   for (int t = 0; t < o.threads; ++t) {
-    pool.emplace_back([&, t] {
-      HeartbeatLoop(t, o, ids, workers, start, end, &results);
-    });
+    pool.emplace_back(
+        [&, t] { HeartbeatLoop(t, o, ids, workers, start, end, &results); });
   }
   std::thread poller(
       [&] { Poll(o, user[0].get(), ids.user_token, job_id, end, &results); });
