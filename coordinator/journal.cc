@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -48,7 +50,12 @@ void ParseRecords(const std::string& bytes, size_t at, bool checksummed,
   const size_t header = checksummed ? 8 : 4;
   while (at + header <= bytes.size()) {
     const uint32_t n = GetU32(bytes, at);
-    if (n > bytes.size() - at - header) break;
+    // A length past INT_MAX would turn negative in ParseFromArray's int
+    // (only a corrupt length in a journal of more than 2 GiB).
+    if (n > bytes.size() - at - header ||
+        n > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+      break;
+    }
     const absl::string_view body(bytes.data() + at + header, n);
     if (checksummed && GetU32(bytes, at + 4) != Crc32(body)) break;
     v1::JournalRecord record;

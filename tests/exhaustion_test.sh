@@ -39,6 +39,9 @@ source "$harness"
 # server starts a thread per call in flight, and the coordinator sets no
 # cap on them, so this peak follows the attacker's concurrency).
 max_rss_kb=$((1024 * 1024))
+# Under the sanitizer configurations (.bazelrc sets their options for
+# tests) memory grows by their shadow memory and quarantines.
+if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then max_rss_kb=$((3 * 1024 * 1024)); fi
 max_threads=400
 # While the waits hold: the coordinator's threads before the attacks, plus
 # one per waiting call (the default --max_waiting_calls, 64), plus slack

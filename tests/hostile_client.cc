@@ -30,7 +30,6 @@
 // 1 when it could not (the job or worker it needs was not found), 2 for bad
 // usage.
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
