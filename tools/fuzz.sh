@@ -97,8 +97,8 @@ run_target() {
     mkdir -p "$keep/$t"
     cp "$work"/artifacts/* "$keep/$t"/ 2>/dev/null
     cp "$log" "$keep/$t/fuzz.log"
-    grep -m1 -E "^==[0-9]+==ERROR|runtime error|check failed|deadly signal" "$log" >&2
-    echo "$t: crashing input(s) kept in $keep/$t/ (log: $keep/$t/fuzz.log)" >&2
+    grep -m1 -E "==[0-9]+== ?ERROR|runtime error|check failed|deadly signal" "$log" >&2
+    echo "$t: kept in $keep/$t/: $(ls "$work/artifacts" | tr '\n' ' ')(log: fuzz.log)" >&2
     [ "$crashes" -eq 0 ] && crashes=1  # The fuzzer itself failed.
   fi
   if [ "$merge" -eq 1 ] && [ "$crashes" -eq 0 ]; then
@@ -112,8 +112,7 @@ run_target() {
   fi
   rows+=("$(printf '%-12s %5d s  %10s execs  %7s/s  corpus %5d files %8d bytes  new %5s  crashes %d' \
     "$t" "$seconds" "${execs:-?}" "${rate:-?}" "$files" "$bytes" "${found:-?}" "$crashes")")
-  rm -rf "$(readlink -f "$work/tmp")"
-  [ "$crashes" -eq 0 ] && rm -rf "$work"
+  rm -rf "$(readlink -f "$work/tmp")" "$work"
   [ "$crashes" -eq 0 ]
 }
 

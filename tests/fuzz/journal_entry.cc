@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 
 #include "common/check.h"
 #include "common/clock.h"
@@ -34,14 +35,30 @@ namespace {
 namespace fs = std::filesystem;
 
 // A directory of this process's own for the journal (the coordinator
-// reads and rewrites a path, as it does in production), under TMPDIR.
-const fs::path& StateDir() {
-  static const fs::path* dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "aq_fuzz_XXXXXX");
+// reads and rewrites a path, as it does in production), under TMPDIR,
+// removed when the process exits normally (a crash leaves it for the
+// post-mortem). A function-local static: built on first use, destroyed at
+// exit after every input has run.
+class StateDirectory {
+ public:
+  StateDirectory() {
+    std::string pattern = fs::temp_directory_path() / "aq_fuzz_XXXXXX";
     AQ_CHECK(mkdtemp(pattern.data()) != nullptr);
-    return new fs::path(pattern);
-  }();
-  return *dir;
+    path_ = pattern;
+  }
+  ~StateDirectory() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+const fs::path& StateDir() {
+  static StateDirectory dir;
+  return dir.path();
 }
 
 // Refuses every call: no worker is reachable from a fuzzed coordinator.

@@ -65,6 +65,11 @@ void Plan(const ProfileGraph& graph, size_t input_size) {
     if (!plan.ok()) continue;
     AQ_CHECK(plan->stages_size() >= 1);
     AQ_CHECK(plan->workers_used() <= plan->workers_total());
+    for (const PlanStage& stage : plan->stages()) {
+      // Layers, when the profile maps to them, are a non-empty range.
+      AQ_CHECK(stage.first_layer() < 0 ||
+               stage.end_layer() > stage.first_layer());
+    }
     (void)CheckPlanFits(*plan, std::vector<int64_t>(workers, kWorkerMemory),
                         std::vector<std::string>(workers, "fuzz-worker"));
   }
