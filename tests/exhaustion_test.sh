@@ -36,8 +36,8 @@ source "$harness"
 # the peaks measured were about 0.4 GiB (the store's 256 MiB cap full,
 # plus the floods in flight) and about 130 threads (during the burst of
 # 300 waiting calls, before the refused ones return: gRPC's synchronous
-# server starts a thread per call in flight, and the coordinator sets no
-# cap on them, so this peak follows the attacker's concurrency).
+# server starts a thread per call in flight, up to --max_server_threads,
+# 512 by default, so this peak follows the attacker's concurrency).
 max_rss_kb=$((1024 * 1024))
 # Under the sanitizer configurations (.bazelrc sets their options for
 # tests) memory grows by their shadow memory and quarantines.
