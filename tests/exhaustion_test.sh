@@ -33,11 +33,12 @@ harness="$(dirname "$0")/daemon_harness.sh"
 source "$harness"
 
 # Bounds, from measurement with margin (docs/benchmarks.md, "Exhaustion"):
-# the peaks measured were about 0.4 GiB (the store's 256 MiB cap full,
-# plus the floods in flight) and about 130 threads (during the burst of
-# 300 waiting calls, before the refused ones return: gRPC's synchronous
-# server starts a thread per call in flight, up to --max_server_threads,
-# 512 by default, so this peak follows the attacker's concurrency).
+# the peaks measured were 364-404 MiB (the store's 256 MiB cap full, plus
+# the floods in flight) and 85-201 threads (during the burst of 300
+# waiting calls, before the refused ones return: gRPC's synchronous server
+# starts a thread per call in flight, up to --max_server_threads, 512 by
+# default, so this peak follows the attacker's concurrency; 400 is above
+# the ~20 threads before plus one per call of the burst).
 max_rss_kb=$((1024 * 1024))
 # Under the sanitizer configurations (.bazelrc sets their options for
 # tests) memory grows by their shadow memory and quarantines.
@@ -73,24 +74,34 @@ for i in 0 1 2; do
     >"$tmp/worker-$i.log" 2>&1 &
   pids+=("$!")
 done
-wait_until 30 eval '[ "$(healthy_count)" -eq 3 ]' || { echo "workers not HEALTHY: $(aq workers)"; exit 1; }
+all_healthy() { [ "$(healthy_count)" -eq 3 ]; }
+wait_until 30 all_healthy || { echo "workers not HEALTHY: $(aq workers)"; exit 1; }
 
-# The pipeline job: about 45 s of training alone on two cores.
+# The pipeline job: an MLP with a 1 ms Delay (sleep) in each pass of each
+# stage, so that its 5,000 steps take at least 40 s however fast the
+# machine (4 microbatches x 2 ms a step), longer than the attacks, whose
+# waits alone take 12 s.
 cat >"$tmp/pipeline.textproto" <<'SPEC'
 name: "under-attack"
 model { layers { linear { in_features: 64 out_features: 256 } }
-  layers { relu {} } layers { linear { in_features: 256 out_features: 10 } } }
+  layers { relu {} } layers { delay { forward_ms: 1 backward_ms: 1 } }
+  layers { linear { in_features: 256 out_features: 10 } }
+  layers { delay { forward_ms: 1 backward_ms: 1 } } }
 data { synthetic { sample_shape: [64] num_classes: 10 train_samples: 16000 test_samples: 64 seed: 3 } }
 optimizer { sgd { lr: 0.05 } }
 batch_size: 16
-epochs: 12
+max_steps: 5000
 pipeline { workers: 2 schedule: "1f1b_flush" microbatches: 4 }
 SPEC
 aq submit "$tmp/pipeline.textproto" --output json >"$tmp/submit.json" 2>"$tmp/submit.err" ||
   { echo "submit failed: $(cat "$tmp/submit.err")"; exit 1; }
 job=$(json 'd["job_id"]' <"$tmp/submit.json")
 status() { aq status "$1" --output json 2>/dev/null | json "$2"; }
-wait_until 60 eval '[ "$(status "$job" "d[\"state\"]")" = JOB_RUNNING ]' ||
+job_running() { [ "$(status "$job" 'd["state"]')" = JOB_RUNNING ]; }
+job_final() {
+  case "$(status "$job" 'd["state"]')" in JOB_RUNNING | JOB_PLANNING | JOB_PENDING) false ;; *) true ;; esac
+}
+wait_until 60 job_running ||
   { echo "pipeline job never RUNNING: $(aq status "$job")"; exit 1; }
 # The compromised worker: the job's stage-0 worker.
 insider=$(status "$job" 'd["stages"][0]["workers"][0]')
@@ -254,12 +265,17 @@ state_after_attacks=$(status "$job" 'd["state"]')
   fail "the pipeline job was $state_after_attacks when the attacks ended: they did not all run while it trained"
 
 # The pipeline job finishes undisturbed.
-wait_until 150 eval 'case "$(status "$job" "d[\"state\"]")" in JOB_RUNNING|JOB_PLANNING|JOB_PENDING) false;; *) true;; esac'
+wait_until 150 job_final
 touch "$tmp/stop"
 aq status "$job" --output json >"$tmp/final.json" 2>&1
 [ "$(json 'd["state"]' <"$tmp/final.json")" = JOB_SUCCEEDED ] || fail "pipeline job: $(aq status "$job")"
 [ "$(json 'd["step"]' <"$tmp/final.json")" = "$(json 'd["total_steps"]' <"$tmp/final.json")" ] ||
   fail "pipeline job did not run every step: $(aq status "$job")"
 check_coordinator_health
-[ "$fails" -eq 0 ] && echo "PASS" || { echo "$fails failure(s); coordinator log tail:"; tail -20 "$tmp/coordinator.log"; }
+if [ "$fails" -eq 0 ]; then
+  echo "PASS"
+else
+  echo "$fails failure(s); coordinator log tail:"
+  tail -20 "$tmp/coordinator.log"
+fi
 exit $((fails > 0))
