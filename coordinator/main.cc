@@ -18,8 +18,8 @@
 #include "common/auth.h"
 #include "common/daemon.h"
 #include "common/grpc_security.h"
-#include "common/security.h"
 #include "common/logging.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
@@ -28,8 +28,8 @@
 #include "coordinator/service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 
@@ -399,17 +399,15 @@ int Main() {
   if (models == nullptr) return 1;
   GrpcCoordinatorService service(
       &core, models.get(),
-      ServiceSecurity{tokens.has_value() ? &*tokens : nullptr,
-                      security_config.tls(),
-                      absl::GetFlag(FLAGS_allowed_worker_hosts), true,
-                      [&clients](const std::string& address,
-                                 const std::string& token) {
-                        clients.SetControlToken(address, token);
-                      },
-                      [&core](const std::string& worker,
-                              const std::string& key) {
-                        return core.CheckStoreAccess(worker, key);
-                      }});
+      ServiceSecurity{
+          tokens.has_value() ? &*tokens : nullptr, security_config.tls(),
+          absl::GetFlag(FLAGS_allowed_worker_hosts), true,
+          [&clients](const std::string& address, const std::string& token) {
+            clients.SetControlToken(address, token);
+          },
+          [&core](const std::string& worker, const std::string& key) {
+            return core.CheckStoreAccess(worker, key);
+          }});
   int port = 0;
   std::unique_ptr<grpc::Server> server =
       StartServer(&service, security_config, &port);
