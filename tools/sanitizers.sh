@@ -6,7 +6,10 @@
 #   tsan   ThreadSanitizer
 # Each is `bazel test --config=X //...` in an output base of its own (the
 # clang toolchain would otherwise replace gcc's in the default one), without
-# bazel-* symlinks of its own in the tree.
+# bazel-* symlinks of its own in the tree. Tests tagged "multihost" or
+# "deploy" (network namespaces, Slurm: the same daemons deployed another
+# way, minutes each) run in the gcc suite only, unless ARGS name
+# --test_tag_filters themselves.
 #
 # Usage: tools/sanitizers.sh [--output_base DIR] [clang|asan|tsan ...] [-- ARGS]
 #   DIR   default $AQ_SANITIZERS_OUTPUT_BASE, else ~/.cache/aqueduct-sanitizers
@@ -16,7 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 
 output_base="${AQ_SANITIZERS_OUTPUT_BASE:-$HOME/.cache/aqueduct-sanitizers}"
 configs=()
@@ -61,14 +64,20 @@ done
 bazel=(bazel "--output_base=$output_base")
 labels=$(mktemp)
 trap 'rm -f "$labels"' EXIT
+tag_filter=(--test_tag_filters=-multihost,-deploy)
+case " ${extra[*]-} " in *--test_tag_filters*) tag_filter=() ;; esac
 query=$(printf ' + %s' "${targets[@]}")
-"${bazel[@]}" query "tests(${query# + })" 2>/dev/null >"$labels"
+query="tests(${query# + })"
+[ "${#tag_filter[@]}" -gt 0 ] &&
+  query="$query except attr(tags, 'multihost|deploy', $query)"
+"${bazel[@]}" query "$query" 2>/dev/null >"$labels"
 rows=()
 status=0
 for config in "${configs[@]}"; do
   echo "=== bazel test --config=$config //... (output base $output_base)" >&2
   start=$SECONDS
-  "${bazel[@]}" test "--config=$config" --symlink_prefix=/ "${extra[@]}" -- "${targets[@]}"
+  "${bazel[@]}" test "--config=$config" --symlink_prefix=/ "${tag_filter[@]}" \
+    "${extra[@]}" -- "${targets[@]}"
   rc=$?
   took=$((SECONDS - start))
   [ "$rc" -ne 0 ] && status=1
