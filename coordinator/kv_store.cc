@@ -77,17 +77,22 @@ absl::Status KvStore::RoomLocked(const std::string& key, const std::string& job,
   auto it = values_.find(key);
   const size_t old_bytes =
       it == values_.end() ? 0 : it->first.size() + it->second.size();
-  if (it == values_.end()) {
-    auto used = job_keys_.find(job);
-    if (used != job_keys_.end() && used->second >= options_.max_keys_per_job) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "job ", job, " holds ", used->second,
-          " store keys, the most a job may (--max_store_keys_per_job=",
-          options_.max_keys_per_job, ")"));
-    }
+  auto used = job_use_.find(job);
+  const JobUse use = used == job_use_.end() ? JobUse{} : used->second;
+  if (it == values_.end() && use.keys >= options_.max_keys_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", job, " holds ", use.keys,
+        " store keys, the most a job may (--max_store_keys_per_job=",
+        options_.max_keys_per_job, ")"));
   }
   // No overflow: sizes are bounded by kMaxKeyBytes and max_value_bytes.
   const size_t new_bytes = key.size() + value_bytes;
+  if (use.bytes - old_bytes + new_bytes > options_.max_bytes_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", job, " holds ", use.bytes, " store bytes; ", new_bytes,
+        " more would pass its limit (--max_store_bytes_per_job=",
+        options_.max_bytes_per_job, ")"));
+  }
   if (bytes_ - old_bytes + new_bytes > options_.max_total_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the store holds ", bytes_, " bytes; ", new_bytes,
@@ -100,12 +105,16 @@ absl::Status KvStore::RoomLocked(const std::string& key, const std::string& job,
 void KvStore::PutLocked(const std::string& key, const std::string& job,
                         std::string value) {
   auto [it, added] = values_.try_emplace(key);
+  JobUse& use = job_use_[job];
   if (added) {
-    ++job_keys_[job];
+    ++use.keys;
+    use.bytes += key.size();
     bytes_ += key.size();
   } else {
+    use.bytes -= it->second.size();
     bytes_ -= it->second.size();
   }
+  use.bytes += value.size();
   bytes_ += value.size();
   it->second = std::move(value);
 }
@@ -174,9 +183,13 @@ void KvStore::DeletePrefix(const std::string& prefix) {
   auto it = values_.lower_bound(prefix);
   while (it != values_.end() &&
          it->first.compare(0, prefix.size(), prefix) == 0) {
-    auto used = job_keys_.find(JobOf(it->first));
-    if (used != job_keys_.end() && --used->second == 0) job_keys_.erase(used);
-    bytes_ -= it->first.size() + it->second.size();
+    const size_t bytes = it->first.size() + it->second.size();
+    auto used = job_use_.find(JobOf(it->first));
+    if (used != job_use_.end()) {
+      used->second.bytes -= bytes;
+      if (--used->second.keys == 0) job_use_.erase(used);
+    }
+    bytes_ -= bytes;
     it = values_.erase(it);
   }
 }
@@ -193,8 +206,14 @@ size_t KvStore::bytes() const {
 
 size_t KvStore::keys_of_job(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = job_keys_.find(job_id);
-  return it == job_keys_.end() ? 0 : it->second;
+  auto it = job_use_.find(job_id);
+  return it == job_use_.end() ? 0 : it->second.keys;
+}
+
+size_t KvStore::bytes_of_job(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = job_use_.find(job_id);
+  return it == job_use_.end() ? 0 : it->second.bytes;
 }
 
 }  // namespace aqueduct

@@ -9,8 +9,8 @@
 // CheckStoreAccess), not the store's.
 //
 // Bounds, so that no peer can fill the coordinator's memory: a key's size,
-// a value's size, the keys of one job, and the bytes of every key and value
-// together. A job's keys are deleted when it ends (DeletePrefix).
+// a value's size, the keys and the bytes of one job, and the bytes of every
+// key and value together. A job's keys are deleted when it ends (DeletePrefix).
 //
 // Thread-safe.
 #ifndef AQUEDUCT_COORDINATOR_KV_STORE_H_
@@ -32,6 +32,9 @@ struct KvStoreOptions {
   size_t max_value_bytes = size_t{1} << 20;
   // Most keys under one job (RESOURCE_EXHAUSTED beyond).
   size_t max_keys_per_job = 4096;
+  // Most bytes of keys and values under one job (RESOURCE_EXHAUSTED
+  // beyond), so that one job cannot take the whole store from the others.
+  size_t max_bytes_per_job = size_t{16} << 20;
   // Most bytes of keys and values in the whole store (RESOURCE_EXHAUSTED
   // beyond).
   size_t max_total_bytes = size_t{256} << 20;
@@ -58,7 +61,8 @@ class KvStore {
 
   // INVALID_ARGUMENT for a malformed key or a value over max_value_bytes;
   // RESOURCE_EXHAUSTED naming the limit when the job has max_keys_per_job
-  // keys or the store would hold more than max_total_bytes.
+  // keys, or the job would hold more than max_bytes_per_job or the store
+  // more than max_total_bytes.
   absl::Status Set(const std::string& key, const std::string& value);
   // Waits until `deadline` for the key; DEADLINE_EXCEEDED naming the key if
   // it never appears (also when the deadline has already passed).
@@ -76,6 +80,7 @@ class KvStore {
   size_t keys() const;
   size_t bytes() const;
   size_t keys_of_job(const std::string& job_id) const;
+  size_t bytes_of_job(const std::string& job_id) const;
 
   const KvStoreOptions& options() const { return options_; }
 
@@ -91,8 +96,12 @@ class KvStore {
   const KvStoreOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-  // Keys held per job id (no entry: none).
-  std::map<std::string, size_t> job_keys_ ABSL_GUARDED_BY(mu_);
+  // Keys and bytes held per job id (no entry: none).
+  struct JobUse {
+    size_t keys = 0;
+    size_t bytes = 0;
+  };
+  std::map<std::string, JobUse> job_use_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

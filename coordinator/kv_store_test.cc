@@ -93,10 +93,40 @@ TEST(KvStoreTest, ValueAndKeyCountLimits) {
   EXPECT_TRUE(store.Set("jobs/j1/a1/k", "v").ok());
 }
 
+// One job's worker filling the store must not refuse other jobs'
+// rendezvous: each job may hold max_bytes_per_job.
+TEST(KvStoreTest, OneJobCannotTakeTheWholeStore) {
+  KvStoreOptions o;
+  o.max_bytes_per_job = 100;
+  o.max_total_bytes = 250;
+  KvStore store(o);
+  int stored = 0;
+  absl::Status refused;
+  for (int i = 0; i < 20 && refused.ok(); ++i) {
+    refused = store.Set(absl::StrCat("jobs/hog/a0/k", i), std::string(30, 'v'));
+    if (refused.ok()) ++stored;
+  }
+  EXPECT_EQ(stored, 2);  // 2 x (14 + 30) bytes; a third would make 132.
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "job hog holds 88 store bytes; 44 more would pass its limit "
+            "(--max_store_bytes_per_job=100)");
+  EXPECT_EQ(store.bytes_of_job("hog"), 88u);
+  // Replacing a value counts the difference only.
+  EXPECT_TRUE(store.Set("jobs/hog/a0/k0", std::string(40, 'w')).ok());
+  EXPECT_EQ(store.bytes_of_job("hog"), 98u);
+  EXPECT_TRUE(store.Set("jobs/other/a0/addr", std::string(50, 'v')).ok());
+  store.DeletePrefix("jobs/hog/");
+  EXPECT_EQ(store.bytes_of_job("hog"), 0u);
+  EXPECT_EQ(store.bytes(), store.bytes_of_job("other"));
+}
+
 // The regression: 1,500 values of 1 MiB took the coordinator from
 // 340 MB to 1.8 GB. The store keeps at most max_total_bytes of them.
 TEST(KvStoreTest, FifteenHundredValuesOfOneMebibyteAreCapped) {
-  KvStore store;  // The defaults: 1 MiB values, 256 MiB in all.
+  KvStoreOptions o;  // The defaults: 1 MiB values, 256 MiB in all...
+  o.max_bytes_per_job = o.max_total_bytes;  // ... with no job's cap first.
+  KvStore store(o);
   const std::string value(size_t{1} << 20, 'v');
   int stored = 0, refused = 0;
   for (int i = 0; i < 1500; ++i) {

@@ -81,6 +81,9 @@ ABSL_FLAG(int64_t, max_store_value_bytes, int64_t{1} << 20,
           "largest value in the rendezvous store");
 ABSL_FLAG(int32_t, max_store_keys_per_job, 4096,
           "most rendezvous store keys one job may hold");
+ABSL_FLAG(int64_t, max_store_bytes_per_job, int64_t{16} << 20,
+          "most bytes of keys and values one job may hold in the rendezvous "
+          "store (so that one job cannot take it from the others)");
 ABSL_FLAG(int64_t, max_store_bytes, int64_t{256} << 20,
           "most bytes of keys and values the rendezvous store holds, all jobs "
           "together");
@@ -169,23 +172,26 @@ bool LimitOptionsFromFlags(CoordinatorOptions* options) {
   const int64_t value_bytes = absl::GetFlag(FLAGS_max_store_value_bytes);
   const int32_t keys_per_job = absl::GetFlag(FLAGS_max_store_keys_per_job);
   const int64_t store_bytes = absl::GetFlag(FLAGS_max_store_bytes);
+  const int64_t job_bytes = absl::GetFlag(FLAGS_max_store_bytes_per_job);
   options->max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
   options->max_store_wait =
       absl::Milliseconds(absl::GetFlag(FLAGS_max_store_wait_ms));
   if (options->registry.max_workers < 1 ||
       options->registry.forget_after < absl::ZeroDuration() ||
-      value_bytes < 1 || keys_per_job < 1 || store_bytes < value_bytes ||
-      options->max_waiting_calls < 1 ||
+      value_bytes < 1 || keys_per_job < 1 || job_bytes < value_bytes ||
+      store_bytes < job_bytes || options->max_waiting_calls < 1 ||
       options->max_store_wait <= absl::ZeroDuration()) {
     AQ_LOG_ERROR(
         "need max_workers >= 1, forget_workers_after_ms >= 0, "
         "max_store_value_bytes >= 1, max_store_keys_per_job >= 1, "
-        "max_store_bytes >= max_store_value_bytes, max_waiting_calls >= 1 "
+        "max_store_bytes >= max_store_bytes_per_job >= "
+        "max_store_value_bytes, max_waiting_calls >= 1 "
         "and max_store_wait_ms > 0");
     return false;
   }
   options->store.max_value_bytes = static_cast<size_t>(value_bytes);
   options->store.max_keys_per_job = static_cast<size_t>(keys_per_job);
+  options->store.max_bytes_per_job = static_cast<size_t>(job_bytes);
   options->store.max_total_bytes = static_cast<size_t>(store_bytes);
   return true;
 }
