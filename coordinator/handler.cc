@@ -1,7 +1,7 @@
 #include "coordinator/handler.h"
 
 #include <algorithm>
-#include <atomic>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,11 +9,13 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
 #include "coordinator/input_checks.h"
+#include "coordinator/kv_store.h"
 #include "coordinator/model_store.h"
 
 namespace aqueduct {
@@ -48,23 +50,45 @@ absl::StatusOr<std::string> WorkerAfter(const std::string& token) {
                    " is not a token this coordinator gave"));
 }
 
-// Calls that wait hold a gRPC server thread each: at most `limit` at once.
+// Calls that wait hold a gRPC server thread each: at most `limit` at once,
+// and at most half of them (at least one) for one group: the store waits
+// of one job ("job <id>"), or watches ("watches"). So one job's workers
+// cannot refuse every other job's rendezvous, nor users' watches.
 class WaitingCalls {
  public:
-  explicit WaitingCalls(int limit) : limit_(limit) {}
-  // OK and a slot held until Leave(), or RESOURCE_EXHAUSTED.
-  absl::Status Enter() {
-    if (held_.fetch_add(1) < limit_) return absl::OkStatus();
-    held_.fetch_sub(1);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("too many waiting calls (limit ", limit_,
-                     ", --max_waiting_calls); try again later"));
+  explicit WaitingCalls(int limit)
+      : limit_(limit), group_limit_(std::max(1, limit / 2)) {}
+  // OK and a slot held until Leave(group), or RESOURCE_EXHAUSTED.
+  absl::Status Enter(const std::string& group) {
+    absl::MutexLock lock(&mu_);
+    if (held_ >= limit_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("too many waiting calls (limit ", limit_,
+                       ", --max_waiting_calls); try again later"));
+    }
+    int& mine = groups_[group];
+    if (mine >= group_limit_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "too many waiting calls of ", group, " (limit ", group_limit_,
+          ", half of --max_waiting_calls); try again later"));
+    }
+    ++mine;
+    ++held_;
+    return absl::OkStatus();
   }
-  void Leave() { held_.fetch_sub(1); }
+  void Leave(const std::string& group) {
+    absl::MutexLock lock(&mu_);
+    --held_;
+    auto it = groups_.find(group);
+    if (it != groups_.end() && --it->second == 0) groups_.erase(it);
+  }
 
  private:
   const int limit_;
-  std::atomic<int> held_{0};
+  const int group_limit_;
+  absl::Mutex mu_;
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int> groups_ ABSL_GUARDED_BY(mu_);
 };
 
 // "JOB_RUNNING" -> "RUNNING".
@@ -295,8 +319,12 @@ absl::StatusOr<v1::StoreGetResponse> CoreHandler::StoreGet(
       core_->StoreGet(request.key(), absl::InfinitePast());
   if (!value.ok() && absl::IsDeadlineExceeded(value.status()) &&
       request.wait_ms() > 0) {
-    RETURN_IF_ERROR(waiting_.Enter());
-    absl::Cleanup leave = [this] { waiting_.Leave(); };
+    // StoreGet refused malformed keys above; the fallback is not reached.
+    absl::StatusOr<StoreKey> key = KvStore::ParseKey(request.key());
+    const std::string group =
+        absl::StrCat("job ", key.ok() ? key->job_id : request.key());
+    RETURN_IF_ERROR(waiting_.Enter(group));
+    absl::Cleanup leave = [this, &group] { waiting_.Leave(group); };
     const absl::Time now = absl::Now();
     const absl::Time until =
         std::min({deadline, now + core_->options().max_store_wait,
@@ -312,8 +340,9 @@ absl::Status CoreHandler::WatchJob(
     const v1::WatchJobRequest& request, absl::Time deadline,
     const std::function<bool()>& cancelled,
     const std::function<bool(const v1::JobStatus&)>& write) {
-  RETURN_IF_ERROR(waiting_.Enter());
-  absl::Cleanup leave = [this] { waiting_.Leave(); };
+  static const std::string kWatches = "watches";
+  RETURN_IF_ERROR(waiting_.Enter(kWatches));
+  absl::Cleanup leave = [this] { waiting_.Leave(kWatches); };
   const double rate =
       request.max_rate_hz() > 0 ? std::min(request.max_rate_hz(), 50.0) : 4.0;
   const absl::Duration min_gap = absl::Seconds(1.0 / rate);

@@ -12,9 +12,10 @@
 // Thread-safety: implementations are thread-safe. Calls that wait (StoreGet
 // with a wait, WatchJob) end by `deadline`, and each holds a server thread
 // meanwhile: at most CoordinatorOptions::max_waiting_calls of them wait at
-// once, and a further one is RESOURCE_EXHAUSTED "too many waiting calls
-// (limit N)" at once rather than queued (a StoreGet whose key is already
-// set answers without waiting, whatever the count).
+// once, and at most half of those for one job's store keys or for watches;
+// a further one is RESOURCE_EXHAUSTED "too many waiting calls ..." at once
+// rather than queued (a StoreGet whose key is already set answers without
+// waiting, whatever the count).
 #ifndef AQUEDUCT_COORDINATOR_HANDLER_H_
 #define AQUEDUCT_COORDINATOR_HANDLER_H_
 

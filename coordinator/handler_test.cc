@@ -435,37 +435,49 @@ TEST_F(HandlerTest, OnlyTheOutputStageMayUpload) {
 // ---- Issue 14: bounded waits and paginated listings ----
 
 // The issue's regression: each waiting StoreGet or Watch held a server
-// thread (300 took the coordinator from 13 to 313 threads). The 65th
-// concurrent waiter is refused at once; finished waiters free their slot.
-TEST_F(HandlerTest, AtMost64CallsWaitAtOnce) {
+// thread (300 took the coordinator from 13 to 313 threads). At most 64
+// wait at once, at most 32 of them for one job's keys (or for watches); a
+// further waiter is refused at once; finished waiters free their slot.
+TEST_F(HandlerTest, AtMost64CallsWaitAtOnceAndHalfForOneJob) {
   const std::string job = RunJob();
   ASSERT_EQ(core_.options().max_waiting_calls, 64);
+  const std::string other = "other-job";
   std::vector<std::thread> waiters;
-  for (int i = 0; i < 64; ++i) {
-    waiters.emplace_back([this, job, i] {
+  auto wait_for = [&](const std::string& j, int i) {
+    waiters.emplace_back([this, j, i] {
       v1::StoreGetRequest get;
-      get.set_key(absl::StrCat("jobs/", job, "/a0/rank", i));
+      get.set_key(absl::StrCat("jobs/", j, "/a0/rank", i));
       get.set_wait_ms(30000);
-      // Again while the main thread's probe holds the 64th slot.
       absl::StatusOr<v1::StoreGetResponse> got;
       do {
         got = handler_->StoreGet(get, absl::Now() + absl::Seconds(30));
       } while (absl::IsResourceExhausted(got.status()));
       EXPECT_TRUE(got.ok()) << got.status();
     });
-  }
-  // Probe with short waits until every slot is held: the probe that is
-  // refused is the 65th waiter (the others held all 64 slots).
-  v1::StoreGetRequest probe;
-  probe.set_key(absl::StrCat("jobs/", job, "/a0/probe"));
-  probe.set_wait_ms(1);
-  absl::Status refused;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline) {
-    refused = handler_->StoreGet(probe, absl::InfiniteFuture()).status();
-    if (absl::IsResourceExhausted(refused)) break;
-  }
+  };
+  for (int i = 0; i < 32; ++i) wait_for(job, i);
+  // Probe with short waits until the job's 32 slots are held.
+  auto refused_probe = [&](const std::string& j) {
+    v1::StoreGetRequest probe;
+    probe.set_key(absl::StrCat("jobs/", j, "/a0/probe"));
+    probe.set_wait_ms(1);
+    absl::Status refused;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      refused = handler_->StoreGet(probe, absl::InfiniteFuture()).status();
+      if (absl::IsResourceExhausted(refused)) break;
+    }
+    return refused;
+  };
+  absl::Status refused = refused_probe(job);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            absl::StrCat("too many waiting calls of job ", job,
+                         " (limit 32, half of --max_waiting_calls); try "
+                         "again later"));
+  // Another job still waits; with its 32 the pool of 64 is full.
+  for (int i = 0; i < 32; ++i) wait_for(other, i);
+  refused = refused_probe("third-job");
   EXPECT_EQ(refused.message(),
             "too many waiting calls (limit 64, --max_waiting_calls); try again "
             "later");
@@ -486,12 +498,22 @@ TEST_F(HandlerTest, AtMost64CallsWaitAtOnce) {
   present.set_key(set.key());
   present.set_wait_ms(1000);
   EXPECT_EQ(handler_->StoreGet(present, absl::InfiniteFuture())->value(), "up");
-  for (int i = 1; i < 64; ++i) {
+  for (int i = 1; i < 32; ++i) {
     set.set_key(absl::StrCat("jobs/", job, "/a0/rank", i));
     ASSERT_TRUE(handler_->StoreSet(set).ok());
   }
+  // The other job's keys through the core: it is not running, so its
+  // workers could not set them through the handler.
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(core_.store()
+                    ->Set(absl::StrCat("jobs/", other, "/a0/rank", i), "up")
+                    .ok());
+  }
   for (std::thread& t : waiters) t.join();
   // Every slot is free again.
+  v1::StoreGetRequest probe;
+  probe.set_key(absl::StrCat("jobs/", job, "/a0/probe"));
+  probe.set_wait_ms(1);
   EXPECT_EQ(handler_->StoreGet(probe, absl::InfiniteFuture()).status().code(),
             absl::StatusCode::kDeadlineExceeded);
 }
