@@ -39,6 +39,7 @@ const Subcommand kSubcommands[] = {
     {"cancel", "JOB", "cancel a job", CancelMain},
     {"trace", "JOB -o FILE", "a job's executed schedule as Chrome trace JSON",
      TraceMain},
+    {"logs", "JOB", "a job's log lines (--follow: until it ends)", LogsMain},
     {"weights", "JOB -o FILE", "fetch a job's trained model (safetensors)",
      WeightsMain},
     {"checkpoints", "JOB", "list a job's committed checkpoints",

@@ -24,6 +24,8 @@ int JobsMain(const std::vector<std::string>& args);
 int WorkersMain(const std::vector<std::string>& args);
 int CancelMain(const std::vector<std::string>& args);
 int TraceMain(const std::vector<std::string>& args);
+// A job's log lines (logs_command.cc).
+int LogsMain(const std::vector<std::string>& args);
 // A job's trained model and checkpoints (model_commands.cc); a checkpoint
 // on disk, offline.
 int WeightsMain(const std::vector<std::string>& args);

@@ -15,12 +15,18 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/remote.h"
+#include "client/trace_svg.h"
 #include "proto/service_types.h"
 
 ABSL_FLAG(std::string, svg, "",
-          "also write a static SVG timeline of the first --window_ms here");
+          "also write a static SVG timeline here (a time axis, one row per "
+          "stage replica, a legend)");
 ABSL_FLAG(double, window_ms, 0,
-          "milliseconds the SVG timeline shows (default: the whole trace)");
+          "milliseconds the SVG timeline shows (default: the whole trace, "
+          "or its last 30 s when it is longer)");
+ABSL_FLAG(double, start_ms, -1,
+          "where the SVG timeline starts, in ms after the trace's start "
+          "(default: so that the window ends at the trace's end)");
 
 namespace aqueduct {
 namespace {
@@ -31,7 +37,9 @@ constexpr char kTraceDescription[] =
     "for Perfetto or chrome://tracing. One-worker jobs are not traced.\n";
 
 // Chrome trace JSON: one process per stage replica, a thread for compute and
-// one for communication; times relative to the job's first event.
+// one for communication; times relative to the job's first event. Each
+// send and its receive are joined by a flow event pair ("s" and "f" with
+// the same id), drawn as an arrow.
 std::string ChromeTrace(const v1::GetTraceResponse& trace, int64_t t0) {
   std::string out = "{\"traceEvents\":[";
   bool first = true;
@@ -59,58 +67,12 @@ std::string ChromeTrace(const v1::GetTraceResponse& trace, int64_t t0) {
           "{\"ph\":\"X\",\"name\":", JsonString(e.name()), ",\"pid\":", p,
           ",\"tid\":", e.track() == "compute" ? 1 : 2,
           ",\"ts\":", e.start_us() - t0, ",\"dur\":", e.duration_us(), "}"));
+      const std::string flow =
+          ChromeFlowEvent(e, p, e.track() == "compute" ? 1 : 2, t0);
+      if (!flow.empty()) emit(flow);
     }
   }
   return out + "]}\n";
-}
-
-// A static SVG timeline of the first `window_us` microseconds.
-std::string SvgTimeline(const v1::GetTraceResponse& trace, int64_t t0,
-                        int64_t window_us) {
-  const int width = 1400, label = 190, row = 26, top = 30;
-  const int rows = trace.stages_size();
-  const double scale = static_cast<double>(width - label - 10) / window_us;
-  std::string svg = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-      "font-family=\"sans-serif\" font-size=\"10\">\n"
-      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%d\" y=\"18\" font-size=\"12\">first %.0f ms; F forward, "
-      "B backward (blue/green), step (grey), waits for peers (yellow)</text>\n",
-      width, top + rows * row + 20, label, window_us / 1000.0);
-  for (int p = 0; p < rows; ++p) {
-    const v1::StageTrace& st = trace.stages(p);
-    const int y = top + p * row;
-    absl::StrAppend(
-        &svg,
-        absl::StrFormat("<text x=\"4\" y=\"%d\">stage %d replica %d (%s)"
-                        "</text>\n",
-                        y + 16, st.stage(), st.replica(), st.worker_id()));
-    for (const TraceEvent& e : st.events()) {
-      const int64_t start = e.start_us() - t0;
-      if (start > window_us) continue;
-      const double x = label + start * scale;
-      const double w = std::max(1.0, e.duration_us() * scale);
-      const bool compute = e.track() == "compute";
-      const char* fill = !compute                       ? "#f2d45c"
-                         : e.name().rfind("F ", 0) == 0 ? "#5b8def"
-                         : e.name().rfind("B ", 0) == 0 ? "#4caf50"
-                                                        : "#9e9e9e";
-      absl::StrAppend(
-          &svg,
-          absl::StrFormat("<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" "
-                          "height=\"%d\" fill=\"%s\" stroke=\"white\" "
-                          "stroke-width=\"0.5\"><title>%s</title></rect>\n",
-                          x, y + (compute ? 2 : 14), w, compute ? 12 : 8, fill,
-                          e.name()));
-      if (compute && w > 38) {
-        absl::StrAppend(
-            &svg, absl::StrFormat("<text x=\"%.1f\" y=\"%d\" fill=\"white\">"
-                                  "%s</text>\n",
-                                  x + 2, y + 11, e.name().substr(0, w / 5.5)));
-      }
-    }
-  }
-  return svg + "</svg>\n";
 }
 
 // The trace's time span and its number of events.
@@ -140,11 +102,10 @@ absl::Status WriteTrace(const v1::GetTraceResponse& trace,
   }
   const std::string svg = absl::GetFlag(FLAGS_svg);
   if (svg.empty()) return absl::OkStatus();
-  const double window_ms = absl::GetFlag(FLAGS_window_ms);
-  const int64_t window =
-      window_ms > 0 ? static_cast<int64_t>(window_ms * 1000) : e.t1 - e.t0;
-  return WriteTextFile(svg,
-                       SvgTimeline(trace, e.t0, std::max<int64_t>(1, window)));
+  const TimeWindow window =
+      ChooseWindow(e.t1 - e.t0, absl::GetFlag(FLAGS_start_ms),
+                   absl::GetFlag(FLAGS_window_ms));
+  return WriteTextFile(svg, SvgTimeline(trace, e.t0, window));
 }
 
 void PrintWritten(const std::string& job, const v1::GetTraceResponse& trace,
@@ -184,6 +145,7 @@ CommandLineSpec TraceSpec() {
                        "where to write the Chrome trace JSON (required)"},
                       {"svg", "FILE", ""},
                       {"window_ms", "MS", ""},
+                      {"start_ms", "MS", ""},
                       CoordinatorFlag(),
                       OutputFlag()});
   spec.aliases = {{"o", "output_file"}, {"out", "output_file"}};

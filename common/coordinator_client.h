@@ -101,6 +101,18 @@ class CoordinatorClient {
   virtual absl::StatusOr<v1::UploadModelResponse> UploadModel(
       const v1::UploadModelChunk& header, const std::string& bytes,
       absl::Duration timeout) = 0;
+  // Streams a job's log lines (StreamLogs): calls `on_line` (on the calling
+  // thread) for each until the coordinator ends the stream (OK), `on_line`
+  // returns false (cancelled; OK) or `timeout` (DEADLINE_EXCEEDED). Blocks
+  // until then. UNIMPLEMENTED in clients without it (fakes).
+  virtual absl::Status StreamLogs(
+      const v1::StreamLogsRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::LogLine&)>& on_line) {
+    (void)request;
+    (void)timeout;
+    (void)on_line;
+    return absl::UnimplementedError("StreamLogs is not implemented here");
+  }
 };
 
 // The size of the chunks trained models travel in (UploadModel, GetModel).

@@ -112,6 +112,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   absl::StatusOr<v1::UploadModelResponse> UploadModel(
       const v1::UploadModelChunk& header, const std::string& bytes,
       absl::Duration timeout) override;
+  absl::Status StreamLogs(
+      const v1::StreamLogsRequest& request, absl::Duration timeout,
+      const std::function<bool(const v1::LogLine&)>& on_line) override;
 
  private:
   // One unary call with a deadline; the status converted to absl.
@@ -150,6 +153,25 @@ absl::Status GrpcCoordinatorClient::WatchJob(
     // The caller has seen enough: cancel, drain, and report success.
     ctx.TryCancel();
     while (reader->Read(&status)) {
+    }
+    (void)reader->Finish();
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+absl::Status GrpcCoordinatorClient::StreamLogs(
+    const v1::StreamLogsRequest& request, absl::Duration timeout,
+    const std::function<bool(const v1::LogLine&)>& on_line) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::LogLine>> reader =
+      stub_->StreamLogs(&ctx, request);
+  v1::LogLine line;
+  while (reader->Read(&line)) {
+    if (on_line(line)) continue;
+    ctx.TryCancel();
+    while (reader->Read(&line)) {
     }
     (void)reader->Finish();
     return absl::OkStatus();

@@ -124,6 +124,9 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
   }
   AQ_LOG_INFO("job {}: checkpoint version {} committed in {}", m.job_id(),
               m.version(), m.dir());
+  logs_.AppendEvent(m.job_id(), absl::ToUnixMillis(clock_->Now()), "info",
+                    absl::StrCat("checkpoint version ", m.version(),
+                                 " committed in ", m.dir()));
   if (absl::Status s = PruneCheckpoints(roots, job_dir, keep, m.version());
       !s.ok()) {
     AQ_LOG_WARN("job {}: removing old checkpoints: {}", m.job_id(),

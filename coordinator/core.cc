@@ -185,8 +185,16 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
     RETURN_IF_ERROR(CheckName("job_id", job_id, KvStore::kMaxJobIdBytes));
   }
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = registry_.Heartbeat(worker_id, incarnation); !s.ok()) {
+  WorkerState before = v1::WORKER_HEALTHY;
+  if (absl::Status s = registry_.Heartbeat(worker_id, incarnation, &before);
+      !s.ok()) {
     return s;
+  }
+  if (before == v1::WORKER_UNREACHABLE) {
+    AQ_LOG_INFO(
+        "worker {} (incarnation {}) UNREACHABLE -> HEALTHY: heard from "
+        "again",
+        worker_id, incarnation);
   }
   if (!job_id.empty()) {
     auto it = jobs_.find(job_id);
@@ -240,6 +248,11 @@ absl::Status CoordinatorCore::ReportProgress(
   const absl::Time now = clock_->Now();
   for (const StageProgress& p : stages) {
     auto it = jobs_.find(p.job_id());
+    // Log lines of the attempt are kept even after the job ended: the
+    // last ones often say why.
+    if (it != jobs_.end() && p.attempt() == it->second.attempt) {
+      RecordLogsAndTraceLocked(it->second, worker_id, p);
+    }
     // Of an attempt that ended, or of a job that ended (maybe by an
     // earlier report of this batch): ignored.
     if (it == jobs_.end() || p.attempt() != it->second.attempt ||
@@ -310,6 +323,27 @@ absl::Status CoordinatorCore::CheckProgressLocked(const WorkerStatus& worker,
   return CheckProgressValues(p, absl::StrCat("stages[", index, "]"), bounds);
 }
 
+std::string CoordinatorCore::StageFailureReason(const std::string& worker_id,
+                                                const StageProgress& p) {
+  if (p.error().rfind(kCouldNotReach, 0) != 0) {
+    return absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
+                        " on worker ", worker_id, " failed: ", p.error());
+  }
+  // A partition between two workers: the error names the peer and its
+  // host ("could not reach stage S on worker W (HOST): ..."); this says
+  // which end reported it, and from where.
+  auto status = registry_.Get(worker_id);
+  const std::string address = status.ok() ? status->info().address() : "";
+  const size_t colon = address.rfind(':');
+  return absl::StrCat(
+      "stage ", p.stage(), " on worker ", worker_id,
+      address.empty()
+          ? ""
+          : absl::StrCat(
+                " (", address.substr(0, std::min(colon, address.size())), ")"),
+      " ", p.error());
+}
+
 void CoordinatorCore::ApplyProgressLocked(Job& job,
                                           const std::string& worker_id,
                                           const StageProgress& report,
@@ -322,12 +356,11 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   }
   ++job.version;
   LogFirstStepAfterRestartLocked(job, p, now);
+  VouchForWorkersLocked(job, p, now);
   ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
     ForgetUnloadableCheckpointLocked(job, p);
-    const std::string reason =
-        absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
-                     " on worker ", worker_id, " failed: ", p.error());
+    const std::string reason = StageFailureReason(worker_id, p);
     const bool nonfinite = p.error().rfind(kNonFiniteLoss, 0) == 0;
     if (nonfinite && job.spec.fault_tolerance().on_nonfinite() != "rollback") {
       FinishLocked(job, JobEvent::kFailed, reason);
@@ -379,6 +412,19 @@ void CoordinatorCore::LogFirstStepAfterRestartLocked(Job& job,
       "{:.3f} s after the restart",
       job.id, job.attempt, p.committed_version(),
       absl::ToDoubleSeconds(now - absl::FromUnixMillis(r.at_ms())));
+}
+
+void CoordinatorCore::VouchForWorkersLocked(Job& job, const StageProgress& p,
+                                            absl::Time now) {
+  if (!p.error().empty() || p.committed_version() <= job.vouched_version) {
+    return;
+  }
+  job.vouched_version = p.committed_version();
+  for (const auto& replicas : job.stage_workers) {
+    for (const std::string& w : replicas) {
+      registry_.Vouch(w, now + options_.registry.dead_after);
+    }
+  }
 }
 
 // ------------------------------------------------------------------ Jobs
@@ -699,6 +745,9 @@ void CoordinatorCore::AdoptJobLocked(
 }
 
 absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
+  const std::string dir = DirName(path);
+  RETURN_IF_ERROR(logs_.Open(dir + "/logs"));
+  RETURN_IF_ERROR(traces_.Open(dir + "/traces"));
   ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
   if (contents.ignored_bytes > 0) {
     const std::string copy =
@@ -793,13 +842,76 @@ std::vector<v1::JournalRecord> CoordinatorCore::CompactionLocked(
 
 absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
     const std::string& job_id) const {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("job '", job_id, "' does not exist"));
+    }
+    if (!traces_.is_open()) return it->second.ledger.Trace();
+  }
+  // The file has every event since the job began, whatever restarts of
+  // the coordinator came between; it is read without the table's lock.
+  absl::StatusOr<v1::GetTraceResponse> kept = traces_.Read(job_id);
+  if (kept.ok() || kept.status().code() != absl::StatusCode::kNotFound) {
+    return kept;
+  }
+  return v1::GetTraceResponse();
+}
+
+absl::StatusOr<bool> CoordinatorCore::JobIsFinal(
+    const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(
         absl::StrCat("job '", job_id, "' does not exist"));
   }
-  return it->second.ledger.Trace();
+  return IsFinal(it->second.state);
+}
+
+void CoordinatorCore::LogJobEventLocked(const Job& job,
+                                        const std::string& level,
+                                        const std::string& text) {
+  logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->Now()), level, text);
+}
+
+void CoordinatorCore::RecordLogsAndTraceLocked(const Job& job,
+                                               const std::string& worker_id,
+                                               const StageProgress& p) {
+  if (p.log_lines_size() > 0) {
+    std::vector<v1::LogLine> lines(p.log_lines().begin(), p.log_lines().end());
+    // Who wrote them comes from the caller's identity, not the report.
+    for (v1::LogLine& line : lines) {
+      line.set_worker(worker_id);
+      line.set_stage(p.stage());
+    }
+    logs_.Append(job.id, std::move(lines));
+  }
+  if (p.events_size() == 0 || IsFinal(job.state)) return;
+  v1::StageTrace part;
+  part.set_worker_id(worker_id);
+  part.set_stage(p.stage());
+  part.set_replica(p.replica());
+  *part.mutable_events() = p.events();
+  if (absl::Status s = traces_.Append(job.id, part); !s.ok()) {
+    AQ_LOG_WARN("job {}: trace not kept on disk: {}", job.id, s.ToString());
+  }
+}
+
+void CoordinatorCore::SyncJobRecordsLocked(const Job& job) {
+  absl::Status s = executor_->Submit([this, id = job.id] {
+    if (absl::Status s = logs_.Sync(id); !s.ok()) {
+      AQ_LOG_WARN("job {}: log not synced: {}", id, s.ToString());
+    }
+    if (absl::Status s = traces_.Sync(id); !s.ok()) {
+      AQ_LOG_WARN("job {}: trace not synced: {}", id, s.ToString());
+    }
+  });
+  if (!s.ok()) {
+    AQ_LOG_DEBUG("job {}: records not synced: {}", job.id, s.ToString());
+  }
 }
 
 std::vector<WorkerStatus> CoordinatorCore::ListWorkers() const {
@@ -932,7 +1044,15 @@ bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
   job.state = t->to;
   ++job.version;
   if (t->to == v1::JOB_RUNNING) job.started = clock_->Now();
+  LogJobEventLocked(
+      job,
+      t->to == v1::JOB_FAILED || (t->to == v1::JOB_PENDING && !reason.empty())
+          ? "warn"
+          : "info",
+      absl::StrCat("job ", JobStateName(t->to),
+                   reason.empty() ? "" : absl::StrCat(": ", reason)));
   if (!t->finished) return true;
+  SyncJobRecordsLocked(job);
   job.reason = reason;
   job.finished = clock_->Now();
   if (journal_ != nullptr) {
@@ -983,6 +1103,8 @@ void CoordinatorCore::TrimFinishedLocked() {
   while (finished > options_.max_finished_jobs && it != job_order_.end()) {
     auto job = jobs_.find(*it);
     if (job != jobs_.end() && IsFinal(job->second.state)) {
+      logs_.Remove(*it);
+      traces_.Remove(*it);
       jobs_.erase(job);
       it = job_order_.erase(it);
       --finished;

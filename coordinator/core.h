@@ -37,11 +37,13 @@
 #include "common/clock.h"
 #include "common/executor.h"
 #include "common/file_system.h"
+#include "coordinator/job_logs.h"
 #include "coordinator/jobs/job_state.h"
 #include "coordinator/jobs/ledger.h"
 #include "coordinator/journal.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/registry.h"
+#include "coordinator/trace_store.h"
 #include "coordinator/worker_client.h"
 #include "proto/service_types.h"
 
@@ -162,8 +164,15 @@ class CoordinatorCore {
   // unchanged.
   absl::StatusOr<JobState> CancelJob(const std::string& job_id);
   absl::StatusOr<PartitionPlan> GetPlan(const std::string& job_id) const;
+  // From the job's trace file when the journal's directory keeps traces
+  // (<state_dir>/traces), else from the events in memory.
   absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const std::string& job_id) const;
+  // The job's log (job_logs.h): its workers' lines and the coordinator's
+  // events about it, kept in <state_dir>/logs once the journal is open.
+  // NOT_FOUND for an unknown job; otherwise whether it is final.
+  absl::StatusOr<bool> JobIsFinal(const std::string& job_id) const;
+  JobLogStore* logs() { return &logs_; }
   // Every worker, in registration order.
   std::vector<WorkerStatus> ListWorkers() const;
   // A page of workers in id order after `after_id` ("": the first), at
@@ -220,6 +229,8 @@ class CoordinatorCore {
   // Call once, before serving. A journal that cannot be rewritten (a full
   // disk) is kept as it was and the coordinator serves without one,
   // refusing new jobs: UNAVAILABLE only when it cannot be read.
+  // Each job's log and trace are kept beside it, in <dir of path>/logs
+  // and <dir of path>/traces (loaded back here; without them, in memory).
   absl::Status OpenJournal(const std::string& path);
 
   // Leases, timeouts and scheduling of pending jobs.
@@ -265,6 +276,9 @@ class CoordinatorCore {
     bool probing = false;
     // The output stage committed a step since the latest restart.
     bool stepped_since_restart = false;
+    // The highest version any stage of this attempt reported committed:
+    // a report beyond it vouches for the job's silent workers.
+    int64_t vouched_version = 0;
     // checkpoint.every_seconds: the version asked for (0: none) and when.
     int64_t checkpoint_at = 0;
     absl::Time checkpoint_asked = absl::InfinitePast();
@@ -300,6 +314,12 @@ class CoordinatorCore {
   void ApplyProgressLocked(Job& job, const std::string& worker_id,
                            const StageProgress& p, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The restart (or failure) reason for report `p`'s error from
+  // `worker_id`: "stage S replica R on worker W failed: ...", or for a peer
+  // it could not reach (kCouldNotReach), the pair with both hosts.
+  std::string StageFailureReason(const std::string& worker_id,
+                                 const StageProgress& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks report `index` of `worker` (ReportProgress's errors) without
   // applying it.
   absl::Status CheckProgressLocked(const WorkerStatus& worker,
@@ -318,6 +338,12 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogFirstStepAfterRestartLocked(Job& job, const StageProgress& p,
                                       absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stage committed a version beyond any before in this attempt: every
+  // worker of the job took part (a pipeline's step needs every stage, a
+  // replica's all-reduce every replica), so a silent one is cut off from
+  // the coordinator, not dead (registry.h, UNREACHABLE).
+  void VouchForWorkersLocked(Job& job, const StageProgress& p, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTransitionsLocked(const std::vector<WorkerTransition>& changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -390,6 +416,16 @@ class CoordinatorCore {
   // Jobs taken back whose workers did not come back in time restart.
   void CheckAdoptionsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JournalStartLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's log and trace: a line of the coordinator's about `job`; the
+  // lines and trace events of a report from `worker_id`; the job's files
+  // made durable (on the executor) when it ends.
+  void LogJobEventLocked(const Job& job, const std::string& level,
+                         const std::string& text)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordLogsAndTraceLocked(const Job& job, const std::string& worker_id,
+                                const StageProgress& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SyncJobRecordsLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Checkpoints (checkpoints.cc). Files a stage reported durable; commits
   // a version once every stage's file is in.
@@ -420,6 +456,8 @@ class CoordinatorCore {
     std::vector<std::string> reserved, addresses;
     // Each reserved worker's memory (0: not known), for CheckPlanFits.
     std::vector<int64_t> memory_bytes;
+    // Each reserved worker's link probe port (0: none).
+    std::vector<int> link_probe_ports;
     int attempt = 0;
     v1::CheckpointManifest restore;
     std::map<int, PartitionPlan> ready_plans;
@@ -432,6 +470,11 @@ class CoordinatorCore {
   static absl::StatusOr<PartitionPlan> PlanFor(const JobSpec& spec,
                                                const ModelProfile& profile,
                                                int workers);
+  // pipeline.topology "measured" (coordinator/topology.h): the reserved
+  // workers measure their links, `in`'s workers are reordered group by
+  // group and the plan is made on the measured levels; on the spec's flat
+  // level, with the reason in plan.topology.note, when measuring fails.
+  absl::StatusOr<PartitionPlan> PlanOnMeasuredLinks(DriveInput& in);
   // Makes the plans for fewer workers than `in` has, and keeps them with
   // the job (ready_plans) for restarts.
   void PlanAhead(const std::string& job_id, const DriveInput& in);
@@ -454,6 +497,9 @@ class CoordinatorCore {
   const Clock* clock_;
   WorkerClientFactory worker_clients_;
   KvStore store_;
+  // Each job's log and trace (thread-safe; never call back into the core).
+  JobLogStore logs_;
+  TraceStore traces_;
 
   mutable absl::Mutex mu_;
   Registry registry_ ABSL_GUARDED_BY(mu_);

@@ -67,6 +67,19 @@ struct Calls {
     absl::MutexLock lock(&mu);
     return assign_status;
   }
+  // The next this many assignments are refused as a worker still ending an
+  // earlier attempt refuses them.
+  int busy_refusals ABSL_GUARDED_BY(mu) = 0;
+  void SetBusyRefusals(int n) {
+    absl::MutexLock lock(&mu);
+    busy_refusals = n;
+  }
+  bool TakeBusyRefusal() {
+    absl::MutexLock lock(&mu);
+    if (busy_refusals == 0) return false;
+    --busy_refusals;
+    return true;
+  }
   // Workers whose process is gone: GetStatus is refused.
   std::set<std::string> dead ABSL_GUARDED_BY(mu);
   void SetDead(const std::string& address) {
@@ -95,6 +108,10 @@ class FakeWorkerClient : public WorkerClient {
     calls_->Add(absl::StrCat("assign ", address_, " stage ", a.stage()));
     calls_->Add(absl::StrCat("assign ", address_, " attempt ", a.attempt(),
                              " from v", a.restore().version()));
+    if (calls_->TakeBusyRefusal()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this worker is busy with job ", a.job_id()));
+    }
     return calls_->AssignStatus();
   }
   absl::StatusOr<WorkerRuntimeStatus> GetStatus(absl::Duration) override {
@@ -638,6 +655,94 @@ TEST_F(CoreTest, AFailedStageIsBlamedOnTheWorkerThatDied) {
   EXPECT_EQ(s.attempt(), 1);
 }
 
+// A stage cut off from its peer (both alive: a partition between them)
+// says so; the restart and the final failure name the pair and their hosts.
+TEST_F(CoreTest, APeerThatCouldNotBeReachedNamesThePair) {
+  spec_.mutable_pipeline()->set_workers(2);
+  spec_.mutable_fault_tolerance()->set_max_restarts(0);
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*id, v1::JOB_RUNNING);
+  StageProgress error = Progress(*id, 2, false);
+  error.set_error(
+      "could not reach stage 1 on worker w2 (w2): timed out receiving tag 3 "
+      "from rank 1: Timed out; TCP to w2:1: no answer within 1s");
+  error.set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {error}).ok());
+  const JobStatus s = WaitFor(*id, v1::JOB_FAILED);
+  EXPECT_EQ(s.reason(),
+            "stage 0 on worker w1 (w1) could not reach stage 1 on worker w2 "
+            "(w2): timed out receiving tag 3 from rank 1: Timed out; TCP to "
+            "w2:1: no answer within 1s");
+}
+
+// A worker cut off from the coordinator while its pipeline keeps training
+// (its peer's committed versions advance) is UNREACHABLE, not DEAD: the
+// job goes on at attempt 0, and the worker is HEALTHY at its next
+// heartbeat. When the job stops progressing too, the lease ends as
+// before: DEAD, and the job restarts naming the worker.
+TEST_F(CoreTest, ASilentWorkerWhoseJobProgressesIsUnreachableNotDead) {
+  spec_.mutable_pipeline()->set_workers(2);
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  const JobStatus running = WaitFor(*id, v1::JOB_RUNNING);
+  ASSERT_EQ(running.plan().stages_size(), 2);
+  const std::string first = running.stages(0).workers(0);
+  const std::string cut = running.stages(1).workers(0);
+  auto state_of = [&](const std::string& w) {
+    for (const WorkerStatus& status : core_->ListWorkers()) {
+      if (status.info().worker_id() == w) return status.state();
+    }
+    return v1::WORKER_STATE_UNSPECIFIED;
+  };
+  std::vector<std::string> stop;
+  // 14 s without a word from `cut` while stage 0 commits a version a second.
+  for (int second = 1; second <= 14; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat(first, "inc-" + first, *id, &stop).ok());
+    ASSERT_TRUE(core_
+                    ->ReportProgress(first, "inc-" + first,
+                                     {Progress(*id, second, false)})
+                    .ok());
+    core_->Tick();
+    if (second == 5) {
+      EXPECT_EQ(state_of(cut), v1::WORKER_SUSPECT);
+    }
+  }
+  EXPECT_EQ(state_of(cut), v1::WORKER_UNREACHABLE);
+  JobStatus s = *core_->GetJob(*id);
+  EXPECT_EQ(s.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(s.attempt(), 0);
+  EXPECT_EQ(s.restarts_size(), 0);
+  EXPECT_EQ(s.stages(1).worker_states(0), v1::WORKER_UNREACHABLE);
+  // The partition heals: its heartbeat is accepted, and it is HEALTHY.
+  ASSERT_TRUE(core_->Heartbeat(cut, "inc-" + cut, *id, &stop).ok());
+  EXPECT_TRUE(stop.empty());
+  EXPECT_EQ(state_of(cut), v1::WORKER_HEALTHY);
+  // Cut again, and now the job stalls too (stage 0 reports no new
+  // version): once the last step is a lease old, the worker is DEAD.
+  for (int second = 1; second <= 9; ++second) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(core_->Heartbeat(first, "inc-" + first, *id, &stop).ok());
+    ASSERT_TRUE(
+        core_->ReportProgress(first, "inc-" + first, {Progress(*id, 14, false)})
+            .ok());
+    core_->Tick();
+  }
+  EXPECT_EQ(core_->GetJob(*id)->attempt(), 0);
+  clock_.Advance(absl::Seconds(1));
+  core_->Tick();
+  EXPECT_EQ(state_of(cut), v1::WORKER_DEAD);
+  s = *core_->GetJob(*id);
+  ASSERT_EQ(s.restarts_size(), 1);
+  EXPECT_EQ(s.restarts(0).reason(),
+            "worker " + cut +
+                " (stage 1, replica 0) is DEAD: no heartbeat for 10.0 s, and "
+                "its job has committed no step for 10.0 s");
+}
+
 TEST_F(CoreTest, CancelInEachState) {
   // PENDING.
   auto pending = core_->SubmitJob(spec_, nullptr);
@@ -789,6 +894,37 @@ TEST_F(CoreTest, AssignFailureFailsTheJobOnceNoRestartsAreLeft) {
             "assigning stage 0 replica 0 to worker at w1:1 failed: "
             "connection refused (after 2 restart(s), the most "
             "fault_tolerance.max_restarts allows)");
+}
+
+// A worker still ending an earlier attempt of the job refuses the new
+// one as busy: asked again, it takes it, and no restart is spent on that;
+// one that stays busy past worker_rpc_timeout fails the attempt as before.
+TEST_F(CoreTest, AnAssignmentRefusedAsBusyIsAskedAgain) {
+  calls_.SetBusyRefusals(3);
+  AddWorker("w1");
+  spec_.mutable_fault_tolerance()->set_max_restarts(0);
+  auto id = core_->SubmitJob(spec_, nullptr);
+  const JobStatus s = WaitFor(*id, v1::JOB_RUNNING);
+  EXPECT_EQ(s.restarts_size(), 0);
+  EXPECT_TRUE(calls_.Has("start w1:1 " + *id));
+  ASSERT_TRUE(
+      core_->ReportProgress("w1", "inc-w1", {Progress(*id, 16, true)}).ok());
+
+  CoordinatorOptions o;
+  o.default_wait_for_workers = absl::Seconds(30);
+  o.checkpoint_roots = TestRoots();
+  o.worker_rpc_timeout = absl::Milliseconds(400);
+  RestartWith(o);
+  AddWorker("w1");
+  calls_.SetBusyRefusals(1000);
+  const absl::Time start = absl::Now();
+  auto busy = core_->SubmitJob(spec_, nullptr);
+  const JobStatus failed = WaitFor(*busy, v1::JOB_FAILED);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_EQ(failed.reason(),
+            absl::StrCat("assigning stage 0 replica 0 to worker at w1:1 "
+                         "failed: this worker is busy with job ",
+                         *busy));
 }
 
 TEST_F(CoreTest, HeartbeatTellsWorkersToStopFinishedJobs) {

@@ -3,14 +3,21 @@
 // first reserved worker (unless the job came with a profile), plan, record
 // the plan and the assignment, assign the stages, start them. The job may
 // be cancelled or failed meanwhile: every step that touches the table
-// checks it is still PLANNING.
+// checks it is still PLANNING. A worker that refuses an assignment because
+// it still ends an earlier attempt of the job is asked again for up to
+// worker_rpc_timeout before the refusal counts as the attempt's failure.
+#include <algorithm>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/core.h"
 #include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
+#include "coordinator/topology.h"
 #include "pipeline/policy.h"
 
 namespace aqueduct {
@@ -51,19 +58,25 @@ bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
     in->addresses.push_back(status.ok() ? status->info().address() : "");
     in->memory_bytes.push_back(
         status.ok() ? status->info().device().memory_bytes() : 0);
+    in->link_probe_ports.push_back(
+        status.ok() ? status->info().link_probe_port() : 0);
   }
   return true;
 }
 
 namespace {
 
-// The planner's request for a job on `workers` workers.
-absl::StatusOr<PlanRequest> RequestFor(const JobSpec& spec, int workers) {
+// The planner's request for a job on `workers` workers: on `levels`, or
+// when there are none on one level at the spec's bandwidth.
+absl::StatusOr<PlanRequest> RequestFor(
+    const JobSpec& spec, int workers,
+    const std::vector<PlannerLevel>& levels = {}) {
   ASSIGN_OR_RETURN(PipelinePolicy policy, ResolvePipeline(spec));
   PlanRequest request;
   request.cost_model = policy.cost_model;
   request.schedule = policy.schedule;
   request.levels = {{workers, policy.bandwidth_bytes_per_s}};
+  if (!levels.empty()) request.levels = levels;
   request.threads = 1;
   // Optimizer state per parameter byte, for the predicted memory.
   const OptimizerSpec& opt = spec.optimizer();
@@ -74,6 +87,77 @@ absl::StatusOr<PlanRequest> RequestFor(const JobSpec& spec, int workers) {
   // Weight stashing runs unreplicated stages: plan a straight pipeline.
   request.straight_pipeline = StashesWeights(policy.schedule);
   return request;
+}
+
+absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
+                                     const ModelProfile& profile, int workers,
+                                     const std::vector<PlannerLevel>& levels) {
+  auto graph = ProfileGraph::FromProto(profile);
+  if (!graph.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile is invalid: ", graph.status().message()));
+  }
+  auto request = RequestFor(spec, workers, levels);
+  if (!request.ok()) return request.status();
+  auto plan = MakePlan(*graph, *request);
+  if (!plan.ok()) {
+    return absl::Status(
+        plan.status().code(),
+        absl::StrCat("planning failed: ", plan.status().message()));
+  }
+  return plan;
+}
+
+bool MeasuresTopology(const JobSpec& spec) {
+  auto policy = ResolvePipeline(spec);
+  return policy.ok() && policy->topology == v1::TOPOLOGY_MEASURED;
+}
+
+// Whether `refusal` is a worker's "this worker is busy with job <job_id>"
+// (worker/runtime/stage_runtime.cc): it still ends an earlier attempt of
+// this very job (the restart's stop is in flight, or interrupts a wait on
+// a peer), so it will be free in a moment.
+bool BusyWithAnEarlierAttempt(const absl::Status& refusal,
+                              const std::string& job_id) {
+  return absl::IsFailedPrecondition(refusal) &&
+         absl::StrContains(refusal.message(),
+                           absl::StrCat("busy with job ", job_id));
+}
+
+// Assigns `a` through `client`. A refusal as busy with an earlier attempt
+// of the job is not the new attempt's failure (it would burn a restart and
+// hide why the job restarted): asked again with backoff until `patience`
+// has passed since the first call, then the refusal is returned.
+absl::Status AssignUnlessStillBusy(WorkerClient& client,
+                                   const StageAssignment& a,
+                                   absl::Duration rpc_timeout,
+                                   absl::Duration patience) {
+  const absl::Time deadline = absl::Now() + patience;
+  absl::Duration backoff = absl::Milliseconds(100);
+  int refusals = 0;
+  while (true) {
+    const absl::Status s = client.AssignStage(a, rpc_timeout);
+    if (!BusyWithAnEarlierAttempt(s, a.job_id()) ||
+        absl::Now() + backoff > deadline) {
+      if (s.ok() && refusals > 0) {
+        AQ_LOG_INFO("job {}: stage {} assigned after {} busy refusal(s)",
+                    a.job_id(), a.stage(), refusals);
+      }
+      return s;
+    }
+    ++refusals;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+// Puts element order[r] of `v` at r.
+template <typename T>
+void Reorder(std::vector<T>& v, const std::vector<int>& order) {
+  std::vector<T> out;
+  out.reserve(order.size());
+  for (int i : order) out.push_back(std::move(v[i]));
+  v = std::move(out);
 }
 
 }  // namespace
@@ -91,6 +175,9 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
     in.profile = *std::move(measured);
   }
   const int workers = static_cast<int>(in.reserved.size());
+  // Plans made ahead are flat: a measured plan is made for the links of the
+  // workers it runs on.
+  if (workers > 1 && MeasuresTopology(in.spec)) return PlanOnMeasuredLinks(in);
   auto ready = in.ready_plans.find(workers);
   if (ready != in.ready_plans.end()) {
     AQ_LOG_INFO("using the plan made ahead for {} worker(s)", workers);
@@ -101,24 +188,55 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
 
 absl::StatusOr<PartitionPlan> CoordinatorCore::PlanFor(
     const JobSpec& spec, const ModelProfile& profile, int workers) {
-  auto graph = ProfileGraph::FromProto(profile);
-  if (!graph.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the profile is invalid: ", graph.status().message()));
+  return PlanOn(spec, profile, workers, {});
+}
+
+absl::StatusOr<PartitionPlan> CoordinatorCore::PlanOnMeasuredLinks(
+    DriveInput& in) {
+  const int n = static_cast<int>(in.reserved.size());
+  std::vector<SurveyWorker> survey;
+  std::vector<std::string> hosts;
+  for (int i = 0; i < n; ++i) {
+    survey.push_back({in.reserved[i], in.addresses[i], in.link_probe_ports[i]});
+    hosts.push_back(HostOfAddress(in.addresses[i]));
   }
-  auto request = RequestFor(spec, workers);
-  if (!request.ok()) return request.status();
-  auto plan = MakePlan(*graph, *request);
-  if (!plan.ok()) {
-    return absl::Status(
-        plan.status().code(),
-        absl::StrCat("planning failed: ", plan.status().message()));
+  const absl::Time start = absl::Now();
+  auto links = SurveyLinks(survey, worker_clients_);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::StatusOr<WorkerTopology> topology =
+      links.ok() ? GroupWorkers(*links, hosts) : links.status();
+  if (!topology.ok()) {
+    // The job still runs, planned as "flat" would plan it; the plan says
+    // why (aq plan JOB).
+    AQ_LOG_WARN("measuring the links of {} worker(s) failed, planning flat: {}",
+                n, topology.status().ToString());
+    auto plan = PlanOn(in.spec, in.profile, n, {});
+    if (plan.ok()) {
+      plan->mutable_topology()->set_kind("flat");
+      plan->mutable_topology()->set_probe_seconds(seconds);
+      plan->mutable_topology()->set_note(absl::StrCat(
+          "measuring the links failed: ", topology.status().message()));
+    }
+    return plan;
   }
+  const v1::PlanTopology described =
+      DescribeTopology(*topology, in.reserved, *links, seconds);
+  // Plan rank r runs on reserved worker r (RecordPlan): group by group.
+  Reorder(in.reserved, topology->order);
+  Reorder(in.addresses, topology->order);
+  Reorder(in.memory_bytes, topology->order);
+  Reorder(in.link_probe_ports, topology->order);
+  AQ_LOG_INFO("measured the links of {} worker(s) in {:.2f} s: {} group(s)", n,
+              seconds, topology->groups.size());
+  auto plan = PlanOn(in.spec, in.profile, n, topology->levels);
+  if (plan.ok()) *plan->mutable_topology() = described;
   return plan;
 }
 
 void CoordinatorCore::PlanAhead(const std::string& job_id,
                                 const DriveInput& in) {
+  // A measured plan is made when the job restarts, for its new workers.
+  if (MeasuresTopology(in.spec)) return;
   std::map<int, PartitionPlan> plans;
   for (int n = static_cast<int>(in.reserved.size()) - 1; n >= 1; --n) {
     if (in.ready_plans.count(n) > 0) continue;
@@ -191,8 +309,9 @@ absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
                                              int attempt,
                                              const Assignments& assignments) {
   for (const auto& [address, a] : assignments) {
-    const absl::Status s =
-        worker_clients_(address)->AssignStage(a, options_.worker_rpc_timeout);
+    const absl::Status s = AssignUnlessStillBusy(*worker_clients_(address), a,
+                                                 options_.worker_rpc_timeout,
+                                                 options_.worker_rpc_timeout);
     if (!s.ok()) {
       return absl::Status(
           s.code(),

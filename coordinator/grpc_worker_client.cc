@@ -72,6 +72,16 @@ class GrpcWorkerClient final : public WorkerClient {
     return response;
   }
 
+  absl::StatusOr<v1::MeasureLinksResponse> MeasureLinks(
+      const v1::MeasureLinksRequest& request, absl::Duration timeout) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout);
+    v1::MeasureLinksResponse response;
+    const grpc::Status s = stub_->MeasureLinks(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
  private:
   // The deadline, and the worker's control token.
   void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,11 @@ class CoreHandler final : public CoordinatorHandler {
     return core_->GetTrace(request.job_id());
   }
 
+  absl::Status StreamLogs(
+      const v1::StreamLogsRequest& request, absl::Time deadline,
+      const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::LogLine&)>& write) override;
+
   absl::StatusOr<v1::StoreSetResponse> StoreSet(
       const v1::StoreSetRequest& request) override {
     RETURN_IF_ERROR(core_->StoreSet(request.key(), request.value()));
@@ -361,6 +367,47 @@ absl::Status CoreHandler::WatchJob(
     if (deadline <= absl::Now()) {
       return absl::DeadlineExceededError("watch deadline reached");
     }
+  }
+  return absl::CancelledError("the client went away");
+}
+
+absl::Status CoreHandler::StreamLogs(
+    const v1::StreamLogsRequest& request, absl::Time deadline,
+    const std::function<bool()>& cancelled,
+    const std::function<bool(const v1::LogLine&)>& write) {
+  static const std::string kFollows = "log follows";
+  constexpr size_t kBatch = 1000;
+  const std::string& job = request.job_id();
+  std::optional<int> stage;
+  if (request.has_stage()) stage = request.stage();
+  bool waiting = false;
+  absl::Cleanup leave = [&] {
+    if (waiting) waiting_.Leave(kFollows);
+  };
+  int64_t seen = std::max<int64_t>(0, request.since_seq());
+  while (!cancelled()) {
+    // Final before the read: the final state's own line is in the log by
+    // then (written under the same lock), so an empty read after it means
+    // the log is drained.
+    ASSIGN_OR_RETURN(const bool final, core_->JobIsFinal(job));
+    const std::vector<v1::LogLine> lines =
+        core_->logs()->Read(job, seen, stage, kBatch, &seen);
+    for (const v1::LogLine& line : lines) {
+      if (!write(line)) return absl::OkStatus();
+    }
+    if (!lines.empty()) continue;
+    if (!request.follow() || final) return absl::OkStatus();
+    if (!waiting) {
+      RETURN_IF_ERROR(waiting_.Enter(kFollows));
+      waiting = true;
+    }
+    if (deadline <= absl::Now()) {
+      return absl::DeadlineExceededError("log follow deadline reached");
+    }
+    // Wake at least every second to notice the job's end and a client
+    // that went away.
+    core_->logs()->WaitForLines(
+        job, seen, std::min(deadline, absl::Now() + absl::Seconds(1)));
   }
   return absl::CancelledError("the client went away");
 }

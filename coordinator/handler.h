@@ -72,6 +72,17 @@ class CoordinatorHandler {
       const v1::GetPlanRequest& request) = 0;
   virtual absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const v1::GetTraceRequest& request) = 0;
+  // Calls `write` with the job's log lines numbered after since_seq (of
+  // request.stage only, when set), oldest first. Without `follow`, ends
+  // once they are written; with it, waits for more until the job is final
+  // and its log drained (OK), `write` returns false (OK), `cancelled`
+  // returns true (CANCELLED) or `deadline` (DEADLINE_EXCEEDED). A follow
+  // that waits holds a waiting-call slot (group "log follows").
+  // NOT_FOUND for an unknown job.
+  virtual absl::Status StreamLogs(
+      const v1::StreamLogsRequest& request, absl::Time deadline,
+      const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::LogLine&)>& write) = 0;
 
   // The rendezvous store (CoordinatorCore::StoreSet and friends: keys of
   // the attempt a job runs). StoreGet waits at most wait_ms, at most

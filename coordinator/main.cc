@@ -17,13 +17,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/daemon.h"
+#include "common/grpc_health.h"
 #include "common/grpc_security.h"
+#include "common/http_server.h"
 #include "common/logging.h"
 #include "common/security.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
+#include "coordinator/dashboard/dashboard.h"
 #include "coordinator/grpc_worker_client.h"
+#include "coordinator/metrics.h"
 #include "coordinator/model_store.h"
 #include "coordinator/service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -117,6 +121,20 @@ ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json (one object a line)");
+constexpr char kDefaultHttpListen[] = "127.0.0.1:7080";
+ABSL_FLAG(std::string, http_listen, kDefaultHttpListen,
+          "host:port of the HTTP server for Prometheus metrics (/metrics) "
+          "and the dashboard (port 0: pick a free one; the log says which); "
+          "HTTPS with --tls_cert/--tls_key, and --tokens_file's tokens "
+          "required when given; a non-loopback host needs both, or "
+          "--insecure. Empty: none. The default, when its port is taken, "
+          "is skipped with a warning");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext gRPC server carrying grpc.health.v1 "
+          "alone, for probes that cannot do TLS (Kubernetes' gRPC probe); "
+          "service \"\" is readiness, \"liveness\" liveness. It tells only "
+          "those two states, so any address is allowed. Empty: none (the "
+          "health service is on --listen too, with its TLS)");
 
 namespace aqueduct {
 namespace {
@@ -327,7 +345,8 @@ bool SecurityFromFlags(SecurityConfig* config,
 // Serves `service` on --listen; null (after logging why) if it cannot.
 std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
                                           const SecurityConfig& security,
-                                          int* port) {
+                                          int* port,
+                                          CoordinatorMetrics* metrics) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -347,12 +366,54 @@ std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(service);
+  // Times every call for /metrics (coordinator/metrics.h).
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(CoordinatorMetrics::NewInterceptorFactory(metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     AQ_LOG_ERROR("cannot listen on {}", absl::GetFlag(FLAGS_listen));
     return nullptr;
   }
   AQ_LOG_INFO("coordinator {} serving on port {}", kVersion, *port);
+  return server;
+}
+
+// The HTTP server on --http_listen with /metrics (and the dashboard's
+// routes); null with OK when --http_listen is empty. Its handlers read
+// `core` and `metrics`, which must outlive it.
+absl::StatusOr<std::unique_ptr<HttpServer>> StartHttp(
+    CoordinatorCore* core, CoordinatorMetrics* metrics,
+    const SecurityConfig& security, const TokenTable* tokens) {
+  const std::string listen = absl::GetFlag(FLAGS_http_listen);
+  if (listen.empty()) return nullptr;
+  ASSIGN_OR_RETURN(HttpServerOptions options,
+                   DaemonHttpOptions("--http_listen", listen, security.cert_pem,
+                                     security.key_pem, tokens,
+                                     absl::GetFlag(FLAGS_insecure)));
+  ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> server,
+                   HttpServer::Create(std::move(options)));
+  server->Handle("/metrics", [core, metrics](const HttpRequest&) {
+    HttpResponse response;
+    response.body = metrics->Render(*core, absl::Now());
+    return response;
+  });
+  // The dashboard's page and JSON APIs (coordinator/dashboard).
+  AddDashboardRoutes(core, server.get(), absl::GetFlag(FLAGS_listen));
+  absl::Status started = server->Start();
+  // The default port may be another coordinator's on this host (tests run
+  // several): then serve without metrics rather than not at all. A port
+  // given explicitly must be had.
+  if (absl::IsUnavailable(started) && listen == kDefaultHttpListen) {
+    AQ_LOG_WARN("{}: no metrics or dashboard; give --http_listen",
+                std::string(started.message()));
+    return nullptr;
+  }
+  RETURN_IF_ERROR(started);
+  AQ_LOG_INFO("metrics on {}://{}:{}/metrics", server->scheme(),
+              listen.substr(0, listen.rfind(':')), server->port());
   return server;
 }
 
@@ -395,6 +456,15 @@ int Main() {
   std::optional<TokenTable> tokens;
   if (!SecurityFromFlags(&security_config, &tokens)) return 2;
   BlockTerminationSignals();
+  // Before the journal is read, so that a liveness probe answers (and
+  // readiness says NOT_SERVING) while a long journal replays.
+  absl::StatusOr<std::unique_ptr<HealthReporter>> health =
+      HealthReporter::Start(absl::GetFlag(FLAGS_health_listen),
+                            "--health_listen");
+  if (!health.ok()) {
+    AQ_LOG_ERROR("{}", std::string(health.status().message()));
+    return 1;
+  }
   GrpcWorkerClients clients(ChannelCredentials(security_config));
   CoordinatorCore core(options, RealClock::Get(), clients.Factory());
   if (absl::Status s = OpenStateDir(&core); !s.ok()) {
@@ -415,14 +485,25 @@ int Main() {
             return core.CheckStoreAccess(worker, key);
           }});
   int port = 0;
+  CoordinatorMetrics metrics;  // outlives `server` (its interceptor)
   std::unique_ptr<grpc::Server> server =
-      StartServer(&service, security_config, &port);
+      StartServer(&service, security_config, &port, &metrics);
   if (server == nullptr) return 1;
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      StartHttp(&core, &metrics, security_config,
+                tokens.has_value() ? &*tokens : nullptr);
+  if (!http.ok()) {
+    AQ_LOG_ERROR("{}", std::string(http.status().message()));
+    return 1;
+  }
+  (*health)->AddServer(server.get());
+  (*health)->SetReady(true);
   if (absl::Status s = WriteStateFiles(port); !s.ok()) {
     AQ_LOG_ERROR("{}", s.ToString());
     return 1;
   }
   ServeUntilSignal(&core, server.get());
+  (*health)->Shutdown();  // before `server` goes: it reports there
   AQ_LOG_INFO("coordinator stopped");
   return 0;
 }

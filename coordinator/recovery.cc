@@ -66,6 +66,7 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
   job.awaiting.clear();
   job.pending_files.clear();
   job.stepped_since_restart = false;
+  job.vouched_version = 0;
   job.checkpoint_at = 0;
   job.checkpoint_asked = clock_->Now();
   job.pending_since = clock_->Now();

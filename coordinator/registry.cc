@@ -24,6 +24,8 @@ const char* WorkerStateName(WorkerState state) {
       return "LEFT";
     case v1::WORKER_FENCED:
       return "FENCED";
+    case v1::WORKER_UNREACHABLE:
+      return "UNREACHABLE";
     default:
       return "UNKNOWN";
   }
@@ -75,7 +77,9 @@ WorkerState Registry::StateAt(const Entry& e, absl::Time now) const {
   const WorkerState current = e.status.state();
   if (Final(current)) return current;
   const absl::Duration silent = now - e.last_heartbeat;
-  if (silent >= options_.dead_after) return v1::WORKER_DEAD;
+  if (silent >= options_.dead_after) {
+    return now < e.vouched_until ? v1::WORKER_UNREACHABLE : v1::WORKER_DEAD;
+  }
   if (silent >= options_.heartbeat_interval * options_.suspect_after_missed) {
     return v1::WORKER_SUSPECT;
   }
@@ -165,7 +169,8 @@ absl::Status Registry::CheckIncarnation(const Entry& e,
 }
 
 absl::Status Registry::Heartbeat(const std::string& worker_id,
-                                 const std::string& incarnation) {
+                                 const std::string& incarnation,
+                                 WorkerState* before) {
   RETURN_IF_ERROR(CheckWorkerName(worker_id, incarnation));
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
@@ -178,6 +183,7 @@ absl::Status Registry::Heartbeat(const std::string& worker_id,
     return s;
   }
   const absl::Time now = clock_->Now();
+  if (before != nullptr) *before = e.status.state();
   e.last_heartbeat = now;
   e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
   e.status.set_state(v1::WORKER_HEALTHY);
@@ -227,10 +233,19 @@ std::vector<WorkerTransition> Registry::Tick() {
     if (after == before) continue;
     e.status.set_state(after);
     if (Final(after)) e.final_since = now;
-    changes.push_back(
-        {id, e.status.info().incarnation(), before, after, e.status.job_id(),
-         absl::StrFormat("no heartbeat for %.1f s",
-                         absl::ToDoubleSeconds(now - e.last_heartbeat))});
+    std::string detail =
+        absl::StrFormat("no heartbeat for %.1f s",
+                        absl::ToDoubleSeconds(now - e.last_heartbeat));
+    if (after == v1::WORKER_UNREACHABLE) {
+      absl::StrAppend(&detail, ", but its job keeps committing steps");
+    } else if (after == v1::WORKER_DEAD && e.vouched_until > e.last_heartbeat) {
+      // Its job vouched for it while it was silent, then stopped.
+      absl::StrAppendFormat(
+          &detail, ", and its job has committed no step for %.1f s",
+          absl::ToDoubleSeconds(now - e.vouched_until + options_.dead_after));
+    }
+    changes.push_back({id, e.status.info().incarnation(), before, after,
+                       e.status.job_id(), std::move(detail)});
   }
   return changes;
 }
@@ -261,6 +276,12 @@ std::vector<WorkerTransition> Registry::MarkDead(const std::string& worker_id,
            e.status.job_id(), detail}};
 }
 
+void Registry::Vouch(const std::string& worker_id, absl::Time until) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  it->second.vouched_until = std::max(it->second.vouched_until, until);
+}
+
 std::vector<std::string> Registry::IdleHealthyWorkers() const {
   std::vector<std::pair<int64_t, std::string>> idle;
   const absl::Time now = clock_->Now();
@@ -289,6 +310,7 @@ void Registry::Release(const std::string& worker_id,
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.status.job_id() != job_id) return;
   it->second.status.clear_job_id();
+  it->second.vouched_until = absl::InfinitePast();
   it->second.status.set_stage(-1);
   it->second.status.set_replica(-1);
 }

@@ -3,7 +3,11 @@
 //
 // Leases: a worker heartbeats every heartbeat_interval; after missing
 // `suspect_after_missed` intervals it is SUSPECT (not given new work), and
-// after `dead_after` without a heartbeat it is DEAD (its job fails). DEAD,
+// after `dead_after` without a heartbeat it is DEAD (its job fails) --
+// unless its job vouches for it (Vouch: the job kept committing steps,
+// which a pipeline cannot do without every stage), when it is UNREACHABLE
+// instead: cut off from the coordinator, not dead, its job left running,
+// and DEAD once the vouching stops for `dead_after`. DEAD,
 // LEFT (deregistered) and FENCED (superseded) are final for an incarnation:
 // its later calls get FAILED_PRECONDITION and it must register again, which
 // a restarted worker does with a new incarnation anyway.
@@ -92,9 +96,11 @@ class Registry {
   // Renews the lease. INVALID_ARGUMENT for a malformed id or incarnation;
   // NOT_FOUND for an unknown worker; FAILED_PRECONDITION for a stale
   // incarnation or a lease that already expired (the message does not say
-  // which incarnation is live).
+  // which incarnation is live). `before`, if given, receives the state Tick
+  // last saw (UNREACHABLE: the worker is heard from again).
   absl::Status Heartbeat(const std::string& worker_id,
-                         const std::string& incarnation);
+                         const std::string& incarnation,
+                         WorkerState* before = nullptr);
 
   // Checks that (worker_id, incarnation) is the live registration, for any
   // call a worker makes (progress reports).
@@ -118,6 +124,11 @@ class Registry {
   // when it is unknown or already final.
   std::vector<WorkerTransition> MarkDead(const std::string& worker_id,
                                          const std::string& detail);
+
+  // The worker's job committed a step that needed it at a time when it
+  // was silent: until `until`, an expired lease makes it UNREACHABLE
+  // rather than DEAD. Unknown workers are ignored; Release forgets it.
+  void Vouch(const std::string& worker_id, absl::Time until);
 
   // Healthy workers with no job, in registration order.
   std::vector<std::string> IdleHealthyWorkers() const;
@@ -146,6 +157,8 @@ class Registry {
     int64_t order = 0;
     // When it became DEAD or LEFT (the clock for forgetting it).
     absl::Time final_since = absl::InfiniteFuture();
+    // Until when its job vouches for it (Vouch).
+    absl::Time vouched_until = absl::InfinitePast();
   };
   WorkerState StateAt(const Entry& e, absl::Time now) const;
   WorkerStatus StatusAt(const Entry& e, absl::Time now) const;

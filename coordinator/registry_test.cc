@@ -64,6 +64,45 @@ TEST_F(RegistryTest, LeaseGoesSuspectThenDead) {
   EXPECT_EQ(registry_.Get("w1")->state(), v1::WORKER_HEALTHY);
 }
 
+// A silent worker its job vouches for is UNREACHABLE (not final: a
+// heartbeat brings it back) until the vouching runs out; a released worker
+// is vouched for no more.
+TEST_F(RegistryTest, VouchedForWorkersAreUnreachableUntilTheVouchingEnds) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  registry_.Assign("w1", "job-1", 1, 0);
+  registry_.Vouch("nobody", clock_.Now() + absl::Seconds(100));  // Ignored.
+  clock_.Advance(absl::Seconds(9));
+  registry_.Vouch("w1", clock_.Now() + absl::Seconds(10));
+  clock_.Advance(absl::Seconds(1));
+  auto t = registry_.Tick();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].to, v1::WORKER_UNREACHABLE);
+  EXPECT_EQ(t[0].detail,
+            "no heartbeat for 10.0 s, but its job keeps committing steps");
+  EXPECT_TRUE(registry_.IdleHealthyWorkers().empty());
+  EXPECT_TRUE(registry_.CheckLive("w1", "a").ok());
+  clock_.Advance(absl::Seconds(8));
+  EXPECT_TRUE(registry_.Tick().empty());
+  clock_.Advance(absl::Seconds(1));
+  t = registry_.Tick();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].from, v1::WORKER_UNREACHABLE);
+  EXPECT_EQ(t[0].to, v1::WORKER_DEAD);
+  EXPECT_EQ(t[0].detail,
+            "no heartbeat for 19.0 s, and its job has committed no step for "
+            "10.0 s");
+  // Released from its job, a worker is not vouched for.
+  ASSERT_TRUE(registry_.Register(Info("w2", "b"), nullptr).ok());
+  registry_.Assign("w2", "job-1", 0, 0);
+  registry_.Vouch("w2", clock_.Now() + absl::Seconds(30));
+  registry_.Release("w2", "job-1");
+  clock_.Advance(absl::Seconds(10));
+  t = registry_.Tick();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].to, v1::WORKER_DEAD);
+  EXPECT_EQ(t[0].detail, "no heartbeat for 10.0 s");
+}
+
 TEST_F(RegistryTest, HeartbeatAfterExpiryBeforeTickIsRefused) {
   ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
   clock_.Advance(absl::Seconds(11));

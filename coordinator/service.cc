@@ -190,6 +190,17 @@ grpc::Status GrpcCoordinatorService::GetTrace(
   return Reply(handler_->GetTrace(*request), response);
 }
 
+grpc::Status GrpcCoordinatorService::StreamLogs(
+    grpc::ServerContext* ctx, const v1::StreamLogsRequest* request,
+    grpc::ServerWriter<v1::LogLine>* writer) {
+  if (absl::Status s = Allow(*ctx, Access::kRead); !s.ok())
+    return ToGrpcStatus(s);
+  return ToGrpcStatus(handler_->StreamLogs(
+      *request, absl::FromChrono(ctx->deadline()),
+      [ctx] { return ctx->IsCancelled(); },
+      [writer](const v1::LogLine& line) { return writer->Write(line); }));
+}
+
 grpc::Status GrpcCoordinatorService::StoreSet(
     grpc::ServerContext* ctx, const v1::StoreSetRequest* request,
     v1::StoreSetResponse* response) {

@@ -102,6 +102,9 @@ class GrpcCoordinatorService final : public v1::Coordinator::Service {
   grpc::Status GetTrace(grpc::ServerContext* ctx,
                         const v1::GetTraceRequest* request,
                         v1::GetTraceResponse* response) override;
+  grpc::Status StreamLogs(grpc::ServerContext* ctx,
+                          const v1::StreamLogsRequest* request,
+                          grpc::ServerWriter<v1::LogLine>* writer) override;
   grpc::Status StoreSet(grpc::ServerContext* ctx,
                         const v1::StoreSetRequest* request,
                         v1::StoreSetResponse* response) override;

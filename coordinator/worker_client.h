@@ -36,6 +36,13 @@ class WorkerClient {
       absl::Duration timeout) = 0;
   virtual absl::StatusOr<ModelProfile> Profile(const JobSpec& spec,
                                                absl::Duration timeout) = 0;
+  // The worker measures its links to the request's targets (pipeline
+  // topology "measured"). UNIMPLEMENTED unless overridden: fakes that do
+  // not measure need not.
+  virtual absl::StatusOr<v1::MeasureLinksResponse> MeasureLinks(
+      const v1::MeasureLinksRequest& /*request*/, absl::Duration /*timeout*/) {
+    return absl::UnimplementedError("MeasureLinks is not implemented");
+  }
 };
 
 // Builds a client for the worker at `address` (host:port).

@@ -40,6 +40,12 @@ absl::StatusOr<CostModel> ParseCostModel(const std::string& name) {
   return NotOneOf("cost_model", name, "pipedream, aqueduct");
 }
 
+absl::StatusOr<Topology> ParseTopology(const std::string& name) {
+  if (name.empty() || name == "flat") return v1::TOPOLOGY_FLAT;
+  if (name == "measured") return v1::TOPOLOGY_MEASURED;
+  return NotOneOf("topology", name, "flat, measured");
+}
+
 const char* ScheduleName(Schedule schedule) {
   switch (schedule) {
     case v1::SCHEDULE_UNSPECIFIED:
@@ -80,6 +86,18 @@ const char* CostModelName(CostModel cost_model) {
   }
 }
 
+const char* TopologyName(Topology topology) {
+  switch (topology) {
+    case v1::TOPOLOGY_UNSPECIFIED:
+    case v1::TOPOLOGY_FLAT:
+      return "flat";
+    case v1::TOPOLOGY_MEASURED:
+      return "measured";
+    default:
+      return "?";
+  }
+}
+
 bool StashesWeights(Schedule schedule) {
   return schedule == v1::SCHEDULE_1F1B_STASHED ||
          schedule == v1::SCHEDULE_1F1B_VERTICAL_SYNC ||
@@ -96,6 +114,7 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
   ASSIGN_OR_RETURN(policy.schedule, ParseSchedule(p.schedule()));
   ASSIGN_OR_RETURN(policy.transport, ParseTransport(p.transport()));
   ASSIGN_OR_RETURN(policy.cost_model, ParseCostModel(p.cost_model()));
+  ASSIGN_OR_RETURN(policy.topology, ParseTopology(p.topology()));
   if (p.workers() < 0 || p.workers() > kMaxJobWorkers) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.workers=", p.workers(), " must be in [1, ",

@@ -22,20 +22,29 @@ namespace aqueduct {
 // for it in a stage's error).
 inline constexpr char kNonFiniteLoss[] = "non-finite loss";
 
+// The start of a stage's error when a peer it timed out on does not answer
+// from its host at all (a network partition, not a stalled neighbour):
+// "could not reach stage S on worker W (HOST): ..." (worker/runtime/
+// stage_job.cc). The coordinator names the pair from it.
+inline constexpr char kCouldNotReach[] = "could not reach ";
+
 using Schedule = v1::Schedule;
 using Transport = v1::Transport;
 using CostModel = v1::CostModel;
+using Topology = v1::Topology;
 
 // Parse the spec's spelling; "" is the default. INVALID_ARGUMENT naming the
 // field and the accepted values otherwise.
 absl::StatusOr<Schedule> ParseSchedule(const std::string& name);
 absl::StatusOr<Transport> ParseTransport(const std::string& name);
 absl::StatusOr<CostModel> ParseCostModel(const std::string& name);
+absl::StatusOr<Topology> ParseTopology(const std::string& name);
 
 // The spec's spelling of each value ("1f1b_stashed", "nccl", "pipedream").
 const char* ScheduleName(Schedule schedule);
 const char* TransportName(Transport transport);
 const char* CostModelName(CostModel cost_model);
+const char* TopologyName(Topology topology);
 
 // 1F1B with weight stashing or vertical sync: several weight versions are
 // live, so stages are not replicated (the planner plans a straight
@@ -49,6 +58,8 @@ struct PipelinePolicy {
   Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
   Transport transport = v1::TRANSPORT_GLOO;
   CostModel cost_model = v1::COST_MODEL_PIPEDREAM;
+  // Levels from bandwidth_bytes_per_s, or measured before planning.
+  Topology topology = v1::TOPOLOGY_FLAT;
   int workers = 1;
   // Bandwidth between workers assumed by the planner.
   double bandwidth_bytes_per_s = 1e9;

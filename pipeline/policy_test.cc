@@ -22,6 +22,10 @@ TEST(PolicyTest, SpellingsRoundTrip) {
   EXPECT_EQ(*ParseCostModel(""), v1::COST_MODEL_PIPEDREAM);
   EXPECT_EQ(*ParseCostModel("aqueduct"), v1::COST_MODEL_AQUEDUCT);
   EXPECT_STREQ(CostModelName(v1::COST_MODEL_AQUEDUCT), "aqueduct");
+  EXPECT_EQ(*ParseTopology(""), v1::TOPOLOGY_FLAT);
+  EXPECT_EQ(*ParseTopology("measured"), v1::TOPOLOGY_MEASURED);
+  EXPECT_STREQ(TopologyName(v1::TOPOLOGY_MEASURED), "measured");
+  EXPECT_STREQ(TopologyName(v1::TOPOLOGY_UNSPECIFIED), "flat");
 }
 
 TEST(PolicyTest, UnknownSpellingsNameTheFieldAndTheChoices) {
@@ -35,6 +39,8 @@ TEST(PolicyTest, UnknownSpellingsNameTheFieldAndTheChoices) {
       absl::string_view::npos);
   EXPECT_NE(ParseCostModel("x").status().message().find("pipeline.cost_model"),
             absl::string_view::npos);
+  EXPECT_EQ(ParseTopology("mesh").status().message(),
+            "pipeline.topology='mesh' is not one of: flat, measured");
 }
 
 TEST(PolicyTest, ResolveAppliesDefaults) {
@@ -45,6 +51,7 @@ TEST(PolicyTest, ResolveAppliesDefaults) {
   EXPECT_EQ(p->schedule, v1::SCHEDULE_1F1B_STASHED);
   EXPECT_EQ(p->transport, v1::TRANSPORT_GLOO);
   EXPECT_EQ(p->cost_model, v1::COST_MODEL_PIPEDREAM);
+  EXPECT_EQ(p->topology, v1::TOPOLOGY_FLAT);
   EXPECT_EQ(p->workers, 1);
   EXPECT_EQ(p->bandwidth_bytes_per_s, 1e9);
   EXPECT_TRUE(StashesWeights(p->schedule));

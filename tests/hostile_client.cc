@@ -32,13 +32,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +52,7 @@
 #include "common/version.h"
 #include "grpcpp/create_channel.h"
 #include "proto/service.grpc.pb.h"
+#include "tests/grpc_client_util.h"
 
 namespace aqueduct {
 namespace {
@@ -69,13 +68,6 @@ struct Options {
   std::string worker_id;
   std::string tokens_file, identities;
 };
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 const char* CodeName(grpc::StatusCode code) {
   static const std::map<grpc::StatusCode, const char*> kNames = {
@@ -166,9 +158,7 @@ struct Credentials {
 
 Credentials Connect(const Options& o, const std::string& token) {
   Credentials c;
-  if (!o.ca.empty()) c.config.ca_pem = ReadFile(o.ca);
-  if (!o.cert.empty()) c.config.cert_pem = ReadFile(o.cert);
-  if (!o.key.empty()) c.config.key_pem = ReadFile(o.key);
+  c.config = TlsFromFiles(o.ca, o.cert, o.key);
   c.config.token = token;
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(std::numeric_limits<int>::max());
@@ -180,16 +170,13 @@ Credentials Connect(const Options& o, const std::string& token) {
 
 std::string TokenOf(const Options& o) {
   if (o.token_file.empty()) return "";
-  return std::string(absl::StripAsciiWhitespace(ReadFile(o.token_file)));
+  return std::string(absl::StripAsciiWhitespace(ReadFileOrEmpty(o.token_file)));
 }
 
 // A call's context: a deadline of `seconds` and the bearer token.
 void Prepare(grpc::ClientContext* ctx, const Credentials& c,
              double seconds = 20) {
-  ctx->set_deadline(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
-  AddBearerToken(ctx, c.config.token);
+  PrepareCall(ctx, c.config.token, absl::Seconds(seconds));
 }
 
 // Runs fn(0 .. count-1) on `threads` threads.
@@ -255,7 +242,7 @@ bool LongNames(const Options& o, Tally* tally) {
 std::vector<std::pair<std::string, std::string>> WorkerTokens(
     const std::string& path, const std::string& prefix) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
+  for (absl::string_view line : absl::StrSplit(ReadFileOrEmpty(path), '\n')) {
     std::vector<std::string> f =
         absl::StrSplit(line, ' ', absl::SkipWhitespace());
     if (f.size() == 3 && f[1] == "worker" && absl::StartsWith(f[2], prefix)) {

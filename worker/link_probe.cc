@@ -22,7 +22,10 @@ namespace aqueduct {
 namespace {
 
 constexpr uint64_t kMagic = 0x41515052'4F424531ull;  // "AQPROBE1"
-constexpr int64_t kMaxBytes = int64_t{1} << 34;
+// The server is unauthenticated (any host that reaches the port may
+// probe): a probe is at most 64 MiB (MeasureLinks asks 4 MiB), its header
+// must come within 5 s and the whole probe within 60 s, one at a time.
+constexpr int64_t kMaxBytes = int64_t{64} << 20;
 
 using Clock = std::chrono::steady_clock;
 
@@ -149,10 +152,12 @@ void LinkProbeServer::Serve() {
     if (poll(&p, 1, 200) <= 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    // A peer gets 60 s per probe; a stalled one cannot hold the server.
+    // A peer gets 60 s per probe and 5 s for its header; a stalled or
+    // silent one cannot hold the server for long.
     const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
     char header[16];
-    absl::Status s = RecvAll(fd, header, sizeof(header), deadline);
+    absl::Status s = RecvAll(fd, header, sizeof(header),
+                             Clock::now() + std::chrono::seconds(5));
     if (s.ok() && GetU64(header) != kMagic) {
       s = absl::InvalidArgumentError("link probe: bad magic");
     }

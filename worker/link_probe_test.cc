@@ -57,5 +57,28 @@ TEST(LinkProbeTest, ErrorsAreClear) {
   close(silent);
 }
 
+// The server is unauthenticated: a probe is at most 64 MiB, and a peer
+// that connects and says nothing holds it for 5 s, not 60.
+TEST(LinkProbeTest, ProbesAreBoundedAndASilentPeerLetsGo) {
+  auto server = LinkProbeServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(MeasureLink("127.0.0.1", (*server)->port(), (int64_t{64} << 20) + 1,
+                        absl::Seconds(5))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  const int idle = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  ASSERT_EQ(connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const absl::Time start = absl::Now();
+  auto m = MeasureLink("127.0.0.1", (*server)->port(), 1000, absl::Seconds(20));
+  EXPECT_TRUE(m.ok()) << m.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  close(idle);
+}
+
 }  // namespace
 }  // namespace aqueduct

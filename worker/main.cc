@@ -18,15 +18,21 @@
 #include "common/device/factory.h"
 #include "common/file_system.h"
 #include "common/grpc_coordinator_client.h"
+#include "common/grpc_health.h"
 #include "common/grpc_security.h"
+#include "common/http_server.h"
+#include "common/log_buffer.h"
 #include "common/logging.h"
 #include "common/security.h"
+#include "common/status.h"
 #include "common/version.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "worker/agent.h"
+#include "worker/link_probe.h"
+#include "worker/metrics.h"
 #include "worker/model_uploader.h"
 #include "worker/profiler.h"
 #include "worker/runtime/coordinator_store.h"
@@ -78,6 +84,22 @@ ABSL_FLAG(bool, measure_gemm, true,
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of an HTTP server for Prometheus metrics (/metrics; "
+          "port 0: pick a free one, the log says which); HTTPS with "
+          "--tls_cert/--tls_key; a non-loopback host needs TLS and "
+          "--http_tokens_file, or --insecure. Empty: none");
+ABSL_FLAG(std::string, http_tokens_file, "",
+          "token file (the coordinator's --tokens_file format, mode 600) "
+          "whose tokens --http_listen requires; empty: no token needed "
+          "(loopback only unless --insecure)");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext gRPC server carrying grpc.health.v1 "
+          "alone, for probes that cannot do TLS (Kubernetes' gRPC probe); "
+          "service \"\" is readiness (registered with the coordinator), "
+          "\"liveness\" liveness. It tells only those two states, so any "
+          "address is allowed. Empty: none (the health service is on "
+          "--listen too, behind its mutual TLS)");
 
 namespace aqueduct {
 namespace {
@@ -213,6 +235,20 @@ WorkerInfo DescribeWorker(Device& device, int port) {
   return info;
 }
 
+// Peers measure their links to this worker through its link probe (the
+// planner's "measured" topology), on the advertised address; null (after
+// saying why) when it cannot listen: jobs then plan this worker flat.
+std::unique_ptr<LinkProbeServer> StartLinkProbe() {
+  const std::string host = absl::GetFlag(FLAGS_advertise_host);
+  auto probe = LinkProbeServer::Start(host, 0);
+  if (!probe.ok()) {
+    AQ_LOG_WARN("no link probe on --advertise_host {}: {}", host,
+                std::string(probe.status().message()));
+    return nullptr;
+  }
+  return *std::move(probe);
+}
+
 ModelUploaderOptions UploaderOptions() {
   ModelUploaderOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
@@ -276,12 +312,80 @@ GlooDataPlaneOptions DataPlaneOptions(const DeviceSpec& device_spec) {
   return options;
 }
 
+// grpc.health.v1 on `server` and on --health_listen; readiness NOT_SERVING
+// until the worker registers. Null (after logging why) if it cannot listen.
+std::unique_ptr<HealthReporter> StartHealth(grpc::Server* server) {
+  absl::StatusOr<std::unique_ptr<HealthReporter>> health =
+      HealthReporter::Start(absl::GetFlag(FLAGS_health_listen),
+                            "--health_listen");
+  if (!health.ok()) {
+    AQ_LOG_ERROR("{}", std::string(health.status().message()));
+    return nullptr;
+  }
+  (*health)->AddServer(server);
+  return *std::move(health);
+}
+
+// --http_tokens_file's table (nullopt when not given).
+absl::StatusOr<std::optional<TokenTable>> HttpTokensFromFlags() {
+  const std::string path = absl::GetFlag(FLAGS_http_tokens_file);
+  if (path.empty()) return std::optional<TokenTable>();
+  absl::StatusOr<TokenTable> table = TokenTable::Load(path);
+  if (!table.ok()) {
+    return absl::Status(
+        table.status().code(),
+        absl::StrCat("--http_tokens_file: ", table.status().message()));
+  }
+  return std::optional<TokenTable>(*std::move(table));
+}
+
+// The HTTP server on --http_listen and the tokens it requires.
+struct HttpServing {
+  std::optional<TokenTable> tokens;
+  std::unique_ptr<HttpServer> server;  // null without --http_listen
+};
+
+// Serves /metrics on `listen`, labelled with the worker's id. `metrics`
+// and `agent` must outlive `http->server`.
+absl::Status ServeHttp(const std::string& listen, const WorkerMetrics* metrics,
+                       const SecurityConfig& security, const WorkerAgent* agent,
+                       HttpServing* http) {
+  ASSIGN_OR_RETURN(http->tokens, HttpTokensFromFlags());
+  ASSIGN_OR_RETURN(HttpServerOptions options,
+                   DaemonHttpOptions("--http_listen", listen, security.cert_pem,
+                                     security.key_pem,
+                                     http->tokens ? &*http->tokens : nullptr,
+                                     absl::GetFlag(FLAGS_insecure)));
+  ASSIGN_OR_RETURN(http->server, HttpServer::Create(std::move(options)));
+  http->server->Handle("/metrics", [metrics, agent](const HttpRequest&) {
+    HttpResponse response;
+    response.body = metrics->Render(agent->info().worker_id());
+    return response;
+  });
+  RETURN_IF_ERROR(http->server->Start());
+  AQ_LOG_INFO("metrics on {}://{}:{}/metrics", http->server->scheme(),
+              listen.substr(0, listen.rfind(':')), http->server->port());
+  return absl::OkStatus();
+}
+
+// ServeHttp on --http_listen when given; false (after saying why) if it
+// cannot serve.
+bool StartHttp(const WorkerMetrics* metrics, const SecurityConfig& security,
+               const WorkerAgent* agent, HttpServing* http) {
+  const std::string listen = absl::GetFlag(FLAGS_http_listen);
+  if (listen.empty()) return true;
+  absl::Status s = ServeHttp(listen, metrics, security, agent, http);
+  if (!s.ok()) AQ_LOG_ERROR("{}", std::string(s.message()));
+  return s.ok();
+}
+
 // Waits for SIGTERM or SIGINT, then stops the job, deregisters and stops
-// serving.
+// serving (readiness goes first, so that probes see the worker leave).
 void StopOnSignal(StageRuntime* runtime, WorkerAgent* agent,
-                  grpc::Server* server) {
+                  HealthReporter* health, grpc::Server* server) {
   const int signal = WaitForTerminationSignal();
   AQ_LOG_INFO("signal {}: stopping", signal);
+  health->Shutdown();
   const std::string job = runtime->current_job();
   if (!job.empty()) (void)runtime->Stop(job, "worker shutting down");
   runtime->Shutdown();
@@ -311,6 +415,8 @@ int Main() {
   // (NCCL channels for transport "nccl").
   std::unique_ptr<CoordinatorClient> coordinator =
       NewGrpcCoordinatorClient(absl::GetFlag(FLAGS_coordinator), *security);
+  WorkerMetrics metrics;  // the agent's calls, counted through `observed`
+  const auto observed = WorkerMetrics::Observe(coordinator.get(), &metrics);
   CoordinatorStore store(coordinator.get());
   GlooDataPlaneFactory data_plane(DataPlaneOptions(*device_spec));
   // The agent is created once the server has its port; until then the
@@ -322,15 +428,21 @@ int Main() {
   // Trained models go to the coordinator.
   CoordinatorModelSink model_sink(coordinator.get(), identity,
                                   UploaderOptions());
-  StageRuntime runtime(
-      RuntimeOptions(*device_spec, threads, &model_sink, *files), &data_plane,
-      &store);
+  // The stage threads' log lines travel to the job's log (aq logs).
+  JobLogBuffer job_logs;
+  InstallJobLogSink(&job_logs);
+  StageRuntimeOptions runtime_options =
+      RuntimeOptions(*device_spec, threads, &model_sink, *files);
+  runtime_options.logs = &job_logs;
+  StageRuntime runtime(runtime_options, &data_plane, &store);
   GrpcWorkerService service(&runtime, *device_spec, threads, identity,
                             *control_token);
   int port = 0;
   std::unique_ptr<grpc::Server> server =
       StartServer(&service, *security, &port);
   if (server == nullptr) return 1;
+  std::unique_ptr<HealthReporter> health = StartHealth(server.get());
+  if (health == nullptr) return 1;
 
   // Created once at start so that a missing GPU or a CPU-only build fails
   // the daemon at once, naming why, rather than every job later.
@@ -344,12 +456,20 @@ int Main() {
   AgentOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.info = DescribeWorker(**made, port);
+  const std::unique_ptr<LinkProbeServer> link_probe = StartLinkProbe();
+  if (link_probe != nullptr) {
+    options.info.set_link_probe_port(link_probe->port());
+  }
   options.control_token = *control_token;
-  agent = std::make_unique<WorkerAgent>(options, &runtime, coordinator.get());
+  agent = std::make_unique<WorkerAgent>(options, &runtime, observed.get());
   agent->Start();
+  HttpServing http;
+  if (!StartHttp(&metrics, *security, agent.get(), &http)) return 1;
+  health->Poll([&agent] { return agent->registered(); },
+               absl::Milliseconds(250));
   AQ_LOG_INFO("worker {} serving on port {}, coordinator {}",
               options.info.worker_id(), port, options.coordinator_address);
-  StopOnSignal(&runtime, agent.get(), server.get());
+  StopOnSignal(&runtime, agent.get(), health.get(), server.get());
   AQ_LOG_INFO("worker stopped");
   return 0;
 }

@@ -1,7 +1,8 @@
 // GrpcWorkerService: the Worker gRPC service, a thin adapter over the stage
-// runtime (AssignStage/StartJob/StopJob/GetStatus) and the profiler
-// (Profile). Handlers never block on a job: starting hands the work to the
-// runtime's thread.
+// runtime (AssignStage/StartJob/StopJob/GetStatus), the profiler (Profile)
+// and the link probe (MeasureLinks: blocks its call, one probe at a time,
+// each bounded by the request's deadline and the call's). Handlers never
+// block on a job: starting hands the work to the runtime's thread.
 //
 // Only the coordinator may call it: every call must carry the worker's
 // control token (a secret made at start and sent with the registration,
@@ -48,6 +49,9 @@ class GrpcWorkerService final : public v1::Worker::Service {
   grpc::Status GetStatus(grpc::ServerContext* ctx,
                          const v1::GetStatusRequest* request,
                          WorkerRuntimeStatus* response) override;
+  grpc::Status MeasureLinks(grpc::ServerContext* ctx,
+                            const v1::MeasureLinksRequest* request,
+                            v1::MeasureLinksResponse* response) override;
 
  private:
   StageRuntime* runtime_;

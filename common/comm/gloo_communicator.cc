@@ -1,7 +1,9 @@
 #include "common/comm/gloo_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,9 +11,8 @@
 #include "common/status.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/prefix_store.h"
-#include "gloo/rendezvous/store.h"
+#include "gloo/transport/context.h"
+#include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 
@@ -38,36 +39,182 @@ absl::Status FromGloo(const std::exception& e, const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", message));
 }
 
-// Gloo's store interface over a RendezvousStore. Gloo expects exceptions.
-// A rank's pair addresses are scrubbed on their way out (gloo_address.h):
-// only the addresses reach the store, not the stack bytes around them.
-class StoreAdapter final : public gloo::rendezvous::Store {
+bool Cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load();
+}
+
+// How often a connect looks at its cancel flag: a store wait is cut into
+// slices this long, and the pair watch ticks at a tenth of it.
+constexpr absl::Duration kStoreSlice = absl::Milliseconds(250);
+constexpr absl::Duration kWatchTick = absl::Milliseconds(25);
+
+// Waits up to `timeout` for `key`, slice by slice so that a stop is seen
+// (the store's own wait does not observe one).
+absl::StatusOr<std::string> WaitForKey(RendezvousStore* store,
+                                       const std::string& key,
+                                       absl::Duration timeout,
+                                       const std::atomic<bool>* cancel) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (Cancelled(cancel)) {
+      return absl::CancelledError(absl::StrCat("stopped waiting for ", key));
+    }
+    const absl::Duration left =
+        std::max(deadline - absl::Now(), absl::ZeroDuration());
+    absl::StatusOr<std::string> value =
+        store->Get(key, std::min(left, kStoreSlice));
+    if (value.ok() || !absl::IsDeadlineExceeded(value.status()) ||
+        absl::Now() >= deadline) {
+      return value;
+    }
+  }
+}
+
+// Ends a pair's connect from another thread when the connect's deadline
+// passes or its cancel flag is set. Gloo's Pair::connect waits up to 5x the
+// context's timeout and observes nothing else (a peer whose packets are
+// dropped holds it that long); closing the pair ends that wait at once.
+// Thread-safe; one pair armed at a time.
+class PairWatch {
  public:
-  StoreAdapter(RendezvousStore* store, absl::Duration timeout)
-      : store_(store), timeout_(timeout) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    std::string value(data.begin(), data.end());
-    absl::Status s =
-        IsGlooAddressKey(key) ? ScrubGlooAddresses(&value) : absl::OkStatus();
-    if (s.ok()) s = store_->Set(key, value);
-    if (!s.ok()) throw gloo::IoException(std::string(s.message()));
+  explicit PairWatch(const std::atomic<bool>* cancel)
+      : cancel_(cancel), thread_([this] { Loop(); }) {}
+  ~PairWatch() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    thread_.join();
   }
-  std::vector<char> get(const std::string& key) override {
-    auto v = store_->Get(key, timeout_);
-    if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
-    return std::vector<char>(v->begin(), v->end());
+  PairWatch(const PairWatch&) = delete;
+  PairWatch& operator=(const PairWatch&) = delete;
+
+  void Arm(gloo::transport::Pair* pair, absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    pair_ = pair;
+    deadline_ = deadline;
+    fired_ = false;
   }
-  void wait(const std::vector<std::string>& keys) override {
-    for (const std::string& k : keys) (void)get(k);
-  }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds&) override {
-    wait(keys);
+  // Whether the watch closed the armed pair. After this returns, the
+  // watch no longer touches it.
+  bool Disarm() {
+    absl::MutexLock lock(&mu_);
+    pair_ = nullptr;
+    return fired_;
   }
 
  private:
-  RendezvousStore* store_;
-  absl::Duration timeout_;
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    while (!done_) {
+      mu_.AwaitWithTimeout(absl::Condition(&done_), kWatchTick);
+      if (pair_ != nullptr &&
+          (Cancelled(cancel_) || absl::Now() >= deadline_)) {
+        pair_->close();  // The connect wakes up and returns.
+        pair_ = nullptr;
+        fired_ = true;
+      }
+    }
+  }
+
+  const std::atomic<bool>* const cancel_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  gloo::transport::Pair* pair_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // Last: starts once the rest is set.
+};
+
+// Connects this rank's pair with `peer`, whose address for it is
+// `address`, within `timeout`.
+absl::Status ConnectPair(gloo::transport::Pair& pair,
+                         const std::vector<char>& address, int rank, int peer,
+                         absl::Duration timeout, PairWatch& watch,
+                         const std::atomic<bool>* cancel) {
+  const std::string where =
+      DescribeGlooAddress(absl::string_view(address.data(), address.size()), 0)
+          .value_or("an address it could not describe");
+  watch.Arm(&pair, absl::Now() + timeout);
+  std::string error;
+  try {
+    pair.connect(address);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const bool closed = watch.Disarm();
+  if (Cancelled(cancel)) {
+    return absl::CancelledError(absl::StrCat(
+        "rank ", rank, " stopped connecting to rank ", peer, " at ", where));
+  }
+  if (closed || error.find("imeout") != std::string::npos ||
+      error.find("imed out") != std::string::npos) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("timed out connecting to rank ", peer, " at ", where,
+                     " (waited ", absl::FormatDuration(timeout), ")"));
+  }
+  if (!error.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("connecting to rank ", peer, " at ", where, ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+// A gloo::Context whose full mesh is connected here rather than by Gloo's
+// rendezvous::Context::connectFullMesh, so that every wait of it has a
+// deadline and ends on a stop. The same exchange (less the host names,
+// which only Gloo's shared-memory transports read): each rank publishes
+// its pair addresses, scrubbed (gloo_address.h), under "<prefix>/<rank>",
+// then connects its pairs in rank order.
+class MeshContext final : public gloo::Context {
+ public:
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
+
+  // Throws what Gloo throws (pair creation, socket errors).
+  absl::Status ConnectMesh(RendezvousStore* store, const std::string& prefix,
+                           std::shared_ptr<gloo::transport::Device> device,
+                           absl::Duration timeout,
+                           const std::atomic<bool>* cancel) {
+    std::shared_ptr<gloo::transport::Context> transport =
+        device->createContext(rank, size);
+    transport->setTimeout(getTimeout());
+    std::string mine;
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      auto& pair = transport->createPair(i);
+      pair->setLocalRank(0);
+      const std::vector<char> bytes = pair->address().bytes();
+      mine.append(bytes.begin(), bytes.end());
+    }
+    RETURN_IF_ERROR(ScrubGlooAddresses(&mine));
+    RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "/", rank), mine));
+    PairWatch watch(cancel);
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      absl::StatusOr<std::string> all =
+          WaitForKey(store, absl::StrCat(prefix, "/", i), timeout, cancel);
+      if (!all.ok()) {
+        return absl::Status(all.status().code(),
+                            absl::StrCat("waiting for the addresses of rank ",
+                                         i, ": ", all.status().message()));
+      }
+      if (all->size() != (size - 1) * kGlooAddressBytes) {
+        return absl::UnavailableError(absl::StrCat(
+            "rank ", i, " published ", all->size(), " bytes of addresses, not ",
+            (size - 1) * kGlooAddressBytes));
+      }
+      // Rank i lists an address for every rank but itself, in rank order.
+      const size_t index = rank > i ? rank - 1 : rank;
+      const char* begin = all->data() + index * kGlooAddressBytes;
+      RETURN_IF_ERROR(
+          ConnectPair(*transport->getPair(i),
+                      std::vector<char>(begin, begin + kGlooAddressBytes), rank,
+                      i, timeout, watch, cancel));
+    }
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace
@@ -247,7 +394,8 @@ class GlooRecv final : public RecvWork {
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     RendezvousStore* store, const std::string& prefix, int rank, int size,
-    const std::string& hostname, absl::Duration timeout) {
+    const std::string& hostname, absl::Duration timeout,
+    const std::atomic<bool>* cancel) {
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside a world of ", size));
@@ -256,22 +404,28 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
   // Gloo binds exactly what was checked.
   absl::StatusOr<std::string> address = DataPlaneBindAddress(hostname);
   if (!address.ok()) return address.status();
+  const std::string what = absl::StrCat("connecting rank ", rank, " of ", size,
+                                        " through '", prefix, "': ");
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = *address;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    auto context = std::make_shared<MeshContext>(rank, size);
     context->setTimeout(
         std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
-    StoreAdapter adapter(store, timeout);
-    gloo::rendezvous::PrefixStore prefixed(prefix, adapter);
-    context->connectFullMesh(prefixed, device);
+    const absl::Status connected =
+        context->ConnectMesh(store, prefix, std::move(device), timeout, cancel);
+    if (!connected.ok()) {
+      return absl::Status(connected.code(),
+                          absl::StrCat(what, connected.message()));
+    }
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), rank, size));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("connecting rank ", rank, " of ",
-                                               size, " through '", prefix,
-                                               "': ", e.what()));
+    if (Cancelled(cancel)) {
+      return absl::CancelledError(absl::StrCat(what, "stopped"));
+    }
+    return absl::UnavailableError(absl::StrCat(what, e.what()));
   }
 }
 

@@ -37,12 +37,18 @@ class GlooCommunicator final : public Communicator {
   // Connects `size` ranks: every rank calls this with the same prefix.
   // `hostname` is the address peers reach this rank at, and the only one
   // its sockets listen on (INVALID_ARGUMENT for a wildcard such as
-  // 0.0.0.0; gloo_address.h). Fails with DEADLINE_EXCEEDED or UNAVAILABLE
-  // naming the problem after `timeout`. Gloo's traffic is not encrypted:
-  // ranks must talk over a trusted (or an encrypted) network.
+  // 0.0.0.0; gloo_address.h). Each wait (for a rank's addresses in the
+  // store, for one pair's TCP connection) is bounded by `timeout`: past it,
+  // DEADLINE_EXCEEDED naming the rank (and, for a connection, its address);
+  // UNAVAILABLE for another failure. When `cancel` (may be null) becomes
+  // true, the connect ends within about 50 ms with CANCELLED, whatever it
+  // waits on (a worker's stop must free it even while a peer never
+  // answers). Gloo's traffic is not encrypted: ranks must talk over a
+  // trusted (or an encrypted) network.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
       RendezvousStore* store, const std::string& prefix, int rank, int size,
-      const std::string& hostname, absl::Duration timeout);
+      const std::string& hostname, absl::Duration timeout,
+      const std::atomic<bool>* cancel = nullptr);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

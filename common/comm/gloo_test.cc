@@ -1,10 +1,14 @@
 // GlooCommunicator over real TCP on loopback, ranks as threads; what its
-// rendezvous leaves in the store (gloo_address.h).
+// rendezvous leaves in the store (gloo_address.h); connects that a stop or
+// their deadline ends while a peer never answers.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "common/comm/gloo_address.h"
 #include "common/comm/gloo_communicator.h"
@@ -170,6 +174,83 @@ TEST(GlooTest, ConnectTimesOutWithoutPeers) {
   auto c = GlooCommunicator::Connect(&store, "lonely/", 0, 2, "127.0.0.1",
                                      absl::Milliseconds(300));
   EXPECT_FALSE(c.ok());
+}
+
+// Rank 1's address for rank 0 as Gloo stores it: 127.0.0.2 (above rank
+// 0's 127.0.0.1, so rank 0 is the pair's listening side), where nobody
+// will ever connect from: rank 0's connect waits for a peer that never
+// comes, as when the peer's packets are dropped.
+std::string SilentPeerAddress() {
+  std::string record(kGlooAddressBytes, '\0');
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_port = htons(9);
+  in.sin_addr.s_addr = htonl(0x7f000002);
+  std::memcpy(record.data(), &in, sizeof(in));
+  return record;
+}
+
+// Connects rank 0 of 2 under `prefix` on its own thread; `cancel` is set
+// `cancel_after` later (never when infinite). Returns the result and how
+// long after the cancel (or the start, without one) it came.
+std::pair<absl::Status, absl::Duration> ConnectAndCancel(
+    LocalRendezvousStore& store, const std::string& prefix,
+    absl::Duration timeout, absl::Duration cancel_after) {
+  std::atomic<bool> cancel{false};
+  absl::Status result;
+  absl::Time done;
+  std::thread t([&] {
+    result = GlooCommunicator::Connect(&store, prefix, 0, 2, "127.0.0.1",
+                                       timeout, &cancel)
+                 .status();
+    done = absl::Now();
+  });
+  absl::Time from = absl::Now();
+  if (cancel_after != absl::InfiniteDuration()) {
+    absl::SleepFor(cancel_after);
+    from = absl::Now();
+    cancel = true;
+  }
+  t.join();
+  return {result, done - from};
+}
+
+// A stop ends a connect that waits on a peer that never answers at once,
+// not at the deadline (a minute here; Gloo alone waits 5x that).
+TEST(GlooTest, CancelEndsAConnectToAPeerThatNeverAnswers) {
+  LocalRendezvousStore store;
+  ASSERT_TRUE(store.Set("silent//1", SilentPeerAddress()).ok());
+  auto [status, after] = ConnectAndCancel(store, "silent/", absl::Seconds(60),
+                                          absl::Milliseconds(300));
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_NE(status.message().find("rank 1 at 127.0.0.2:9"), std::string::npos)
+      << status;
+  EXPECT_LT(after, absl::Seconds(1)) << after;
+}
+
+// A stop ends a wait for a peer's addresses that never come.
+TEST(GlooTest, CancelEndsAWaitForAPeerThatNeverPublishes) {
+  LocalRendezvousStore store;
+  auto [status, after] = ConnectAndCancel(store, "absent/", absl::Seconds(60),
+                                          absl::Milliseconds(300));
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_LT(after, absl::Seconds(1)) << after;
+}
+
+// Without a stop, a pair's connect ends at the timeout (not 5x it), naming
+// the rank and the address it could not reach.
+TEST(GlooTest, ConnectToASilentPeerTimesOutNamingIt) {
+  LocalRendezvousStore store;
+  ASSERT_TRUE(store.Set("late//1", SilentPeerAddress()).ok());
+  auto [status, after] = ConnectAndCancel(
+      store, "late/", absl::Milliseconds(500), absl::InfiniteDuration());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("timed out connecting to rank 1 at "
+                                  "127.0.0.2:9"),
+            std::string::npos)
+      << status;
+  EXPECT_GE(after, absl::Milliseconds(500));
+  EXPECT_LT(after, absl::Milliseconds(1500)) << after;
 }
 
 }  // namespace

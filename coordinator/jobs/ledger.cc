@@ -43,6 +43,10 @@ void JobLedger::Rollback(int64_t version) {
     r.in_flight.clear();
     r.first_report = absl::InfinitePast();
     r.step_ms.clear();
+    // The next attempt's runs count from zero.
+    r.bytes_sent_before += r.bytes_sent;
+    r.bytes_received_before += r.bytes_received;
+    r.bytes_sent = r.bytes_received = 0;
   }
   finished_.clear();
   loss_shares_.clear();
@@ -75,8 +79,11 @@ void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
     if (l.step_ms.size() > kStepWindow) l.step_ms.pop_front();
   }
   l.utilization = p.utilization();
-  l.bytes_sent += p.bytes_sent();
-  l.bytes_received += p.bytes_received();
+  // Counts so far, not increments: summing them counted a stage's bytes
+  // once per report that repeated them (twice on the output stage, whose
+  // last report after its evaluation repeats its training's count).
+  l.bytes_sent = std::max(l.bytes_sent, p.bytes_sent());
+  l.bytes_received = std::max(l.bytes_received, p.bytes_received());
   if (p.peak_rss_bytes() > 0) {
     l.memory.set_peak_rss_bytes(p.peak_rss_bytes());
     l.memory.set_stashed_weight_bytes(p.stashed_weight_bytes());
@@ -149,8 +156,10 @@ double JobLedger::AddReplica(const Replica& l, v1::StageStatus* stage,
   stage->set_minibatches_done(
       std::max(stage->minibatches_done(), l.minibatches_done));
   step_ms->insert(step_ms->end(), l.step_ms.begin(), l.step_ms.end());
-  stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent);
-  stage->set_bytes_received(stage->bytes_received() + l.bytes_received);
+  stage->set_bytes_sent(stage->bytes_sent() + l.bytes_sent_before +
+                        l.bytes_sent);
+  stage->set_bytes_received(stage->bytes_received() + l.bytes_received_before +
+                            l.bytes_received);
   MaxMemory(l.memory, stage);
   const double span = absl::ToDoubleSeconds(l.last_report - l.first_report);
   return span > 0 ? (l.minibatches_done - l.first_done) * batch_size_ / span

@@ -69,7 +69,10 @@ class JobLedger {
     int64_t minibatches_done = 0;
     std::deque<double> step_ms;
     double utilization = 0;
+    // The attempt's bytes (a report carries its run's count so far, and
+    // later reports repeat it), and those of earlier attempts.
     int64_t bytes_sent = 0, bytes_received = 0;
+    int64_t bytes_sent_before = 0, bytes_received_before = 0;
     v1::StageProgress memory;  // The memory fields of the latest report.
     // For samples/s: (time, minibatches_done) of the first and last report.
     absl::Time first_report = absl::InfinitePast();

@@ -46,6 +46,32 @@ TEST(JobLedgerTest, StatusAggregatesReplicasAndRates) {
   EXPECT_DOUBLE_EQ(s.samples_per_second(), 64.0);
 }
 
+// A report carries its run's bytes so far, and later reports repeat them
+// (the output stage's last, after its evaluation, did): the stage's bytes
+// are the count, not the sum of the reports; a restart's run adds its own.
+TEST(JobLedgerTest, BytesAreTheRunsCountNotTheSumOfItsReports) {
+  JobLedger ledger(64);
+  for (int64_t sent : {1000, 5000, 5000, 5000}) {
+    v1::StageProgress p = Report(3, 0, sent / 1000);
+    p.set_bytes_sent(sent);
+    p.set_bytes_received(2 * sent);
+    ledger.Apply("w3", p, kT0);
+  }
+  v1::JobStatus s;
+  ledger.FillStatus({{"w0"}, {"w1"}, {"w2"}, {"w3"}}, Healthy, &s);
+  ASSERT_EQ(s.stages_size(), 4);
+  EXPECT_EQ(s.stages(3).bytes_sent(), 5000);
+  EXPECT_EQ(s.stages(3).bytes_received(), 10000);
+  ledger.Rollback(2);
+  v1::StageProgress again = Report(3, 0, 3);
+  again.set_bytes_sent(700);
+  ledger.Apply("w3", again, kT0 + absl::Seconds(1));
+  s.Clear();
+  ledger.FillStatus({{"w0"}, {"w1"}, {"w2"}, {"w3"}}, Healthy, &s);
+  EXPECT_EQ(s.stages(3).bytes_sent(), 5700);
+  EXPECT_EQ(s.stages(3).bytes_received(), 10000);
+}
+
 TEST(JobLedgerTest, SharesOfAMinibatchLossAreMergedWhenAllAreIn) {
   JobLedger ledger(64);
   v1::StageProgress r0 = Report(1, 0, 1), r1 = Report(1, 1, 1);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "pipeline/limits.h"
 
@@ -296,10 +297,55 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
   return plan;
 }
 
+namespace {
+
+std::string Rate(double bytes_per_s) {
+  if (bytes_per_s >= 1e9)
+    return absl::StrFormat("%.2f GB/s", bytes_per_s / 1e9);
+  if (bytes_per_s >= 1e6)
+    return absl::StrFormat("%.2f MB/s", bytes_per_s / 1e6);
+  return absl::StrFormat("%.0f B/s", bytes_per_s);
+}
+
+// The levels when there are several, and the measured topology when the
+// plan has one (pipeline.topology "measured"): its groups in rank order.
+std::string FormatTopology(const PartitionPlan& plan) {
+  if (plan.levels_size() < 2 && !plan.has_topology()) return "";
+  std::string out = "levels (innermost first):";
+  for (const TopologyLevel& l : plan.levels()) {
+    absl::StrAppend(&out, " ", l.workers(), " x ",
+                    Rate(l.bandwidth_bytes_per_s()), ";");
+  }
+  out.back() = '\n';
+  if (!plan.has_topology()) return out;
+  const v1::PlanTopology& t = plan.topology();
+  absl::StrAppend(&out, absl::StrFormat("topology %s (links probed in %.2f s)",
+                                        t.kind(), t.probe_seconds()));
+  if (!t.note().empty()) absl::StrAppend(&out, ": ", t.note());
+  absl::StrAppend(&out, "\n");
+  for (int g = 0; g < t.groups_size(); ++g) {
+    const v1::WorkerGroup& group = t.groups(g);
+    absl::StrAppend(
+        &out, absl::StrFormat("group %d ranks [%d, %d): %s (slowest link %s)\n",
+                              g, group.first_rank(),
+                              group.first_rank() + group.worker_ids_size(),
+                              absl::StrJoin(group.worker_ids(), " "),
+                              Rate(group.min_bytes_per_second())));
+  }
+  if (t.groups_size() > 1) {
+    absl::StrAppend(&out, "slowest link between groups ",
+                    Rate(t.inter_bytes_per_second()), "\n");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatPlan(const PartitionPlan& plan) {
   std::string out = absl::StrFormat(
       "cost model %s, %d of %d workers, NOAM %d\n", plan.cost_model(),
       plan.workers_used(), plan.workers_total(), plan.noam());
+  absl::StrAppend(&out, FormatTopology(plan));
   absl::StrAppend(
       &out, absl::StrFormat("%-6s %-13s %-13s %8s %6s %10s %10s %12s\n",
                             "stage", "states", "layers", "replicas", "depth",

@@ -44,6 +44,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "proto/service.grpc.pb.h"
+#include "tests/grpc_client_util.h"
 
 namespace aqueduct {
 namespace {
@@ -83,13 +84,6 @@ double SelfCpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
          (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 struct Options {
@@ -145,7 +139,8 @@ bool LoadIdentities(const Options& o, Identities* ids) {
     }
     return true;
   }
-  for (absl::string_view line : absl::StrSplit(ReadFile(o.tokens_file), '\n')) {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFileOrEmpty(o.tokens_file), '\n')) {
     std::vector<std::string> f =
         absl::StrSplit(line, ' ', absl::SkipWhitespace());
     if (f.size() != 3 || f[0][0] == '#') continue;
@@ -174,12 +169,10 @@ using Stub = v1::Coordinator::Stub;
 // `worker` (mutual TLS) and without one otherwise.
 std::vector<std::unique_ptr<Stub>> Connect(const Options& o, int n,
                                            bool worker) {
-  SecurityConfig tls;
-  if (!o.tls_ca.empty()) tls.ca_pem = ReadFile(o.tls_ca);
-  if (worker && !o.tls_cert.empty()) {
-    tls.cert_pem = ReadFile(o.tls_cert);
-    tls.key_pem = ReadFile(o.tls_key);
-  }
+  // Users connect without a client certificate.
+  const SecurityConfig tls = worker
+                                 ? TlsFromFiles(o.tls_ca, o.tls_cert, o.tls_key)
+                                 : TlsFromFiles(o.tls_ca, "", "");
   std::vector<std::unique_ptr<Stub>> stubs;
   for (int c = 0; c < n; ++c) {
     grpc::ChannelArguments args;
@@ -192,9 +185,7 @@ std::vector<std::unique_ptr<Stub>> Connect(const Options& o, int n,
 }
 
 void Prepare(grpc::ClientContext* ctx, const std::string& token) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(10));
-  AddBearerToken(ctx, token);
+  PrepareCall(ctx, token, absl::Seconds(10));
 }
 
 // What the load saw. Thread-safe.

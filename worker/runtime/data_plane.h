@@ -14,6 +14,7 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_DATA_PLANE_H_
 #define AQUEDUCT_WORKER_RUNTIME_DATA_PLANE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,11 +48,15 @@ class DataPlaneFactory {
   // every rank has connected; DEADLINE_EXCEEDED or UNAVAILABLE naming the
   // problem by `timeout`; FAILED_PRECONDITION when the job's transport
   // cannot run on this worker (checked before anything is connected, so
-  // every worker of the job fails alike). `store` is not owned.
+  // every worker of the job fails alike). When `stop` (may be null)
+  // becomes true the connect ends soon after with CANCELLED, whatever it
+  // waits on: a stopped job must free its worker even while a peer never
+  // answers. `store` and `stop` are not owned.
   virtual absl::StatusOr<DataPlane> Connect(const JobLayout& layout,
                                             const std::string& rendezvous_key,
                                             RendezvousStore* store,
-                                            absl::Duration timeout) = 0;
+                                            absl::Duration timeout,
+                                            const std::atomic<bool>* stop) = 0;
 };
 
 // The device channels a pipeline needs: one per kind (activations,

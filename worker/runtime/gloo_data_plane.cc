@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<DeviceChannels>> ConnectChannels(
 
 absl::StatusOr<DataPlane> GlooDataPlaneFactory::Connect(
     const JobLayout& layout, const std::string& rendezvous_key,
-    RendezvousStore* store, absl::Duration timeout) {
+    RendezvousStore* store, absl::Duration timeout,
+    const std::atomic<bool>* stop) {
   const bool nccl = layout.policy.transport == v1::TRANSPORT_NCCL;
   // Before connecting to peers, so that every worker of the job fails
   // alike rather than some with a closed connection.
@@ -44,10 +45,10 @@ absl::StatusOr<DataPlane> GlooDataPlaneFactory::Connect(
         "(--device=cuda:N); this worker runs on the CPU");
   }
   DataPlane plane;
-  ASSIGN_OR_RETURN(plane.comm,
-                   GlooCommunicator::Connect(store, rendezvous_key + "gloo/",
-                                             layout.rank, layout.world_size,
-                                             options_.advertise_host, timeout));
+  ASSIGN_OR_RETURN(plane.comm, GlooCommunicator::Connect(
+                                   store, rendezvous_key + "gloo/", layout.rank,
+                                   layout.world_size, options_.advertise_host,
+                                   timeout, stop));
   if (nccl) {
     ASSIGN_OR_RETURN(plane.channels,
                      ConnectChannels(layout, rendezvous_key + "nccl/", store,

@@ -41,7 +41,8 @@ class GlooDataPlaneFactory final : public DataPlaneFactory {
   absl::StatusOr<DataPlane> Connect(const JobLayout& layout,
                                     const std::string& rendezvous_key,
                                     RendezvousStore* store,
-                                    absl::Duration timeout) override;
+                                    absl::Duration timeout,
+                                    const std::atomic<bool>* stop) override;
 
  private:
   const GlooDataPlaneOptions options_;

@@ -30,7 +30,8 @@ class InMemoryDataPlaneFactory final : public DataPlaneFactory {
   absl::StatusOr<DataPlane> Connect(const JobLayout& layout,
                                     const std::string& rendezvous_key,
                                     RendezvousStore* store,
-                                    absl::Duration timeout) override;
+                                    absl::Duration timeout,
+                                    const std::atomic<bool>* stop) override;
 
   // Tensors sent over in-memory device channels so far (all jobs).
   int channel_sends();

@@ -32,6 +32,7 @@ void ProgressAccumulator::Reset(const std::string& job_id, int stage,
   pending_.set_stage(stage);
   pending_.set_replica(replica);
   pending_.set_attempt(attempt);
+  byte_counter_ = nullptr;
   dirty_ = false;
   loss_parts_.clear();
   loss_samples_ = 0;
@@ -42,6 +43,7 @@ void ProgressAccumulator::Reset(const std::string& job_id, int stage,
 void ProgressAccumulator::Begin(int64_t loss_samples) {
   absl::MutexLock lock(&mu_);
   loss_samples_ = loss_samples;
+  output_stage_ = loss_samples > 0;
   busy_ = absl::ZeroDuration();
   run_start_ = last_step_ = options_.clock->Now();
 }
@@ -122,15 +124,78 @@ void ProgressAccumulator::OnStepLocked(const StageEvent& e,
   pending_.set_peak_in_flight(stats.peak_in_flight);
 }
 
-void ProgressAccumulator::AddTraceLocked(std::string name, const char* track,
-                                         absl::Time start,
-                                         absl::Duration duration) {
-  if (pending_.events_size() >= options_.max_pending_events) return;
+TraceEvent* ProgressAccumulator::AddTraceLocked(std::string name,
+                                                const char* track,
+                                                absl::Time start,
+                                                absl::Duration duration) {
+  if (pending_.events_size() >= options_.max_pending_events) return nullptr;
   TraceEvent* t = pending_.add_events();
   t->set_name(std::move(name));
   t->set_track(track);
   t->set_start_us(absl::ToUnixMicros(start));
   t->set_duration_us(absl::ToInt64Microseconds(duration));
+  return t;
+}
+
+uint64_t FlowId(const std::string& job_id, int attempt, int64_t minibatch,
+                int microbatch, bool gradient, int boundary) {
+  // FNV-1a over the fields: both sides compute it alone, with no message.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= p[i];
+      h *= 1099511628211ull;
+    }
+  };
+  mix(job_id.data(), job_id.size());
+  const int64_t fields[] = {attempt, minibatch, microbatch, gradient ? 1 : 0,
+                            boundary};
+  mix(fields, sizeof(fields));
+  const uint64_t id = h & ((uint64_t{1} << 52) - 1);
+  return id == 0 ? 1 : id;
+}
+
+void ProgressAccumulator::RecordTransfersLocked(const StageEvent& e, int stage,
+                                                bool forward, bool receive) {
+  const std::string mb =
+      absl::StrCat("mb=", e.minibatch,
+                   e.microbatch > 0 ? absl::StrCat(".", e.microbatch) : "");
+  const absl::Duration wait =
+      std::max(absl::ZeroDuration(), (e.end - e.start) - e.compute);
+  // Forward: an activation from stage-1 arrives, one goes to stage+1.
+  // Backward: a gradient from stage+1 arrives, one goes to stage-1.
+  const bool receives = forward ? stage > 0 : !output_stage_;
+  const bool sends = forward ? !output_stage_ : stage > 0;
+  const int in_boundary = forward ? stage - 1 : stage;
+  const int out_boundary = forward ? stage : stage - 1;
+  if (!receive) {
+    // The send part only.
+  } else if (receives) {
+    // Always recorded (a wait of 0 too), so that every send has its end.
+    TraceEvent* t =
+        AddTraceLocked(absl::StrCat(forward ? "recv act " : "recv grad ", mb),
+                       "comm", e.start, std::max(wait, absl::Microseconds(1)));
+    if (t != nullptr) {
+      t->set_flow_id(FlowId(pending_.job_id(), pending_.attempt(), e.minibatch,
+                            e.microbatch, !forward, in_boundary));
+      t->set_flow("in");
+    }
+  } else if (forward && wait > absl::Microseconds(20)) {
+    // The input stage's forward waits on its data loader, not a peer.
+    AddTraceLocked(absl::StrCat("load ", mb), "comm", e.start, wait);
+  }
+  if (sends && !receive) {
+    // The send is posted when the compute ends; it completes later.
+    TraceEvent* t = AddTraceLocked(
+        absl::StrCat(forward ? "send act " : "send grad ", mb), "comm",
+        e.end - absl::Microseconds(1), absl::Microseconds(1));
+    if (t != nullptr) {
+      t->set_flow_id(FlowId(pending_.job_id(), pending_.attempt(), e.minibatch,
+                            e.microbatch, !forward, out_boundary));
+      t->set_flow("out");
+    }
+  }
 }
 
 void ProgressAccumulator::RecordTraceLocked(const StageEvent& e, int stage) {
@@ -141,16 +206,10 @@ void ProgressAccumulator::RecordTraceLocked(const StageEvent& e, int stage) {
     case OpKind::kForward:
     case OpKind::kBackward: {
       const bool forward = e.kind == OpKind::kForward;
-      const absl::Duration wait = (e.end - e.start) - e.compute;
-      if (wait > absl::Microseconds(20)) {
-        // The input stage's forward waits on its data loader, not a peer.
-        const char* what = !forward     ? "recv grad "
-                           : stage == 0 ? "load "
-                                        : "recv act ";
-        AddTraceLocked(absl::StrCat(what, mb), "comm", e.start, wait);
-      }
+      RecordTransfersLocked(e, stage, forward, /*receive=*/true);
       AddTraceLocked(absl::StrCat(forward ? "F " : "B ", mb, " v=", e.version),
                      "compute", e.end - e.compute, e.compute);
+      RecordTransfersLocked(e, stage, forward, /*receive=*/false);
       break;
     }
     case OpKind::kOptimizerStep:
@@ -168,9 +227,15 @@ void ProgressAccumulator::RecordTraceLocked(const StageEvent& e, int stage) {
 
 void ProgressAccumulator::SetBytes(int64_t sent, int64_t received) {
   absl::MutexLock lock(&mu_);
+  byte_counter_ = nullptr;
   pending_.set_bytes_sent(sent);
   pending_.set_bytes_received(received);
   dirty_ = true;
+}
+
+void ProgressAccumulator::SetByteCounter(ByteCounter counter) {
+  absl::MutexLock lock(&mu_);
+  byte_counter_ = std::move(counter);
 }
 
 void ProgressAccumulator::OnCheckpoint(const CheckpointWritten& written) {
@@ -217,8 +282,18 @@ void ProgressAccumulator::Fail(const std::string& error,
 
 std::optional<StageProgress> ProgressAccumulator::Take() {
   absl::MutexLock lock(&mu_);
-  if (!dirty_) return std::nullopt;
+  std::vector<v1::LogLine> lines;
+  if (options_.logs != nullptr && !pending_.job_id().empty()) {
+    lines = options_.logs->Take(pending_.job_id());
+  }
+  if (!dirty_ && lines.empty()) return std::nullopt;
+  if (byte_counter_) {
+    const auto [sent, received] = byte_counter_();
+    pending_.set_bytes_sent(sent);
+    pending_.set_bytes_received(received);
+  }
   StageProgress out = pending_;
+  for (v1::LogLine& line : lines) *out.add_log_lines() = std::move(line);
   out.set_reported_ms(absl::ToUnixMillis(options_.clock->Now()));
   // Keep the identity and cumulative fields; clear the per-report ones.
   pending_.clear_step_ms();

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/log_buffer.h"
 #include "proto/service_types.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/train/local_trainer.h"
@@ -38,6 +39,9 @@ struct ProgressOptions {
   std::function<int64_t()> peak_rss_bytes;
   // Trace events kept between two reports; later ones are dropped.
   int max_pending_events = 20000;
+  // Each report carries the job's log lines captured here since the
+  // previous one (aq logs); null: none. Not owned.
+  JobLogBuffer* logs = nullptr;
 };
 
 class ProgressAccumulator {
@@ -61,8 +65,13 @@ class ProgressAccumulator {
   // Pipeline: an op of the stage loop, and the stage's statistics after it.
   void OnStageEvent(const StageEvent& event, int stage,
                     const StageStats& stats);
-  // Bytes the stage's communicator has moved so far.
+  // Bytes the stage's communicator has moved so far (clears the counter).
   void SetBytes(int64_t sent, int64_t received);
+  // While set, each report reads the bytes moved so far from `counter`
+  // (sent, received), so they are live while the stage runs; null clears
+  // it (before what it reads goes away). Reset clears it too.
+  using ByteCounter = std::function<std::pair<int64_t, int64_t>()>;
+  void SetByteCounter(ByteCounter counter);
   // A checkpoint file of this stage is durable.
   void OnCheckpoint(const CheckpointWritten& written);
   // The test split's metrics of the trained model (also an evaluation at
@@ -83,9 +92,15 @@ class ProgressAccumulator {
  private:
   void RecordTraceLocked(const StageEvent& event, int stage)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddTraceLocked(std::string name, const char* track, absl::Time start,
-                      absl::Duration duration)
+  // Returns the event added (null when the report's events are full).
+  TraceEvent* AddTraceLocked(std::string name, const char* track,
+                             absl::Time start, absl::Duration duration)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `receive`: the receive of an activation (forward) or a gradient
+  // (backward) that `e` waited for; else the send that followed its
+  // compute. Each with its flow (TraceEvent.flow_id).
+  void RecordTransfersLocked(const StageEvent& e, int stage, bool forward,
+                             bool receive) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStepLocked(const StageEvent& event, const StageStats& stats)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddEvalLocked(int64_t step, double accuracy, double loss)
@@ -96,11 +111,15 @@ class ProgressAccumulator {
   const ProgressOptions options_;
   mutable absl::Mutex mu_;
   StageProgress pending_ ABSL_GUARDED_BY(mu_);
+  ByteCounter byte_counter_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time run_start_ ABSL_GUARDED_BY(mu_);
   absl::Time last_step_ ABSL_GUARDED_BY(mu_);
   absl::Duration busy_ ABSL_GUARDED_BY(mu_);  // Compute since run_start_.
   int64_t loss_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  // Pipeline: this replica runs the last stage (it computes losses), so
+  // its forwards send nothing.
+  bool output_stage_ ABSL_GUARDED_BY(mu_) = false;
   // Output stage: (sum of losses, samples) of minibatches not complete yet.
   std::map<int64_t, std::pair<double, int64_t>> loss_parts_
       ABSL_GUARDED_BY(mu_);
@@ -108,6 +127,13 @@ class ProgressAccumulator {
 
 // The process's peak resident set size (VmHWM), in bytes; 0 if unknown.
 int64_t PeakRssBytes();
+
+// The id that ties the trace event of a send to that of its receive: the
+// same on both sides (job, attempt, minibatch, microbatch, direction and
+// the stage boundary crossed: `boundary` b is between stages b and b+1).
+// Never 0, and under 2^52 so that JSON readers keep it exact.
+uint64_t FlowId(const std::string& job_id, int attempt, int64_t minibatch,
+                int microbatch, bool gradient, int boundary);
 
 }  // namespace aqueduct
 

@@ -44,6 +44,31 @@ TEST_F(ProgressTest, NothingToReportAtFirst) {
   EXPECT_EQ(progress_.minibatches_done(), 0);
 }
 
+// Bytes are live: each report reads the communicator's counts while the
+// stage runs (metrics and the dashboard see them during the job); the
+// final SetBytes and Reset stop reading.
+TEST_F(ProgressTest, ReportsReadTheByteCounterWhileItIsSet) {
+  int64_t sent = 100, received = 7;
+  progress_.SetByteCounter([&] { return std::make_pair(sent, received); });
+  progress_.SetTotalSteps(10);  // Something to report.
+  std::optional<StageProgress> report = progress_.Take();
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->bytes_sent(), 100);
+  EXPECT_EQ(report->bytes_received(), 7);
+  sent = 250;
+  progress_.SetTotalSteps(11);
+  EXPECT_EQ(progress_.Take()->bytes_sent(), 250);
+  progress_.SetBytes(300, 9);
+  sent = 999;  // No longer read.
+  report = progress_.Take();
+  EXPECT_EQ(report->bytes_sent(), 300);
+  EXPECT_EQ(report->bytes_received(), 9);
+  progress_.SetByteCounter([&] { return std::make_pair(sent, received); });
+  progress_.Reset("job", 1, 0, 1);
+  progress_.SetTotalSteps(10);
+  EXPECT_EQ(progress_.Take()->bytes_sent(), 0);
+}
+
 TEST_F(ProgressTest, StepsReportTimesUtilisationAndPeaks) {
   StageStats stats;
   stats.peak_stashed_versions = 2;
@@ -76,15 +101,27 @@ TEST_F(ProgressTest, StepsReportTimesUtilisationAndPeaks) {
   EXPECT_EQ(p->peak_in_flight(), 3);
   EXPECT_EQ(p->stashed_weight_bytes(), 400);
   EXPECT_EQ(p->stashed_activation_bytes(), 500);
-  // The forward waited 2 ms on its peer (stage 1 receives activations).
-  ASSERT_EQ(p->events_size(), 4);
+  // The forward waited 2 ms on its peer (stage 1 receives activations);
+  // a middle stage receives and sends both ways, each transfer with its
+  // flow (a receive without a wait too).
+  ASSERT_EQ(p->events_size(), 7);
   EXPECT_EQ(p->events(0).name(), "recv act mb=0");
   EXPECT_EQ(p->events(0).track(), "comm");
   EXPECT_EQ(p->events(0).duration_us(), 2000);
+  EXPECT_EQ(p->events(0).flow(), "in");
+  EXPECT_EQ(p->events(0).flow_id(), FlowId("job", 0, 0, 0, false, 0));
   EXPECT_EQ(p->events(1).name(), "F mb=0 v=0");
   EXPECT_EQ(p->events(1).track(), "compute");
-  EXPECT_EQ(p->events(2).name(), "B mb=0 v=0");
-  EXPECT_EQ(p->events(3).name(), "step v=1");
+  EXPECT_EQ(p->events(1).flow_id(), 0u);
+  EXPECT_EQ(p->events(2).name(), "send act mb=0");
+  EXPECT_EQ(p->events(2).flow(), "out");
+  EXPECT_EQ(p->events(2).flow_id(), FlowId("job", 0, 0, 0, false, 1));
+  EXPECT_EQ(p->events(3).name(), "recv grad mb=0");
+  EXPECT_EQ(p->events(3).flow_id(), FlowId("job", 0, 0, 0, true, 1));
+  EXPECT_EQ(p->events(4).name(), "B mb=0 v=0");
+  EXPECT_EQ(p->events(5).name(), "send grad mb=0");
+  EXPECT_EQ(p->events(5).flow_id(), FlowId("job", 0, 0, 0, true, 0));
+  EXPECT_EQ(p->events(6).name(), "step v=1");
   EXPECT_EQ(progress_.minibatches_done(), 1);
 
   // The next report has only what happened since; cumulative fields stay.
@@ -203,6 +240,44 @@ TEST_F(ProgressTest, ResetForgetsThePreviousJob) {
   EXPECT_EQ(p->replica(), 1);
   EXPECT_EQ(p->losses_size(), 0);
   EXPECT_EQ(p->total_steps(), 4);
+}
+
+}  // namespace
+}  // namespace aqueduct
+
+namespace aqueduct {
+namespace {
+
+TEST(ProgressLogsTest, ReportsCarryTheJobsCapturedLines) {
+  FakeClock clock;
+  JobLogBuffer logs;
+  ProgressOptions options;
+  options.clock = &clock;
+  options.logs = &logs;
+  ProgressAccumulator progress(options);
+  progress.Reset("job-a", 2, 0);
+  logs.Add("job-b", 0, "info", 1, "another job's line");
+  EXPECT_FALSE(progress.Take().has_value());
+  logs.Add("job-a", 2, "warn", 5, "peer slow");
+  std::optional<StageProgress> p = progress.Take();
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->log_lines_size(), 1);
+  EXPECT_EQ(p->log_lines(0).text(), "peer slow");
+  EXPECT_EQ(p->log_lines(0).level(), "warn");
+  EXPECT_FALSE(progress.Take().has_value());
+}
+
+TEST(FlowIdTest, DiffersByEveryFieldAndFitsJson) {
+  const uint64_t base = FlowId("j", 0, 3, 1, false, 0);
+  EXPECT_NE(base, 0u);
+  EXPECT_LT(base, uint64_t{1} << 52);
+  EXPECT_EQ(base, FlowId("j", 0, 3, 1, false, 0));
+  EXPECT_NE(base, FlowId("k", 0, 3, 1, false, 0));
+  EXPECT_NE(base, FlowId("j", 1, 3, 1, false, 0));
+  EXPECT_NE(base, FlowId("j", 0, 4, 1, false, 0));
+  EXPECT_NE(base, FlowId("j", 0, 3, 0, false, 0));
+  EXPECT_NE(base, FlowId("j", 0, 3, 1, true, 0));
+  EXPECT_NE(base, FlowId("j", 0, 3, 1, false, 1));
 }
 
 }  // namespace

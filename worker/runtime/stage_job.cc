@@ -7,12 +7,14 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "pipeline/limits.h"
 #include "pipeline/memory.h"
+#include "pipeline/policy.h"
 #include "pipeline/spec.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/spec.h"
@@ -21,6 +23,7 @@
 #include "worker/runtime/checkpoint_writer.h"
 #include "worker/runtime/evaluation.h"
 #include "worker/runtime/layout.h"
+#include "worker/runtime/peer_reach.h"
 #include "worker/runtime/pipeline_stage.h"
 #include "worker/train/local_trainer.h"
 
@@ -288,7 +291,7 @@ absl::Status PipelineJob::Prepare() {
 absl::Status PipelineJob::Connect() {
   ASSIGN_OR_RETURN(
       plane_, env_.data_plane->Connect(layout_, a_.rendezvous_key(), env_.store,
-                                       env_.peer_timeout));
+                                       env_.peer_timeout, env_.stop));
   if (env_.on_data_plane) env_.on_data_plane(&plane_);
   return absl::OkStatus();
 }
@@ -378,6 +381,13 @@ absl::Status PipelineJob::Train() {
       std::move(*params_), StageOptions());
   env_.progress->Begin(
       layout_.output_stage() ? layout_.loss_samples_per_minibatch() : 0);
+  // Live byte counts in every report while the stage runs; the counter
+  // goes before the communicator can.
+  const Communicator* comm = plane_.comm.get();
+  env_.progress->SetByteCounter([comm] {
+    return std::make_pair(comm->bytes_sent(), comm->bytes_received());
+  });
+  absl::Cleanup forget = [this] { env_.progress->SetByteCounter(nullptr); };
   RETURN_IF_ERROR(stage_->Run());
   env_.progress->SetBytes(plane_.comm->bytes_sent(),
                           plane_.comm->bytes_received());
@@ -405,14 +415,76 @@ absl::Status PipelineJob::Evaluate() {
 
 }  // namespace
 
+namespace {
+
+// The stage, worker and worker address of `rank` in the job; nullopt for a
+// rank the assignment does not place.
+struct RankPlace {
+  int stage = 0;
+  std::string worker, address;
+};
+std::optional<RankPlace> PlaceOfRank(const StageAssignment& a, int rank) {
+  for (int s = 0; s < a.plan().stages_size() && s < a.peers_size(); ++s) {
+    const auto& ranks = a.plan().stages(s).worker_ranks();
+    for (int r = 0; r < ranks.size() && r < a.peers(s).worker_ids_size(); ++r) {
+      if (ranks[r] != rank) continue;
+      return RankPlace{s, a.peers(s).worker_ids(r),
+                       r < a.peers(s).addresses_size() ? a.peers(s).addresses(r)
+                                                       : std::string()};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// A data-plane timeout, with the peer it timed out on looked at. Every
+// stage of a pipeline whose link broke times out at about the same moment
+// (each waits on the next), so the peer's host is probed: one that does
+// not answer is named as unreachable (kCouldNotReach, which the
+// coordinator turns into the pair in its reason). One that answers is
+// stalled behind someone else: this report waits a little (until a stop,
+// or 2 probes and a second), so that the stage cut off from its peer
+// reports first and the restart names the broken link.
+std::string ExplainTimeout(const StageAssignment& a, const JobEnv& env,
+                           const absl::Status& status) {
+  const std::string message(status.message());
+  const std::optional<int> rank = PeerRankOf(message);
+  if (!absl::IsDeadlineExceeded(status) || !rank.has_value()) return message;
+  const std::optional<RankPlace> peer = PlaceOfRank(a, *rank);
+  if (!peer.has_value() || peer->address.empty()) return message;
+  const absl::Duration probe = std::clamp(
+      env.peer_timeout / 4, absl::Milliseconds(200), absl::Seconds(2));
+  const PeerReach reach = ProbeTcp(peer->address, probe);
+  if (!reach.answers) {
+    return absl::StrCat(kCouldNotReach, "stage ", peer->stage, " on worker ",
+                        peer->worker, " (", HostOf(peer->address),
+                        "): ", message, "; TCP to ", peer->address, ": ",
+                        reach.detail);
+  }
+  const absl::Time until = absl::Now() + 2 * probe + absl::Seconds(1);
+  while (absl::Now() < until && !(env.stop != nullptr && env.stop->load())) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::StrCat(message, "; rank ", *rank, " (worker ", peer->worker,
+                      ", stage ", peer->stage, ") answers on ", peer->address,
+                      " (", reach.detail,
+                      "): stalled behind another stage, not cut off from here");
+}
+
+}  // namespace
+
 absl::Status RunPipelineJob(const StageAssignment& a, const JobEnv& env) {
   absl::Status status = PipelineJob(a, env).Run();
   if (status.ok() || status.code() == absl::StatusCode::kCancelled) {
     return status;
   }
-  return absl::Status(
-      status.code(),
-      absl::StrCat(status.message(), " [ranks: ", DescribeRanks(a), "]"));
+  return absl::Status(status.code(),
+                      absl::StrCat(ExplainTimeout(a, env, status),
+                                   " [ranks: ", DescribeRanks(a), "]"));
 }
 
 }  // namespace aqueduct

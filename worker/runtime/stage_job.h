@@ -42,7 +42,8 @@ struct JobEnv {
   // Deadline of every wait on a peer (connecting included).
   absl::Duration peer_timeout = absl::Seconds(60);
   // When it becomes true the job ends with CANCELLED after its current step
-  // (a wait on a peer ends when the data plane is aborted).
+  // (a wait on a peer ends when the data plane is aborted; connecting to the
+  // peers ends within about 50 ms).
   const std::atomic<bool>* stop = nullptr;
   ProgressAccumulator* progress = nullptr;
   // Pipelines: called with the data plane once it is connected (so that a
@@ -81,9 +82,13 @@ struct JobEnv {
 absl::Status RunLocalJob(const StageAssignment& assignment, const JobEnv& env);
 
 // Runs this worker's stage replica of a pipeline job, then the end-of-job
-// evaluation. OK when finished, CANCELLED when stopped; otherwise the error,
-// its message followed by " [ranks: <rank>=<worker> (stage s), ...]" naming
-// the workers behind the ranks it may mention.
+// evaluation. OK when finished, CANCELLED when stopped (connecting to peers
+// included); otherwise the error, its message followed by " [ranks:
+// <rank>=<worker> (stage s), ...]" naming the workers behind the ranks it
+// may mention. A timeout on a peer probes the peer's host (peer_reach.h):
+// one that does not answer makes the error "could not reach stage S on
+// worker W (HOST): ..." (kCouldNotReach); one that answers is said to be
+// stalled, and the error is returned a few seconds later (or at a stop).
 absl::Status RunPipelineJob(const StageAssignment& assignment,
                             const JobEnv& env);
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_buffer.h"
 #include "common/logging.h"
 #include "worker/runtime/layout.h"
 #include "worker/runtime/stage_job.h"
@@ -14,6 +15,7 @@ namespace {
 ProgressOptions ProgressOptionsFor(const StageRuntimeOptions& options) {
   ProgressOptions progress;
   progress.clock = options.clock;
+  progress.logs = options.logs;
   return progress;
 }
 
@@ -140,6 +142,10 @@ void StageRuntime::SetDataPlane(const DataPlane* plane) {
 }
 
 void StageRuntime::Run(const StageAssignment& a) {
+  // What this thread logs from here on belongs to the job's log (aq logs).
+  ScopedJobLogContext log_context(a.job_id(), a.stage());
+  AQ_LOG_INFO("job {}: stage {} replica {} (attempt {}) starting", a.job_id(),
+              a.stage(), a.replica(), a.attempt());
   {
     absl::MutexLock lock(&mu_);
     stopped_before_close_ = false;

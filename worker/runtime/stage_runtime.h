@@ -26,6 +26,7 @@
 #include "common/comm/rendezvous_store.h"
 #include "common/device/factory.h"
 #include "common/file_system.h"
+#include "common/log_buffer.h"
 #include "proto/service_types.h"
 #include "worker/runtime/data_plane.h"
 #include "worker/runtime/model_sink.h"
@@ -52,6 +53,9 @@ struct StageRuntimeOptions {
   // What jobs may open (--data_root, --checkpoint_root, --max_text_bytes;
   // common/file_system.h). The default allows no file: synthetic data only.
   FileAccess files;
+  // Where the stage thread's log lines are captured for the job's log (aq
+  // logs; common/log_buffer.h); null: not captured. Not owned.
+  JobLogBuffer* logs = nullptr;
 };
 
 class StageRuntime {

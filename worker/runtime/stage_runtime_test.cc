@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "common/comm/local_store.h"
 #include "common/device/cpu_device.h"
 #include "common/fake_coordinator_client.h"
+#include "common/log_buffer.h"
 #include "gtest/gtest.h"
 #include "worker/nn/spec.h"
 #include "worker/runtime/coordinator_store.h"
@@ -214,6 +216,7 @@ class InProcessJobTest : public ::testing::Test {
     options.files = files;
     options.peer_timeout = absl::Seconds(120);
     options.busy_wait = absl::Seconds(1);
+    options.logs = logs_;
     for (int i = 0; i < n; ++i) {
       runtimes_.push_back(
           std::make_unique<StageRuntime>(options, &data_plane_, &store_));
@@ -263,6 +266,9 @@ class InProcessJobTest : public ::testing::Test {
     return runs;
   }
 
+  // Set by a test before AddRuntimes: where the stage threads' log lines
+  // are captured.
+  JobLogBuffer* logs_ = nullptr;
   FakeCoordinatorClient coordinator_;
   CoordinatorStore store_;
   InMemoryDataPlaneFactory data_plane_;
@@ -327,6 +333,53 @@ TEST_F(InProcessJobTest, ReplicatedStageOverDeviceChannelsMatchesTrainLocal) {
   ExpectTrainLocal(runs, 2, spec, "replicated");
   // Every activation and gradient of every microbatch.
   EXPECT_EQ(data_plane_.channel_sends(), 2 * spec.max_steps() * 4);
+}
+
+// Every receive in the trace has its send (same flow id, one "out" and one
+// "in"), across replicas and microbatches; and the reports carry the stage
+// threads' log lines.
+TEST_F(InProcessJobTest, TraceFlowsPairEverySendWithItsReceive) {
+  JobSpec spec = *ParseJobSpec(kMlp, "test");
+  // The process's logger copies into this buffer for the rest of the run.
+  static JobLogBuffer* const logs = [] {
+    auto* buffer = new JobLogBuffer();
+    InstallJobLogSink(buffer);
+    return buffer;
+  }();
+  logs_ = logs;
+  AddRuntimes(3);
+  Start(Assignments("flows", spec, {{0, 5}, {2, 1}}));
+  const std::vector<WorkerRun> runs = Watch("flows", absl::Seconds(120));
+  std::map<uint64_t, int> outs, ins;
+  std::set<int> stages_logged;
+  for (const WorkerRun& run : runs) {
+    ASSERT_TRUE(run.finished);
+    for (const StageProgress& p : run.reports) {
+      for (const TraceEvent& e : p.events()) {
+        if (e.flow() == "out") ++outs[e.flow_id()];
+        if (e.flow() == "in") ++ins[e.flow_id()];
+        if (!e.flow().empty()) {
+          EXPECT_NE(e.flow_id(), 0u) << e.name();
+        }
+      }
+      for (const v1::LogLine& line : p.log_lines()) {
+        if (line.text().find("starting") != std::string::npos) {
+          stages_logged.insert(line.stage());
+        }
+      }
+    }
+  }
+  // One boundary (2 stages, the first replicated): an activation and a
+  // gradient per microbatch (4) of each step.
+  const int64_t transfers = 2 * spec.max_steps() * 4;
+  EXPECT_EQ(static_cast<int64_t>(outs.size()), transfers);
+  EXPECT_EQ(outs.size(), ins.size());
+  for (const auto& [id, n] : ins) {
+    EXPECT_EQ(n, 1) << id;
+    EXPECT_EQ(outs.count(id), 1u) << "receive " << id << " has no send";
+  }
+  for (const auto& [id, n] : outs) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(stages_logged, (std::set<int>{0, 1}));
 }
 
 TEST_F(InProcessJobTest, OneStageTrainsLocally) {

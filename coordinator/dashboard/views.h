@@ -1,0 +1,116 @@
+// The dashboard's JSON documents, built from what CoordinatorCore's read
+// methods return (ListWorkers, ListJobs, GetJob, GetPlan, GetTrace): pure
+// functions of those messages and the time, so that they are tested without
+// a coordinator or a socket. Every document is bounded (the limits below);
+// each says how many items there were and how many it shows.
+//
+// Thread-safety: the functions are stateless; ThroughputHistory is
+// thread-safe.
+#ifndef AQUEDUCT_COORDINATOR_DASHBOARD_VIEWS_H_
+#define AQUEDUCT_COORDINATOR_DASHBOARD_VIEWS_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/service_types.h"
+
+namespace aqueduct {
+
+// The bounds of the documents.
+struct ViewLimits {
+  // Workers and jobs listed (jobs: the newest).
+  size_t max_workers = 500;
+  size_t max_jobs = 100;
+  // Points of a job's loss curve (evenly thinned, the last kept), of its
+  // evaluations and of its throughput history.
+  size_t max_loss_points = 1000;
+  size_t max_eval_points = 200;
+  // The timeline: this much before the latest event, at most this many
+  // events per stage replica (the latest).
+  absl::Duration timeline_window = absl::Seconds(5);
+  size_t max_events_per_row = 3000;
+  // Bytes of a job's reason or a restart's reason.
+  size_t max_reason_bytes = 500;
+};
+
+// "forward", "backward", "send", "recv", "load", "step", "allreduce" or
+// "other", from a trace event's name (worker/runtime/progress.cc names
+// them "F mb=..", "B mb=..", "recv act ..", "recv grad ..", "load ..",
+// "step v=..", "all-reduce ..").
+const char* TraceKind(const std::string& name);
+
+// Up to `max` of `n` indices in order, evenly spaced, first and last kept.
+std::vector<size_t> ThinIndices(size_t n, size_t max);
+
+// {"now_ms", "total", "workers": [{"id", "host", "address", "state",
+// "health", "heartbeat_age_s", "device", "memory_bytes", "job", "stage",
+// "replica", "version"}]}.
+std::string WorkersJson(const std::vector<WorkerStatus>& workers,
+                        absl::Time now, const ViewLimits& limits);
+
+// {"now_ms", "total", "jobs": [{"id", "name", "owner", "state", "reason",
+// "step", "total_steps", "samples_per_second", "loss", "attempt",
+// "restarts", "workers", "submitted_ms", "started_ms", "finished_ms"}]}:
+// the newest limits.max_jobs of `jobs` (in submission order), newest
+// first.
+std::string JobsJson(const std::vector<JobStatus>& jobs, absl::Time now,
+                     const ViewLimits& limits);
+
+// A point of a job's throughput as the dashboard saw it.
+struct ThroughputPoint {
+  int64_t time_ms = 0;
+  int64_t step = 0;
+  double samples_per_second = 0;
+};
+
+// One job: its row (as in JobsJson) plus "loss_curve" [[minibatch, loss]],
+// "evals" [[step, loss, accuracy]], "throughput" [[time_ms, samples/s,
+// step]], "stages" (the live per-stage status), "plan" (null until
+// planned: stages with layer ranges, replicas, workers and predicted
+// times), "restart_log".
+std::string JobJson(const JobStatus& job, const PartitionPlan* plan,
+                    const std::vector<ThroughputPoint>& throughput,
+                    absl::Time now, const ViewLimits& limits);
+
+// The last limits.timeline_window of a job's trace, ending at its latest
+// event: {"job", "end_us", "window_ms", "dropped", "rows": [{"worker",
+// "stage", "replica", "events": [[kind, start_ms, duration_ms, name]],
+// "truncated"}]} with start_ms relative to the window's start.
+std::string TimelineJson(const std::string& job_id,
+                         const v1::GetTraceResponse& trace,
+                         const ViewLimits& limits);
+
+// {"error": message}.
+std::string ErrorJson(const std::string& message);
+
+// Throughput over time per job, as the dashboard's polls saw it: the
+// coordinator keeps no time series (its Prometheus metrics are for that),
+// so this is sampled whenever a page asks, at most one point a second, and
+// covers the time some page was open. Bounded: max_points per job, the
+// max_jobs most recently sampled.
+class ThroughputHistory {
+ public:
+  explicit ThroughputHistory(size_t max_points = 900, size_t max_jobs = 64)
+      : max_points_(max_points), max_jobs_(max_jobs) {}
+  // Records a RUNNING job's throughput at `now` (others are ignored).
+  void Record(const JobStatus& job, absl::Time now);
+  std::vector<ThroughputPoint> Get(const std::string& job_id) const;
+
+ private:
+  struct Series {
+    std::deque<ThroughputPoint> points;
+    absl::Time last = absl::InfinitePast();
+  };
+  const size_t max_points_, max_jobs_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace aqueduct
+
+#endif  // AQUEDUCT_COORDINATOR_DASHBOARD_VIEWS_H_
