@@ -36,6 +36,11 @@ trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXI
 # shellcheck source=/dev/null
 source "$state/aq.env"
 echo "coordinator at $address (logs in $state)"
+if [ -s "$state/dashboard.url" ]; then
+  echo "dashboard: $(cat "$state/dashboard.url") (open it once with" \
+    "?token=<the token in $state/tls/token.admin>; its certificate is" \
+    "signed by the development CA $state/tls/ca.pem)"
+fi
 "$bin/client/aq" workers --coordinator "$address"
 set +e
 "$bin/client/aq" submit "$job" --wait --coordinator "$address" \

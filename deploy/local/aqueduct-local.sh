@@ -4,7 +4,7 @@
 #
 #   deploy/local/aqueduct-local.sh start [--workers N] [--port P] [--state-dir DIR]
 #                                        [--threads T] [--bin DIR] [--data-root DIR]
-#                                        [--no-tls]
+#                                        [--http-port P] [--no-tls]
 #   deploy/local/aqueduct-local.sh stop   [--state-dir DIR]
 #   deploy/local/aqueduct-local.sh status [--state-dir DIR]
 #
@@ -19,6 +19,12 @@
 # which sets AQ_COORDINATOR, AQ_TLS_CA and AQ_TOKEN_FILE for aq:
 #   source <state-dir>/aq.env && aq jobs
 #
+# The coordinator serves its dashboard and /metrics on 127.0.0.1:P
+# (--http-port; 0, the default, picks a free port) and each worker its
+# /metrics on a free port, with the same tokens; start writes the
+# dashboard's address to <state-dir>/dashboard.url (open it once with
+# ?token=<the token in <state-dir>/tls/token.admin>).
+#
 # start waits (at most 60 s) until every worker is registered and HEALTHY,
 # then prints the coordinator's address. Port 0 (the default) picks a free
 # port. Binaries come from --bin (default: Bazel's bazel-bin of the opt
@@ -26,12 +32,13 @@
 set -euo pipefail
 cmd="${1:-}"
 [ -n "$cmd" ] && shift
-workers=1 port=0 threads=1 bin="" state="${AQ_STATE_DIR:-/tmp/aqueduct-local}"
+workers=1 port=0 http_port=0 threads=1 bin="" state="${AQ_STATE_DIR:-/tmp/aqueduct-local}"
 data_roots=() tls=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
+    --http-port) http_port="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --state-dir) state="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
@@ -70,11 +77,11 @@ case "$cmd" in
       coordinator_tls=(--tls_ca "$state/tls/ca.pem" --tls_cert "$state/tls/coordinator.pem"
         --tls_key "$state/tls/coordinator.key" --tokens_file "$state/tls/tokens")
       worker_tls=(--tls_ca "$state/tls/ca.pem" --tls_cert "$state/tls/worker.pem"
-        --tls_key "$state/tls/worker.key")
+        --tls_key "$state/tls/worker.key" --http_tokens_file "$state/tls/tokens")
       export AQ_TLS_CA="$state/tls/ca.pem" AQ_TOKEN_FILE="$state/tls/token.admin"
     fi
     "$bin/coordinator/coordinator" --listen "127.0.0.1:$port" \
-      --checkpoint_root "$state/checkpoints" ${coordinator_tls[@]+"${coordinator_tls[@]}"} \
+      --http_listen "127.0.0.1:$http_port" --checkpoint_root "$state/checkpoints" ${coordinator_tls[@]+"${coordinator_tls[@]}"} \
       --state_dir "$state" >"$state/coordinator.log" 2>&1 &
     echo $! >"$state/coordinator.pid"
     for _ in $(seq 100); do [ -s "$state/coordinator.port" ] && break; sleep 0.1; done
@@ -84,6 +91,8 @@ case "$cmd" in
     fi
     address="127.0.0.1:$(cat "$state/coordinator.port")"
     echo "$address" >"$state/coordinator.address"
+    sed -n 's|.*metrics on \(https*://[^ ]*\)/metrics.*|\1/|p' \
+      "$state/coordinator.log" | head -1 >"$state/dashboard.url"
     {
       echo "export AQ_COORDINATOR=$address"
       [ "$tls" = 1 ] && echo "export AQ_TLS_CA=$AQ_TLS_CA AQ_TOKEN_FILE=$AQ_TOKEN_FILE"
@@ -93,7 +102,7 @@ case "$cmd" in
         --checkpoint_root "$state/checkpoints" ${data_roots[@]+"${data_roots[@]}"} \
         ${worker_tls[@]+"${worker_tls[@]}"} \
         ${worker_tls[@]+--token_file "$state/tls/token.local-$i"} \
-        --threads "$threads" --listen 127.0.0.1:0 \
+        --threads "$threads" --listen 127.0.0.1:0 --http_listen 127.0.0.1:0 \
         >"$state/worker-$i.log" 2>&1 &
       echo $! >"$state/worker-$i.pid"
     done

@@ -122,7 +122,8 @@ std::map<std::string, JobState> QueryAll(const CoordinatorCore& core) {
 absl::Status JournalEntry(const uint8_t* data, size_t size) {
   const fs::path path = StateDir() / "jobs.journal";
   for (const auto& entry : fs::directory_iterator(StateDir())) {
-    fs::remove(entry.path());  // Left by the previous input.
+    fs::remove_all(entry.path());  // Left by the previous input (files,
+                                   // the logs/ and traces/ directories).
   }
   {
     std::ofstream out(path, std::ios::binary);
