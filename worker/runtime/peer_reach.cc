@@ -72,6 +72,7 @@ PeerReach ConnectOnce(const addrinfo& ai, absl::Duration timeout) {
   }
   if (rv == 0) {
     reach = {true, "connected"};
+    reach.accepted = true;
   } else if (errno == ECONNREFUSED) {
     reach = {true, "refused"};  // A host that says no is there.
   } else {

@@ -29,6 +29,9 @@ struct PeerReach {
   // What happened, for the error: "connected", "refused", "no answer
   // within 1s", or the socket error.
   std::string detail;
+  // It was accepted: the process listening there (the peer's worker) is
+  // alive. Refused: the host is up but the worker's port is closed.
+  bool accepted = false;
 };
 
 // Opens (and closes) a TCP connection to `address` ("host:port", a

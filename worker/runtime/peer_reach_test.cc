@@ -49,12 +49,14 @@ TEST(PeerReachTest, AHostThatAcceptsOrRefusesAnswers) {
     const PeerReach open = ProbeTcp(listener.address, absl::Seconds(2));
     EXPECT_TRUE(open.answers) << open.detail;
     EXPECT_EQ(open.detail, "connected");
+    EXPECT_TRUE(open.accepted);
     closed = listener.address;
   }
   // Nobody listens there now: the host refuses, so it is reachable.
   const PeerReach refused = ProbeTcp(closed, absl::Seconds(2));
   EXPECT_TRUE(refused.answers) << refused.detail;
   EXPECT_EQ(refused.detail, "refused");
+  EXPECT_FALSE(refused.accepted);
 }
 
 TEST(PeerReachTest, AnAddressThatIsNotHostPortDoesNotAnswer) {

@@ -441,38 +441,43 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-// A data-plane timeout, with the peer it timed out on looked at. Every
-// stage of a pipeline whose link broke times out at about the same moment
-// (each waits on the next), so the peer's host is probed: one that does
-// not answer is named as unreachable (kCouldNotReach, which the
-// coordinator turns into the pair in its reason). One that answers is
-// stalled behind someone else: this report waits a little (until a stop,
-// or 2 probes and a second), so that the stage cut off from its peer
-// reports first and the restart names the broken link.
-std::string ExplainTimeout(const StageAssignment& a, const JobEnv& env,
-                           const absl::Status& status) {
+// A data-plane error naming a peer, with the peer looked at. Every stage of
+// a pipeline whose link broke times out at about the same moment (each
+// waits on the next), and a stage that fails closes its connections, so
+// its neighbours fail at once too: the peer's worker port is probed. A
+// timeout on a peer that does not answer at all is named as unreachable
+// (kCouldNotReach: the coordinator names the pair from it). A peer whose
+// worker accepts the probe is alive and will report its own failure: this
+// report waits a little (until a stop, or 2 probes and a second), so that
+// the stage at the cause reports first and the restart names it. A peer
+// whose port is refused (its process died) is reported at once.
+std::string ExplainPeerError(const StageAssignment& a, const JobEnv& env,
+                             const absl::Status& status) {
   const std::string message(status.message());
   const std::optional<int> rank = PeerRankOf(message);
-  if (!absl::IsDeadlineExceeded(status) || !rank.has_value()) return message;
-  const std::optional<RankPlace> peer = PlaceOfRank(a, *rank);
+  if (!absl::IsDeadlineExceeded(status) && !absl::IsUnavailable(status)) {
+    return message;
+  }
+  const std::optional<RankPlace> peer =
+      rank.has_value() ? PlaceOfRank(a, *rank) : std::nullopt;
   if (!peer.has_value() || peer->address.empty()) return message;
   const absl::Duration probe = std::clamp(
       env.peer_timeout / 4, absl::Milliseconds(200), absl::Seconds(2));
   const PeerReach reach = ProbeTcp(peer->address, probe);
-  if (!reach.answers) {
+  if (!reach.answers && absl::IsDeadlineExceeded(status)) {
     return absl::StrCat(kCouldNotReach, "stage ", peer->stage, " on worker ",
                         peer->worker, " (", HostOf(peer->address),
                         "): ", message, "; TCP to ", peer->address, ": ",
                         reach.detail);
   }
+  if (!reach.accepted) return message;
   const absl::Time until = absl::Now() + 2 * probe + absl::Seconds(1);
   while (absl::Now() < until && !(env.stop != nullptr && env.stop->load())) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   return absl::StrCat(message, "; rank ", *rank, " (worker ", peer->worker,
-                      ", stage ", peer->stage, ") answers on ", peer->address,
-                      " (", reach.detail,
-                      "): stalled behind another stage, not cut off from here");
+                      ", stage ", peer->stage, ") is alive on ", peer->address,
+                      ": it failed or stalled on another stage");
 }
 
 }  // namespace
@@ -483,7 +488,7 @@ absl::Status RunPipelineJob(const StageAssignment& a, const JobEnv& env) {
     return status;
   }
   return absl::Status(status.code(),
-                      absl::StrCat(ExplainTimeout(a, env, status),
+                      absl::StrCat(ExplainPeerError(a, env, status),
                                    " [ranks: ", DescribeRanks(a), "]"));
 }
 

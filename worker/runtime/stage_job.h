@@ -85,10 +85,12 @@ absl::Status RunLocalJob(const StageAssignment& assignment, const JobEnv& env);
 // evaluation. OK when finished, CANCELLED when stopped (connecting to peers
 // included); otherwise the error, its message followed by " [ranks:
 // <rank>=<worker> (stage s), ...]" naming the workers behind the ranks it
-// may mention. A timeout on a peer probes the peer's host (peer_reach.h):
-// one that does not answer makes the error "could not reach stage S on
-// worker W (HOST): ..." (kCouldNotReach); one that answers is said to be
-// stalled, and the error is returned a few seconds later (or at a stop).
+// may mention. An error on a peer (a timeout, a closed connection) probes
+// the peer's worker port (peer_reach.h): a timeout on one that does not
+// answer makes the error "could not reach stage S on worker W (HOST): ..."
+// (kCouldNotReach); one whose worker is alive is said to be, and the error
+// is returned a few seconds later (or at a stop), so that the peer's own
+// failure reaches the coordinator first.
 absl::Status RunPipelineJob(const StageAssignment& assignment,
                             const JobEnv& env);
 
