@@ -27,7 +27,8 @@
 #             worker B (HOST)"), no attempt is lost to a worker still busy
 #             with the attempt before, and each of the pair's workers
 #             failed saying it could not reach the other.
-# MH_CASES (default "main cut coord peer") picks cases. Needs root and
+# MH_CASES (default "main cut coord peer") picks cases; MH_COORD_STAGE
+# (default random) the stage whose worker "coord" cuts off. Needs root and
 # network namespaces, else reports itself skipped saying why. Bounded in
 # time; every namespace and process is removed on exit, failure included.
 set -uo pipefail
@@ -96,6 +97,12 @@ state_of() { status_json "$1" | json 'd["state"]'; }
 is_final() { case "$(state_of "$1")" in JOB_SUCCEEDED | JOB_FAILED | JOB_CANCELLED) return 0 ;; esac; return 1; }
 step_of() { status_json "$1" | json 'd.get("step", 0)'; }
 at_step() { [ "$(step_of "$1")" -ge "$2" ]; }
+# The furthest weight version the stages of job $1 other than stage $2
+# committed (a stage cut off from the coordinator cannot report; when it is
+# the output stage the job's step count waits with it).
+others_version() {
+  status_json "$1" | json "max([int(s.get('committed_version', s.get('committedVersion', 0))) for s in d['stages'] if int(s.get('stage', 0)) != $2] or [0])"
+}
 worker_state() { aq workers --output json | json "[w['state'] for w in d['workers'] if w['info']['worker_id'] == '$1'][0]"; }
 worker_is() { [ "$(worker_state "$1")" = "$2" ]; }
 # The worker of job $1's stage $2.
@@ -207,10 +214,10 @@ case_coord() {
   spec "$steps" 0 2 >"$tmp/coord.textproto"
   id=$(submit "$tmp/coord.textproto") || return
   wait_until 120 at_step "$id" 50 || { fail "coord: $id never reached step 50: $(aq status "$id")"; return; }
-  stage=$((RANDOM % 4))
+  stage=${MH_COORD_STAGE:-$((RANDOM % 4))}  # Any stage (the output stage too).
   victim=$(stage_worker "$id" "$stage")
-  local step_before
-  step_before=$(step_of "$id")
+  local step_before version_before
+  step_before=$(step_of "$id") version_before=$(others_version "$id" "$stage")
   mh_partition "$victim" c || { fail "coord: mh_partition $victim c failed"; return; }
   echo "coord: $victim (stage $stage of $id) cut off from the coordinator at step $step_before"
   local held_ms=$((2 * lease_ms)) part_ms seen_unreachable=0
@@ -219,12 +226,14 @@ case_coord() {
     worker_is "$victim" WORKER_UNREACHABLE && seen_unreachable=1
     sleep 0.2
   done
-  local step_at_heal state_at_heal
+  local step_at_heal state_at_heal version_at_heal
   step_at_heal=$(step_of "$id") state_at_heal=$(worker_state "$victim")
+  version_at_heal=$(others_version "$id" "$stage")
   mh_heal "$victim" c
   echo "coord: healed after $(seconds_since "$part_ms") s at step $step_at_heal; $victim was $state_at_heal"
   [ "$seen_unreachable" = 1 ] || fail "coord: $victim never shown UNREACHABLE during the partition (at the heal: $state_at_heal)"
-  [ "$step_at_heal" -gt "$step_before" ] || fail "coord: $id made no progress during the partition ($step_before -> $step_at_heal)"
+  echo "coord: the other stages committed v$version_before -> v$version_at_heal during the partition"
+  [ "$version_at_heal" -gt "$version_before" ] || fail "coord: $id made no progress during the partition (the other stages' versions $version_before -> $version_at_heal)"
   wait_until 20 worker_is "$victim" WORKER_HEALTHY || fail "coord: $victim not HEALTHY after the heal: $(aq workers)"
   wait_until 240 is_final "$id" || fail "coord: $id never ended: $(aq status "$id")"
   status_json "$id" >"$tmp/coord.json"
