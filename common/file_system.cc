@@ -215,6 +215,22 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
+absl::Status SyncExistingFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("fsync ", path, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomically(FileSystem* fs, const std::string& path,
                                  absl::string_view data) {
   const std::string temporary = path + ".tmp";

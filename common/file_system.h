@@ -65,6 +65,10 @@ FileSystem* DefaultFileSystem();
 // The directory part of `path` ("." for a bare name).
 std::string DirName(const std::string& path);
 
+// Syncs the existing file at `path` to disk (open, fsync, close; a file
+// another handle appends to). UNAVAILABLE naming the path and the error.
+absl::Status SyncExistingFile(const std::string& path);
+
 // Writes `data` to `path` durably: a temporary file beside it, synced, then
 // renamed over `path`, then the directory synced.
 absl::Status WriteFileAtomically(FileSystem* fs, const std::string& path,

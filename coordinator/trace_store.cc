@@ -217,19 +217,7 @@ absl::Status TraceStore::Sync(const std::string& job_id) {
     }
     path = PathLocked(job_id);
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("fsync ", path, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return SyncExistingFile(path);
 }
 
 void TraceStore::Remove(const std::string& job_id) {
