@@ -344,6 +344,20 @@ std::string CoordinatorCore::StageFailureReason(const std::string& worker_id,
       " ", p.error());
 }
 
+void CoordinatorCore::NoteUnreachablePeerLocked(Job& job,
+                                                const StageProgress& p) {
+  // "could not reach stage S on worker W (HOST): ..." (worker/runtime).
+  if (p.error().rfind(kCouldNotReach, 0) != 0) return;
+  static constexpr char kOnWorker[] = " on worker ";
+  const size_t at = p.error().find(kOnWorker);
+  if (at == std::string::npos) return;
+  const size_t begin = at + sizeof(kOnWorker) - 1;
+  const size_t end = p.error().find(' ', begin);
+  if (end == std::string::npos) return;
+  std::string peer = p.error().substr(begin, end - begin);
+  if (registry_.Get(peer).ok()) job.unreachable_peers.insert(std::move(peer));
+}
+
 void CoordinatorCore::ApplyProgressLocked(Job& job,
                                           const std::string& worker_id,
                                           const StageProgress& report,
@@ -360,6 +374,7 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
     ForgetUnloadableCheckpointLocked(job, p);
+    NoteUnreachablePeerLocked(job, p);
     const std::string reason = StageFailureReason(worker_id, p);
     const bool nonfinite = p.error().rfind(kNonFiniteLoss, 0) == 0;
     if (nonfinite && job.spec.fault_tolerance().on_nonfinite() != "rollback") {
@@ -1239,7 +1254,7 @@ void CoordinatorCore::ScheduleLocked() {
     queue.push_back(q);
   }
   if (pending.empty()) return;
-  const std::vector<std::string> idle = registry_.IdleHealthyWorkers();
+  std::vector<std::string> idle = registry_.IdleHealthyWorkers();
   if (idle.empty()) return;
   // Counting every worker is needed only to decide a hold.
   const std::vector<int> placed = PlaceQueuedJobs(
@@ -1250,6 +1265,11 @@ void CoordinatorCore::ScheduleLocked() {
   for (size_t i = 0; i < pending.size(); ++i) {
     if (placed[i] == 0) continue;
     Job& job = jobs_.at(pending[i]);
+    // Spares before the workers a stage could not reach (the order of
+    // the others kept).
+    std::stable_partition(next, idle.end(), [&job](const std::string& w) {
+      return job.unreachable_peers.count(w) == 0;
+    });
     job.reserved.assign(next, next + placed[i]);
     next += placed[i];
     for (const std::string& w : job.reserved) {

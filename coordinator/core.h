@@ -262,6 +262,10 @@ class CoordinatorCore {
     // [stage][replica] -> worker id; and every worker reserved.
     std::vector<std::vector<std::string>> stage_workers;
     std::vector<std::string> reserved;
+    // Workers a stage of this job could not reach over the data plane
+    // (a partition between two workers): a restart takes spares before
+    // them, so that the pair is not put together again.
+    std::set<std::string> unreachable_peers;
     // What the workers reported.
     JobLedger ledger;
     int64_t version = 0;
@@ -319,6 +323,10 @@ class CoordinatorCore {
   // it could not reach (kCouldNotReach), the pair with both hosts.
   std::string StageFailureReason(const std::string& worker_id,
                                  const StageProgress& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers the worker report `p` says its stage could not reach, if
+  // it does (kCouldNotReach): Job::unreachable_peers.
+  void NoteUnreachablePeerLocked(Job& job, const StageProgress& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks report `index` of `worker` (ReportProgress's errors) without
   // applying it.

@@ -677,6 +677,39 @@ TEST_F(CoreTest, APeerThatCouldNotBeReachedNamesThePair) {
             "w2:1: no answer within 1s");
 }
 
+// A partition between two workers: the restart takes the spare before the
+// worker the stage could not reach, so the pair is not put together again.
+TEST_F(CoreTest, ARestartAfterAPeerPartitionTakesTheSpareFirst) {
+  spec_.mutable_pipeline()->set_workers(2);
+  spec_.mutable_fault_tolerance()->set_max_restarts(1);
+  AddWorker("w1");
+  AddWorker("w2");
+  AddWorker("w3");  // The spare, last in registration order.
+  auto id = core_->SubmitJob(spec_, nullptr);
+  const JobStatus running = WaitFor(*id, v1::JOB_RUNNING);
+  const std::string reporter = running.stages(0).workers(0);
+  const std::string peer = running.stages(1).workers(0);
+  ASSERT_NE(peer, "w3");
+  StageProgress error = Progress(*id, 2, false);
+  error.set_error(absl::StrCat("could not reach stage 1 on worker ", peer, " (",
+                               peer, "): timed out; TCP to ", peer,
+                               ":1: no answer within 1s"));
+  error.set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_TRUE(core_->ReportProgress(reporter, "inc-" + reporter, {error}).ok());
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  JobStatus s = *core_->GetJob(*id);
+  while ((s.attempt() < 1 || s.state() != v1::JOB_RUNNING) &&
+         absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+    s = *core_->GetJob(*id);
+  }
+  ASSERT_EQ(s.attempt(), 1) << s.ShortDebugString();
+  ASSERT_EQ(s.state(), v1::JOB_RUNNING);
+  std::set<std::string> used;
+  for (const auto& stage : s.stages()) used.insert(stage.workers(0));
+  EXPECT_EQ(used, (std::set<std::string>{reporter, "w3"}));
+}
+
 // A worker cut off from the coordinator while its pipeline keeps training
 // (its peer's committed versions advance) is UNREACHABLE, not DEAD: the
 // job goes on at attempt 0, and the worker is HEALTHY at its next
