@@ -875,6 +875,17 @@ absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
   return v1::GetTraceResponse();
 }
 
+absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTraceTail(
+    const std::string& job_id, absl::Duration window) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' does not exist"));
+  }
+  return it->second.ledger.TraceTail(absl::ToInt64Microseconds(window));
+}
+
 absl::StatusOr<bool> CoordinatorCore::JobIsFinal(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);

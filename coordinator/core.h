@@ -168,6 +168,11 @@ class CoordinatorCore {
   // (<state_dir>/traces), else from the events in memory.
   absl::StatusOr<v1::GetTraceResponse> GetTrace(
       const std::string& job_id) const;
+  // The last `window` of the job's trace from the events in memory (the
+  // dashboard's live timeline; after a coordinator restart, only what was
+  // reported since). NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::GetTraceResponse> GetTraceTail(
+      const std::string& job_id, absl::Duration window) const;
   // The job's log (job_logs.h): its workers' lines and the coordinator's
   // events about it, kept in <state_dir>/logs once the journal is open.
   // NOT_FOUND for an unknown job; otherwise whether it is final.

@@ -25,6 +25,13 @@ constexpr int kMaxJobPages = 16;
 // The longest job id accepted in a query (ids are ~40 bytes).
 constexpr size_t kMaxIdBytes = 256;
 
+bool HasEvents(const v1::GetTraceResponse& trace) {
+  for (const v1::StageTrace& stage : trace.stages()) {
+    if (stage.events_size() > 0) return true;
+  }
+  return false;
+}
+
 HttpResponse Json(std::string body, int status = 200) {
   HttpResponse r;
   r.status = status;
@@ -193,7 +200,11 @@ struct Dashboard {
         absl::ToInt64Milliseconds(window.timeline_window), " ", *id);
     std::string body;
     if (timelines.Get(key, absl::Now(), &body)) return Json(std::move(body));
-    absl::StatusOr<v1::GetTraceResponse> trace = core->GetTrace(*id);
+    // The live tail from memory; the job's whole trace (its file) only
+    // when memory has none (a job that ended before a coordinator restart).
+    absl::StatusOr<v1::GetTraceResponse> trace =
+        core->GetTraceTail(*id, window.timeline_window);
+    if (trace.ok() && !HasEvents(*trace)) trace = core->GetTrace(*id);
     if (!trace.ok()) {
       return Error(HttpStatusOf(trace.status()),
                    std::string(trace.status().message()));

@@ -203,6 +203,44 @@ void JobLedger::FillStatus(
   }
 }
 
+v1::GetTraceResponse JobLedger::TraceTail(int64_t window_us) const {
+  // The latest end among each replica's newest events (they arrive in
+  // about time order, a report at a time).
+  int64_t end_us = 0;
+  for (const auto& [key, trace] : trace_) {
+    for (int i = std::max(0, trace.events_size() - 1000);
+         i < trace.events_size(); ++i) {
+      const v1::TraceEvent& e = trace.events(i);
+      end_us = std::max(end_us, e.start_us() + e.duration_us());
+    }
+  }
+  v1::GetTraceResponse response;
+  for (const auto& [key, trace] : trace_) {
+    v1::StageTrace* tail = response.add_stages();
+    tail->set_worker_id(trace.worker_id());
+    tail->set_stage(trace.stage());
+    tail->set_replica(trace.replica());
+    // Events arrive in about time order: stop at the first that ended
+    // before the window (a few reports' worth of slack).
+    int first = trace.events_size();
+    int behind = 0;
+    while (first > 0 && behind < 1000) {
+      const v1::TraceEvent& e = trace.events(first - 1);
+      behind =
+          e.start_us() + e.duration_us() < end_us - window_us ? behind + 1 : 0;
+      --first;
+    }
+    for (int i = first; i < trace.events_size(); ++i) {
+      const v1::TraceEvent& e = trace.events(i);
+      if (e.start_us() + e.duration_us() >= end_us - window_us) {
+        *tail->add_events() = e;
+      }
+    }
+  }
+  response.set_dropped(trace_dropped_);
+  return response;
+}
+
 v1::GetTraceResponse JobLedger::Trace() const {
   v1::GetTraceResponse response;
   for (const auto& [key, trace] : trace_) *response.add_stages() = trace;

@@ -60,6 +60,10 @@ class JobLedger {
   void Rollback(int64_t version);
 
   v1::GetTraceResponse Trace() const;
+  // The events of the last `window_us` of the trace (ending at or after
+  // its latest event's end minus the window), for a live view: copies only
+  // those, scanning each stage replica's events from the newest.
+  v1::GetTraceResponse TraceTail(int64_t window_us) const;
   double loss() const { return loss_; }
 
  private:

@@ -1,5 +1,6 @@
 #include "coordinator/jobs/ledger.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -140,6 +141,32 @@ TEST(JobLedgerTest, TraceKeepsEventsPerReplica) {
   EXPECT_EQ(t.stages(0).worker_id(), "w0");
   EXPECT_EQ(t.stages(0).events_size(), 2);
   EXPECT_EQ(t.dropped(), 0);
+}
+
+// The live view's tail: only the events of the last window (relative to
+// the latest event's end), per stage replica.
+TEST(JobLedgerTest, TraceTailKeepsTheLastWindow) {
+  JobLedger ledger(8);
+  for (int stage = 0; stage < 2; ++stage) {
+    v1::StageProgress r = Report(stage, 0, 1);
+    for (int i = 0; i < 5000; ++i) {  // An event every ms, 0.5 ms long.
+      v1::TraceEvent* e = r.add_events();
+      e->set_name("F");
+      e->set_start_us(i * 1000 + stage * 100);
+      e->set_duration_us(500);
+    }
+    ledger.Apply(absl::StrCat("w", stage), r, kT0);
+  }
+  const v1::GetTraceResponse tail = ledger.TraceTail(10000);  // 10 ms.
+  ASSERT_EQ(tail.stages_size(), 2);
+  // The latest end: 4999 ms + 100 us + 500 us; events ending after
+  // 4989.6 ms: starts from 4989 ms (stage 0: ends 4989.5 < .6, so 4990).
+  EXPECT_EQ(tail.stages(0).worker_id(), "w0");
+  EXPECT_EQ(tail.stages(0).events_size(), 10);
+  EXPECT_EQ(tail.stages(0).events(0).start_us(), 4990000);
+  EXPECT_EQ(tail.stages(1).events_size(), 11);
+  EXPECT_EQ(tail.stages(1).events(0).start_us(), 4989100);
+  EXPECT_EQ(ledger.TraceTail(int64_t{1} << 40).stages(0).events_size(), 5000);
 }
 
 }  // namespace
