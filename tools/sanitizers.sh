@@ -9,7 +9,10 @@
 # bazel-* symlinks of its own in the tree. Tests tagged "multihost" or
 # "deploy" (network namespaces, Slurm: the same daemons deployed another
 # way, minutes each) run in the gcc suite only, unless ARGS name
-# --test_tag_filters themselves.
+# --test_tag_filters themselves. Under clang (no sanitizer: its check, the
+# thread-safety analysis, is the build's) only the C++ tests run; the
+# process tests (sh_test) run the programs the gcc suite runs, unless ARGS
+# name --test_lang_filters.
 #
 # Usage: tools/sanitizers.sh [--output_base DIR] [clang|asan|tsan ...] [-- ARGS]
 #   DIR   default $AQ_SANITIZERS_OUTPUT_BASE, else ~/.cache/aqueduct-sanitizers
@@ -19,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 
 output_base="${AQ_SANITIZERS_OUTPUT_BASE:-$HOME/.cache/aqueduct-sanitizers}"
 configs=()
@@ -47,7 +50,7 @@ AQ_SETUP_EXTRA="${AQ_SETUP_EXTRA:-} clang libclang-rt-14-dev lld" deploy/setup.s
 summarize() {
   local runs="--no_runs"
   case " ${extra[*]-} " in *--runs_per_test*) runs="" ;; esac
-  tests/summarize.sh --labels "$labels" $runs "$1"
+  tests/summarize.sh --labels "$2" $runs "$1"
 }
 
 # `//...` spelled out per top-level directory: with an output base other
@@ -63,7 +66,6 @@ done
 
 bazel=(bazel "--output_base=$output_base")
 labels=$(mktemp)
-trap 'rm -f "$labels"' EXIT
 tag_filter=(--test_tag_filters=-multihost,-deploy)
 case " ${extra[*]-} " in *--test_tag_filters*) tag_filter=() ;; esac
 query=$(printf ' + %s' "${targets[@]}")
@@ -71,18 +73,28 @@ query="tests(${query# + })"
 [ "${#tag_filter[@]}" -gt 0 ] &&
   query="$query except attr(tags, 'multihost|deploy', $query)"
 "${bazel[@]}" query "$query" 2>/dev/null >"$labels"
+cc_labels=$(mktemp)
+trap 'rm -f "$labels" "$cc_labels"' EXIT
+"${bazel[@]}" query "kind(cc_test, $query)" 2>/dev/null >"$cc_labels"
 rows=()
 status=0
 for config in "${configs[@]}"; do
   echo "=== bazel test --config=$config //... (output base $output_base)" >&2
   start=$SECONDS
+  lang_filter=() config_labels="$labels"
+  if [ "$config" = clang ]; then
+    case " ${extra[*]-} " in
+      *--test_lang_filters*) ;;
+      *) lang_filter=(--test_lang_filters=cc) config_labels="$cc_labels" ;;
+    esac
+  fi
   "${bazel[@]}" test "--config=$config" --symlink_prefix=/ "${tag_filter[@]}" \
-    "${extra[@]}" -- "${targets[@]}"
+    "${lang_filter[@]}" "${extra[@]}" -- "${targets[@]}"
   rc=$?
   took=$((SECONDS - start))
   [ "$rc" -ne 0 ] && status=1
   testlogs=$("${bazel[@]}" info "--config=$config" bazel-testlogs 2>/dev/null)
-  summary=$(summarize "$testlogs")
+  summary=$(summarize "$testlogs" "$config_labels")
   case "$rc" in
     0) result="passed" ;;
     3) result="TESTS FAILED" ;;
