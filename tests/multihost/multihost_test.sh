@@ -9,6 +9,9 @@
 #             workers registered with 5 different addresses, its stages ran
 #             on 4 different hosts, every stage sent bytes, and every
 #             worker host's eth0 sent at least that many.
+#  gpt        The README's main job (the GPT on fortunes, 4-stage 1F1B with
+#             a flush, tied head), MH_GPT_STEPS steps (default 60) with an
+#             evaluation at the end, SUCCEEDS with its stages on 4 hosts.
 #  cut        A job's host loses its link (`ip link set down` at the
 #             switch) mid-job: the coordinator declares its worker DEAD
 #             within the lease (detection time printed), and the job
@@ -26,12 +29,12 @@
 #             stage T on worker B (HOST)"), no attempt is lost to a worker
 #             still busy with the attempt before, and the first of the
 #             pair to fail said it could not reach the other.
-# MH_CASES (default "main cut coord peer") picks cases; MH_COORD_STAGE
+# MH_CASES (default "main gpt cut coord peer") picks cases; MH_COORD_STAGE
 # (default random) the stage whose worker "coord" cuts off. Needs root and
 # network namespaces, else reports itself skipped saying why. Bounded in
 # time; every namespace and process is removed on exit, failure included.
 set -uo pipefail
-AQ="$1" COORDINATOR="$2" WORKER="$3" MAKE_CA="$4" EXAMPLE="$5"
+AQ="$1" COORDINATOR="$2" WORKER="$3" MAKE_CA="$4" EXAMPLE="$5" GPT="$6"
 here="$(dirname "$0")"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 harness="$here/../daemon_harness.sh"
@@ -47,7 +50,7 @@ why=$(mh_can_run) || mh_skip "$why; multi-host tests not run"
 fmnist=/usr/share/datasets/fashion-mnist
 [ -f "$fmnist/train-images-idx3-ubyte.gz" ] ||
   mh_skip "no Fashion-MNIST in $fmnist (deploy/setup.sh installs it); multi-host tests not run"
-cases="${MH_CASES:-main cut coord peer}"
+cases="${MH_CASES:-main gpt cut coord peer}"
 main_steps="${MH_MAIN_STEPS:-300}"
 # The lease: short, so that the cases are quick; the heartbeat 5 times as
 # often.
@@ -165,6 +168,30 @@ case_main() {
   done
   echo "main: $id SUCCEEDED $main_steps steps across hosts in $(seconds_since "$t0") s" \
     "(accuracy $(json 'd.get("test_accuracy", 0)' <"$tmp/main.status"))"
+}
+
+# ---------------------------------------------------------------- gpt
+# The README's main job (examples/gpt_fortunes.textproto: a small GPT on
+# Debian's fortunes, 4-stage 1F1B with a flush, its head tied across the
+# first and last stage), shortened to $MH_GPT_STEPS steps with an
+# evaluation at the end, across the four job hosts.
+case_gpt() {
+  local t0 id steps="${MH_GPT_STEPS:-60}"
+  t0=$(now_ms)
+  sed -e "s/^max_steps: .*/max_steps: $steps/" -e "s/^eval_every: .*/eval_every: $steps/" \
+    "$GPT" >"$tmp/gpt.textproto"
+  aq submit "$tmp/gpt.textproto" --wait --output json >"$tmp/gpt.json" 2>"$tmp/gpt.err" ||
+    { fail "gpt job: $(cat "$tmp/gpt.err") $(cat "$tmp/gpt.json")"; return; }
+  id=$(json 'd["job_id"]' <"$tmp/gpt.json")
+  status_json "$id" >"$tmp/gpt.status"
+  [ "$(json 'd["state"]' <"$tmp/gpt.status")" = JOB_SUCCEEDED ] ||
+    { fail "gpt job $id: $(aq status "$id")"; return; }
+  local stage_workers
+  stage_workers=$(json '" ".join(s["workers"][0] for s in d["stages"])' <"$tmp/gpt.status")
+  [ "$(echo "$stage_workers" | tr ' ' '\n' | sort -u | wc -l)" = 4 ] ||
+    fail "gpt job $id: stages not on 4 different hosts: $stage_workers"
+  aq status "$id" | grep -i "validation" | sed 's/^/gpt: /'
+  echo "gpt: $id SUCCEEDED $steps steps on $stage_workers in $(seconds_since "$t0") s"
 }
 
 # ---------------------------------------------------------------- cut
