@@ -89,11 +89,19 @@ int Follow(Remote& remote, const std::string& job, int64_t last_seq) {
   absl::Time give_up = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
+    const int64_t seq_before = last_seq;
+    const absl::Time started = absl::Now();
     absl::Status s = StreamOnce(remote, job, /*follow=*/true, &last_seq);
     std::cout.flush();
     if (s.ok()) break;
     if (!Retryable(s)) return remote.Failed(s);
     const absl::Time now = absl::Now();
+    // A stream that delivered lines, or stayed up a while, was a
+    // successful reconnect: a later break gets its own 5 minutes.
+    if (last_seq > seq_before || now - started > absl::Seconds(10)) {
+      give_up = absl::InfiniteFuture();
+      backoff = absl::Milliseconds(200);
+    }
     if (give_up == absl::InfiniteFuture()) {
       give_up = now + kReconnectFor;
       std::cerr << "aq: log stream of " << job << " broke (" << s.message()

@@ -231,7 +231,20 @@ absl::Status CoordinatorCore::ReportProgress(
         absl::StrCat("ReportProgress has ", stages.size(),
                      " stage reports; the limit is ", kMaxReportEntries));
   }
-  absl::MutexLock lock(&mu_);
+  std::vector<JobRecords> records;
+  absl::Status s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = ReportProgressLocked(worker_id, incarnation, stages, &records);
+  }
+  for (JobRecords& r : records) KeepRecords(std::move(r));
+  return s;
+}
+
+absl::Status CoordinatorCore::ReportProgressLocked(
+    const std::string& worker_id, const std::string& incarnation,
+    const std::vector<StageProgress>& stages,
+    std::vector<JobRecords>* records) {
   auto worker = registry_.Get(worker_id);
   if (!worker.ok()) return worker.status();
   if (worker->info().incarnation() != incarnation) {
@@ -251,7 +264,7 @@ absl::Status CoordinatorCore::ReportProgress(
     // Log lines of the attempt are kept even after the job ended: the
     // last ones often say why.
     if (it != jobs_.end() && p.attempt() == it->second.attempt) {
-      RecordLogsAndTraceLocked(it->second, worker_id, p);
+      records->push_back(RecordsOfLocked(it->second, worker_id, p));
     }
     // Of an attempt that ended, or of a job that ended (maybe by an
     // earlier report of this batch): ignored.
@@ -903,26 +916,33 @@ void CoordinatorCore::LogJobEventLocked(const Job& job,
   logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->Now()), level, text);
 }
 
-void CoordinatorCore::RecordLogsAndTraceLocked(const Job& job,
-                                               const std::string& worker_id,
-                                               const StageProgress& p) {
-  if (p.log_lines_size() > 0) {
-    std::vector<v1::LogLine> lines(p.log_lines().begin(), p.log_lines().end());
-    // Who wrote them comes from the caller's identity, not the report.
-    for (v1::LogLine& line : lines) {
-      line.set_worker(worker_id);
-      line.set_stage(p.stage());
-    }
-    logs_.Append(job.id, std::move(lines));
+CoordinatorCore::JobRecords CoordinatorCore::RecordsOfLocked(
+    const Job& job, const std::string& worker_id,
+    const StageProgress& p) const {
+  JobRecords r;
+  r.job_id = job.id;
+  r.lines.assign(p.log_lines().begin(), p.log_lines().end());
+  // Who wrote them comes from the caller's identity, not the report.
+  for (v1::LogLine& line : r.lines) {
+    line.set_worker(worker_id);
+    line.set_stage(p.stage());
   }
-  if (p.events_size() == 0 || IsFinal(job.state)) return;
-  v1::StageTrace part;
-  part.set_worker_id(worker_id);
-  part.set_stage(p.stage());
-  part.set_replica(p.replica());
-  *part.mutable_events() = p.events();
-  if (absl::Status s = traces_.Append(job.id, part); !s.ok()) {
-    AQ_LOG_WARN("job {}: trace not kept on disk: {}", job.id, s.ToString());
+  if (p.events_size() == 0 || IsFinal(job.state)) return r;
+  r.trace.set_worker_id(worker_id);
+  r.trace.set_stage(p.stage());
+  r.trace.set_replica(p.replica());
+  *r.trace.mutable_events() = p.events();
+  return r;
+}
+
+void CoordinatorCore::KeepRecords(JobRecords records) {
+  if (!records.lines.empty()) {
+    logs_.Append(records.job_id, std::move(records.lines));
+  }
+  if (records.trace.events_size() == 0) return;
+  if (absl::Status s = traces_.Append(records.job_id, records.trace); !s.ok()) {
+    AQ_LOG_WARN("job {}: trace not kept on disk: {}", records.job_id,
+                s.ToString());
   }
 }
 

@@ -435,8 +435,24 @@ class CoordinatorCore {
   void LogJobEventLocked(const Job& job, const std::string& level,
                          const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordLogsAndTraceLocked(const Job& job, const std::string& worker_id,
-                                const StageProgress& p)
+  // A report's log lines and trace events, written to the job's files
+  // after the table's lock is released (appends, and now and then a
+  // compaction that rewrites a file: no disk work under mu_).
+  struct JobRecords {
+    std::string job_id;
+    std::vector<v1::LogLine> lines;
+    v1::StageTrace trace;  // No events: nothing to keep.
+  };
+  JobRecords RecordsOfLocked(const Job& job, const std::string& worker_id,
+                             const StageProgress& p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KeepRecords(JobRecords records) ABSL_LOCKS_EXCLUDED(mu_);
+  // ReportProgress's checks and state changes, under the lock; the
+  // records to keep go to `records`.
+  absl::Status ReportProgressLocked(const std::string& worker_id,
+                                    const std::string& incarnation,
+                                    const std::vector<StageProgress>& stages,
+                                    std::vector<JobRecords>* records)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SyncJobRecordsLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

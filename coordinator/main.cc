@@ -56,12 +56,14 @@ ABSL_FLAG(std::vector<std::string>, allowed_worker_hosts, {},
           "(comma-separated; never resolved)");
 ABSL_FLAG(std::string, port_file, "",
           "write the bound port to this file once serving");
-ABSL_FLAG(std::string, state_dir, "",
-          "directory for the coordinator's state: port and pid files, the "
-          "job journal (jobs.journal), which a restart reads back, and the "
-          "jobs' trained models (models/<job>.safetensors); created (mode "
-          "0700, parents 0755) if missing. Without it, models are kept in a "
-          "new directory under the system's temporary directory");
+ABSL_FLAG(
+    std::string, state_dir, "",
+    "directory for the coordinator's state: port and pid files, the "
+    "job journal (jobs.journal), which a restart reads back, the "
+    "jobs' logs and traces (logs/, traces/: aq logs and aq trace after "
+    "a restart) and trained models (models/<job>.safetensors); created (mode "
+    "0700, parents 0755) if missing. Without it, models are kept in a "
+    "new directory under the system's temporary directory");
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "directories under which jobs may checkpoint (comma-separated, or "
           "the flag repeated): a spec's checkpoint.dir must lie under one, "
@@ -92,8 +94,10 @@ ABSL_FLAG(int64_t, max_store_bytes, int64_t{256} << 20,
           "most bytes of keys and values the rendezvous store holds, all jobs "
           "together");
 ABSL_FLAG(int32_t, max_waiting_calls, 64,
-          "calls that wait at once (StoreGet with a wait, WatchJob: each "
-          "holds a server thread); more are refused (RESOURCE_EXHAUSTED)");
+          "calls that wait at once (StoreGet with a wait, WatchJob, "
+          "StreamLogs --follow: each holds a server thread), at most half "
+          "for one job's store keys, for watches or for log follows; more "
+          "are refused (RESOURCE_EXHAUSTED)");
 ABSL_FLAG(int64_t, max_store_wait_ms, 60000,
           "the longest a StoreGet waits for its key, whatever it asks");
 ABSL_FLAG(int64_t, worker_rpc_timeout_ms, 10000,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/status.h"
@@ -19,6 +20,11 @@ constexpr size_t kMaxEventNameBytes = 256;
 constexpr size_t kMaxEventTrackBytes = 64;
 // Checkpoint files reported at once.
 constexpr int kMaxCheckpointsPerReport = 1024;
+constexpr int kMaxLogLinesPerReport = 8192;
+constexpr size_t kMaxLogLineBytes = 64 * 1024;
+// spdlog's names ("warning"), and the coordinator's own ("warn").
+constexpr absl::string_view kLogLevels[] = {
+    "trace", "debug", "info", "warn", "warning", "error", "critical"};
 
 absl::Status CheckCount(const std::string& field, int n, int max) {
   if (n <= max) return absl::OkStatus();
@@ -121,6 +127,29 @@ absl::Status CheckEvents(const v1::StageProgress& p, const std::string& at) {
   return absl::OkStatus();
 }
 
+// Log lines (aq logs): as many as a worker's per-job ring holds (with
+// room), a known level, bounded text (the store cuts it further), a time.
+absl::Status CheckLogLines(const v1::StageProgress& p, const std::string& at) {
+  RETURN_IF_ERROR(
+      CheckCount(at + ".log_lines", p.log_lines_size(), kMaxLogLinesPerReport));
+  for (int i = 0; i < p.log_lines_size(); ++i) {
+    const v1::LogLine& l = p.log_lines(i);
+    const std::string f = absl::StrCat(at, ".log_lines[", i, "]");
+    if (!absl::c_linear_search(kLogLevels, l.level())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f, ".level=", Quoted(l.level().substr(0, 32)),
+          " is not one of trace, debug, info, warn(ing), error, critical"));
+    }
+    if (l.text().size() > kMaxLogLineBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f, ".text has ", l.text().size(),
+                       " bytes; the limit is ", kMaxLogLineBytes));
+    }
+    RETURN_IF_ERROR(CheckInt(f + ".time_ms", l.time_ms(), 0, kInt64Max));
+  }
+  return absl::OkStatus();
+}
+
 // The coordinator writes a version's manifest into the directory a stage
 // reports: it must be the job's own version directory, and the file the
 // stage's own.
@@ -169,6 +198,7 @@ absl::Status CheckProgressValues(const v1::StageProgress& p,
   RETURN_IF_ERROR(CheckCounters(p, at, bounds));
   RETURN_IF_ERROR(CheckSeries(p, at, bounds));
   RETURN_IF_ERROR(CheckEvents(p, at));
+  RETURN_IF_ERROR(CheckLogLines(p, at));
   return CheckCheckpoints(p, at, bounds);
 }
 

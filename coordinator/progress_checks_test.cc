@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "gtest/gtest.h"
 
@@ -49,6 +50,10 @@ v1::StageProgress Good() {
   v1::TraceEvent* t = p.add_events();
   t->set_name("F mb=12 v=3");
   t->set_track("compute");
+  v1::LogLine* line = p.add_log_lines();
+  line->set_level("warning");  // spdlog's name.
+  line->set_time_ms(1700000000000);
+  line->set_text("stage 1 starting\twith a tab, \xc3\xa9 and all");
   v1::CheckpointWritten* w = p.add_checkpoints();
   w->set_version(500);
   w->set_dir(CheckpointVersionDir("/ck", "job-1", 500));
@@ -157,6 +162,30 @@ TEST(ProgressChecksTest, BoundsOfStringsAndCounts) {
   EXPECT_EQ(CheckProgressValues(Good(), "stages[0]", none).message(),
             "stages[0].checkpoints: job job-1 does not checkpoint (its spec "
             "sets no checkpoint.dir)");
+}
+
+// Log lines: counted, a known level, bounded text, a time.
+TEST(ProgressChecksTest, LogLinesAreBounded) {
+  v1::StageProgress p = Good();
+  p.mutable_log_lines(0)->set_level(std::string(1000, 'x'));
+  EXPECT_EQ(CheckProgressValues(p, "stages[0]", Bounds()).message(),
+            absl::StrCat("stages[0].log_lines[0].level='", std::string(32, 'x'),
+                         "' is not one of trace, debug, info, warn(ing), "
+                         "error, critical"));
+  p = Good();
+  p.mutable_log_lines(0)->set_text(std::string(65537, 't'));
+  EXPECT_EQ(CheckProgressValues(p, "stages[0]", Bounds()).message(),
+            "stages[0].log_lines[0].text has 65537 bytes; the limit is 65536");
+  p = Good();
+  p.mutable_log_lines(0)->set_time_ms(-1);
+  EXPECT_NE(CheckProgressValues(p, "stages[0]", Bounds())
+                .message()
+                .find("stages[0].log_lines[0].time_ms"),
+            std::string::npos);
+  p = Good();
+  for (int i = 0; i < 8192; ++i) *p.add_log_lines() = p.log_lines(0);
+  EXPECT_EQ(CheckProgressValues(p, "stages[0]", Bounds()).message(),
+            "stages[0].log_lines has 8193 entries; the limit is 8192");
 }
 
 }  // namespace
