@@ -56,6 +56,10 @@ void Print(const v1::LogLine& line) {
   } else {
     std::cout << FormatLine(line) << "\n";
   }
+  // A follow prints each line as it comes: into a pipe or a file stdout is
+  // block-buffered, so `aq logs J --follow | grep` showed nothing until 4 KB
+  // or the job's end, and a follow stopped by a signal lost its lines.
+  if (absl::GetFlag(FLAGS_follow)) std::cout.flush();
 }
 
 bool Retryable(const absl::Status& s) {

@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
 #include "client/cli.h"
 #include "common/grpc_coordinator_client.h"
 #include "common/security.h"
@@ -52,7 +54,22 @@ int Remote::Failed(const absl::Status& status) const {
               << status.message() << "\n";
     return kExitUnreachable;
   }
-  std::cerr << "aq: " << status.message() << "\n";
+  // gRPC answers a method a server does not have with UNIMPLEMENTED and no
+  // message (e.g. aq pointed at a daemon's --health_listen port, which
+  // serves grpc.health.v1 alone): "aq: " and nothing said nothing.
+  if (absl::IsUnimplemented(status)) {
+    std::cerr << "aq: " << address_ << " does not serve this call ("
+              << absl::StatusCodeToString(status.code())
+              << (status.message().empty() ? "" : ": ") << status.message()
+              << "): is it a coordinator's --listen address (not a "
+                 "--health_listen port), and of aq's version (aq --version)?\n";
+    return kExitFailed;
+  }
+  std::cerr << "aq: "
+            << (status.message().empty()
+                    ? absl::StatusCodeToString(status.code())
+                    : std::string(status.message()))
+            << "\n";
   return kExitFailed;
 }
 

@@ -134,11 +134,15 @@ TimeWindow ChooseWindow(int64_t span_us, double start_ms, double window_ms,
                         double default_window_ms) {
   TimeWindow w;
   const int64_t span = std::max<int64_t>(1, span_us);
-  const int64_t wanted = static_cast<int64_t>(
-      (window_ms > 0 ? window_ms : default_window_ms) * 1000);
-  w.window_us = std::max<int64_t>(1, std::min(wanted, span));
+  // Clamped to the trace while still doubles: --window_ms 1e300 (or inf)
+  // converted to int64 microseconds would overflow (undefined behaviour;
+  // here it showed 1 us), and a start past the end shows the end.
+  const double span_ms = static_cast<double>(span) / 1000;
+  const double wanted_ms =
+      std::min(window_ms > 0 ? window_ms : default_window_ms, span_ms);
+  w.window_us = std::max<int64_t>(1, static_cast<int64_t>(wanted_ms * 1000));
   if (start_ms >= 0) {
-    w.start_us = static_cast<int64_t>(start_ms * 1000);
+    w.start_us = static_cast<int64_t>(std::min(start_ms, span_ms) * 1000);
     if (window_ms <= 0) w.window_us = std::max<int64_t>(1, span - w.start_us);
   } else {
     w.start_us = span - w.window_us;  // The last part of the trace.

@@ -1,5 +1,7 @@
 #include "client/trace_svg.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -48,6 +50,24 @@ TEST(ChooseWindowTest, LastPartOfALongTraceByDefault) {
   EXPECT_EQ(w.window_us, 2000000);
   w = ChooseWindow(300000000, 100000, 0, 30000);  // From 100 s to the end.
   EXPECT_EQ(w.window_us, 200000000);
+}
+
+TEST(ChooseWindowTest, HugeFlagsAreClampedToTheTrace) {
+  // --window_ms 1e308 or inf: the whole trace (it once overflowed int64 and
+  // showed 1 us).
+  TimeWindow w = ChooseWindow(7018210, -1, 1e308, 30000);
+  EXPECT_EQ(w.start_us, 0);
+  EXPECT_EQ(w.window_us, 7018210);
+  w = ChooseWindow(7018210, -1, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(w.start_us, 0);
+  EXPECT_EQ(w.window_us, 7018210);
+  // A start past the end (or 1e300 ms): the trace's end.
+  w = ChooseWindow(7018210, 1e300, 0, 30000);
+  EXPECT_EQ(w.start_us, 7018210);
+  EXPECT_EQ(w.window_us, 1);
+  w = ChooseWindow(7018210, 99999999, 200, 30000);
+  EXPECT_EQ(w.start_us, 7018210);
+  EXPECT_EQ(w.window_us, 200000);
 }
 
 v1::GetTraceResponse Trace() {

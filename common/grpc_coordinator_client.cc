@@ -19,6 +19,10 @@ namespace {
 
 using Stub = v1::Coordinator::Stub;
 
+// The longest wait between two connection attempts to a coordinator that
+// does not answer (NewGrpcCoordinatorClient says why).
+constexpr int kMaxReconnectBackoffMs = 2000;
+
 template <typename Request, typename Response>
 using UnaryMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Request&,
                                            Response*);
@@ -243,6 +247,11 @@ std::unique_ptr<CoordinatorClient> NewGrpcCoordinatorClient(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  // gRPC's reconnect backoff grows to 120 s: a worker whose coordinator was
+  // away a minute or more found it again up to 2 minutes after it came
+  // back, past the 15 s a restarted coordinator waits for the workers of
+  // its running jobs (which it then restarted from their last checkpoint).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   return NewGrpcCoordinatorClient(
       grpc::CreateCustomChannel(address, ChannelCredentials(security), args),
       security.token);

@@ -26,6 +26,8 @@ constexpr uint64_t kMagic = 0x41515052'4F424531ull;  // "AQPROBE1"
 // probe): a probe is at most 64 MiB (MeasureLinks asks 4 MiB), its header
 // must come within 5 s and the whole probe within 60 s, one at a time.
 constexpr int64_t kMaxBytes = int64_t{64} << 20;
+// Failed probes are logged at most this often (LinkProbeServer::Serve).
+constexpr std::chrono::seconds kWarningInterval{1};
 
 using Clock = std::chrono::steady_clock;
 
@@ -147,6 +149,11 @@ LinkProbeServer::~LinkProbeServer() {
 
 void LinkProbeServer::Serve() {
   std::vector<char> buffer(1 << 20);
+  // Any host that reaches the port can fail probes as fast as it connects
+  // (thousands a second with junk): at most one warning a second, counting
+  // the ones left out, so that it cannot fill the worker's log.
+  Clock::time_point last_warning{};
+  int64_t unreported = 0;
   while (!stopping_) {
     pollfd p{listen_fd_, POLLIN, 0};
     if (poll(&p, 1, 200) <= 0) continue;
@@ -177,8 +184,19 @@ void LinkProbeServer::Serve() {
       PutU64(ack, got);
       s = SendAll(fd, ack, sizeof(ack), deadline);
     }
-    if (!s.ok()) AQ_LOG_WARN("link probe from a peer failed: {}", s.ToString());
     close(fd);
+    if (s.ok()) continue;
+    if (Clock::now() - last_warning < kWarningInterval) {
+      ++unreported;
+      continue;
+    }
+    AQ_LOG_WARN("link probe from a peer failed: {}{}", s.ToString(),
+                unreported == 0
+                    ? ""
+                    : absl::StrCat(" (and ", unreported,
+                                   " more since the previous warning)"));
+    last_warning = Clock::now();
+    unreported = 0;
   }
 }
 

@@ -5,7 +5,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
 
 namespace aqueduct {
 namespace {
@@ -78,6 +87,56 @@ TEST(LinkProbeTest, ProbesAreBoundedAndASilentPeerLetsGo) {
   EXPECT_TRUE(m.ok()) << m.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   close(idle);
+}
+
+// One connection that sends 16 bytes of junk (no magic) and waits until
+// the server has read them and closed it.
+void SendJunk(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(send(fd, "GET / HTTP/1.1\r\n", 16, MSG_NOSIGNAL), 16);
+  char c;
+  EXPECT_LE(recv(fd, &c, 1, 0), 0);  // The server closed it.
+  close(fd);
+}
+
+int Warnings(const std::string& log) {
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "link probe from a peer failed")) ++n;
+  }
+  return n;
+}
+
+// Any host may connect: junk is refused, the server goes on measuring, and
+// the warnings junk causes are at most one a second (a peer once wrote
+// 7,500 lines a second into a worker's log), counting those left out.
+TEST(LinkProbeTest, JunkIsRefusedAndItsWarningsAreRateLimited) {
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  logging::Get()->sinks().push_back(sink);  // Before the server's thread.
+  auto server = LinkProbeServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 200; ++i) SendJunk(port);
+  auto m = MeasureLink("127.0.0.1", port, 1000, absl::Seconds(10));
+  EXPECT_TRUE(m.ok()) << m.status();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  // A second later the next failure is logged with the count left out.
+  absl::SleepFor(absl::Milliseconds(1100));
+  SendJunk(port);
+  (*server).reset();  // Joins the server's thread: no more logging.
+  logging::Get()->sinks().pop_back();
+  const int warnings = Warnings(log.str());
+  EXPECT_GE(warnings, 2) << log.str();
+  EXPECT_LE(warnings, 3 + static_cast<int>(seconds)) << log.str();
+  EXPECT_TRUE(absl::StrContains(log.str(), "more since the previous warning"))
+      << log.str();
 }
 
 }  // namespace
