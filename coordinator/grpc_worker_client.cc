@@ -101,6 +101,10 @@ grpc::ChannelArguments AqueductChannelArguments() {
   args.SetMaxSendMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  // A worker back after an outage is reached within 2 s, not after gRPC's
+  // default backoff of up to 120 s (the coordinator's probes and restarts
+  // have deadlines shorter than that).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   return args;
 }
 
