@@ -264,7 +264,12 @@ absl::Status CoordinatorCore::ReportProgressLocked(
     // Log lines of the attempt are kept even after the job ended: the
     // last ones often say why.
     if (it != jobs_.end() && p.attempt() == it->second.attempt) {
-      records->push_back(RecordsOfLocked(it->second, worker_id, p));
+      JobRecords r = RecordsOfLocked(it->second, worker_id, p);
+      // Log lines now, in order with the coordinator's own lines about
+      // the job (a follow ends after "job SUCCEEDED": the last report's
+      // lines must be in before it); trace events after the lock.
+      if (!r.lines.empty()) logs_.Append(r.job_id, std::move(r.lines));
+      if (r.trace.events_size() > 0) records->push_back(std::move(r));
     }
     // Of an attempt that ended, or of a job that ended (maybe by an
     // earlier report of this batch): ignored.
@@ -936,9 +941,6 @@ CoordinatorCore::JobRecords CoordinatorCore::RecordsOfLocked(
 }
 
 void CoordinatorCore::KeepRecords(JobRecords records) {
-  if (!records.lines.empty()) {
-    logs_.Append(records.job_id, std::move(records.lines));
-  }
   if (records.trace.events_size() == 0) return;
   if (absl::Status s = traces_.Append(records.job_id, records.trace); !s.ok()) {
     AQ_LOG_WARN("job {}: trace not kept on disk: {}", records.job_id,

@@ -435,9 +435,10 @@ class CoordinatorCore {
   void LogJobEventLocked(const Job& job, const std::string& level,
                          const std::string& text)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A report's log lines and trace events, written to the job's files
-  // after the table's lock is released (appends, and now and then a
-  // compaction that rewrites a file: no disk work under mu_).
+  // A report's log lines and trace events. The lines are appended under
+  // the table's lock (in order with the coordinator's own lines about the
+  // job); the trace events, the bulk, after it is released (appends, and
+  // now and then a compaction that rewrites the file).
   struct JobRecords {
     std::string job_id;
     std::vector<v1::LogLine> lines;
