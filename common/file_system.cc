@@ -215,6 +215,29 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
+absl::Status AppendToFile(const std::string& path, absl::string_view data) {
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("write ", path, ": ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
 absl::Status SyncExistingFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -65,6 +65,10 @@ FileSystem* DefaultFileSystem();
 // The directory part of `path` ("." for a bare name).
 std::string DirName(const std::string& path);
 
+// Appends `data` to `path` (created mode 0600 if missing), without a
+// sync. UNAVAILABLE naming the path and the error.
+absl::Status AppendToFile(const std::string& path, absl::string_view data);
+
 // Syncs the existing file at `path` to disk (open, fsync, close; a file
 // another handle appends to). UNAVAILABLE naming the path and the error.
 absl::Status SyncExistingFile(const std::string& path);

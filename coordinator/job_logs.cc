@@ -40,30 +40,6 @@ std::string ToJsonLine(const v1::LogLine& line) {
   return json + "\n";
 }
 
-// Appends `text` to `path` (created 0600); errors name the path.
-absl::Status AppendToFile(const std::string& path, const std::string& text) {
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      return absl::UnavailableError(
-          absl::StrCat("write ", path, ": ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 bool IsFileSafeJobId(const std::string& job_id) {

@@ -45,29 +45,6 @@ uint32_t Crc(const char* data, size_t size) {
                                      static_cast<uInt>(size)));
 }
 
-absl::Status AppendBytes(const std::string& path, const std::string& bytes) {
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("open ", path, ": ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      return absl::UnavailableError(
-          absl::StrCat("write ", path, ": ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::string> ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("no trace file ", path));
@@ -167,7 +144,7 @@ absl::Status TraceStore::Append(const std::string& job_id,
         file_bytes_.emplace(job_id, ec ? 0 : static_cast<int64_t>(size)).first;
   }
   const std::string record = TraceRecord(part);
-  if (absl::Status s = AppendBytes(path, record); !s.ok()) return s;
+  if (absl::Status s = AppendToFile(path, record); !s.ok()) return s;
   known->second += static_cast<int64_t>(record.size());
   if (known->second > options_.max_file_bytes) return CompactLocked(job_id);
   return absl::OkStatus();
