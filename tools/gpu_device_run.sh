@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine (the device tool): unpacks what
+# tools/gpu_pack.sh packed, then the GPU tests, the GPU benchmarks and the
+# GPT example through the daemons on cuda:0, each under its own timeout.
+# Every log goes into $OUT/gpu-logs.tar.gz (rewritten after each step, so
+# a run cut short still returns what finished) and a one-line result per
+# step into $OUT/summary.txt. docs/gpu.md records what ran.
+#
+# Usage (from the repository root there): bash tools/gpu_device_run.sh [STEP...]
+#   STEP: tests daemons bench gpt_gpu gpt_cpu (default: all, in that order)
+set -uo pipefail
+OUT="${OUT:-/tmp/aq-out}"
+mkdir -p "$OUT"
+root=/tmp/aq logs=/tmp/aq-logs
+mkdir -p "$root" "$logs"
+[ -x "$root/bin/worker" ] || tar -xJf .gpu/aq-gpu.tar.xz -C "$root"
+
+# CUDA's libraries from the machine itself (toolkit or PyTorch's wheels).
+cuda_dirs=$(find /usr /opt /lib /lib64 /root /home \( -name 'libcublas.so.13*' -o -name 'libnccl.so.2*' \
+  -o -name 'libcudart.so.13*' -o -name 'libcublasLt.so.13*' \) 2>/dev/null |
+  xargs -r -n1 dirname | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="$root/lib:$cuda_dirs"
+export TEST_TMPDIR=/tmp/aq-tmp
+mkdir -p "$TEST_TMPDIR" /usr/share/games/fortunes
+cp -n "$root"/fortunes/* /usr/share/games/fortunes/
+bin="$root/bin"
+
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+pack() { tar -C "$logs" -czf "$OUT/gpu-logs.tar.gz" . 2>/dev/null; }
+# step NAME SECONDS CMD...: runs CMD with a timeout, its output in NAME.log.
+step() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s%N)
+  timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  note "$(printf '%-28s rc=%-3s %6dms  %s' "$name" "$rc" \
+    $((($(date +%s%N) - start) / 1000000)) \
+    "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) |passed|SKIPPED:|SUCCEEDED|wall ms' "$logs/$name.log" |
+      tail -3 | tr '\n' ' ' | cut -c1-200)")"
+  pack
+}
+
+tests() {
+  for t in kernels_test cuda_device_test device_parity_test pipeline_test nccl_test; do
+    step "$t" 120 "$bin/$t" --gtest_output="xml:$logs/$t.xml"
+  done
+}
+
+daemons() {
+  step gpu_daemons_test 180 bash tests/gpu_daemons_test.sh \
+    "$bin/aq" "$bin/coordinator" "$bin/worker"
+}
+
+bench() {
+  step mlp_bench_cuda_fp32 90 "$bin/mlp_bench" --device cuda:0 --batch 1024 --gemm_peak 8192
+  step mlp_bench_cuda_tf32 90 "$bin/mlp_bench" --device cuda:0 --batch 1024 \
+    --gemm_peak 8192 --gemm_precision tf32
+  step mlp_bench_cuda_bf16 90 "$bin/mlp_bench" --device cuda:0 --batch 1024 \
+    --gemm_peak 8192 --gemm_precision bf16
+  step mlp_bench_cpu16 90 "$bin/mlp_bench" --device cpu --threads 16 --batch 1024 \
+    --steps 20 --warmup 3 --gemm_peak 2048
+  step torch_gemm_peak 60 python3 -c '
+import torch, time
+for name, tf32 in (("fp32", False), ("tf32", True)):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a = torch.rand(8192, 8192, device="cuda") - 0.5
+    b = torch.rand(8192, 8192, device="cuda") - 0.5
+    a @ b; torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(20): a @ b
+    torch.cuda.synchronize(); dt = time.perf_counter() - t
+    print("{\"impl\":\"torch\",\"gemm\":\"%s\",\"gemm_peak_gflops\":%.1f}" % (name, 20 * 2 * 8192**3 / dt / 1e9))'
+  grep -h '^{' "$logs"/mlp_bench_*.log "$logs"/torch_gemm_peak.log >>"$OUT/summary.txt"
+  step nccl_bench 30 "$bin/nccl_bench" --iters 20
+}
+
+# The README's GPT (examples/gpt_fortunes.textproto) as a 2-worker 1F1B
+# pipeline, both workers on device $1, 500 steps; the job's status (loss,
+# throughput) in gpt-$1.json.
+gpt_job() {
+  local dev=$1 tmp="/tmp/aq-gpt-$1"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  "$bin/coordinator" --listen 127.0.0.1:0 --port_file "$tmp/port" \
+    --state_dir "$tmp/state" >"$tmp/coordinator.log" 2>&1 &
+  local pids=($!)
+  for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.2; done
+  local addr="127.0.0.1:$(cat "$tmp/port")"
+  for n in 1 2; do
+    "$bin/worker" --coordinator "$addr" --worker_id "w$n" --listen 127.0.0.1:0 \
+      --device "$dev" --threads 8 >"$tmp/w$n.log" 2>&1 &
+    pids+=($!)
+  done
+  sed -e 's/^max_steps: 4000/max_steps: 500/' -e 's/^eval_every: 1000/eval_every: 500/' \
+    -e 's/^  workers: 4/  workers: 2/' examples/gpt_fortunes.textproto >"$tmp/gpt.textproto"
+  sleep 3
+  local t0=$(date +%s%N)
+  "$bin/aq" submit "$tmp/gpt.textproto" --wait --coordinator "$addr"
+  local rc=$?
+  echo "wall ms: $((($(date +%s%N) - t0) / 1000000))"
+  local id=$("$bin/aq" jobs --coordinator "$addr" --output json | grep -o 'job-[0-9a-f-]*' | head -1)
+  "$bin/aq" status "$id" --coordinator "$addr" --output json >"$logs/gpt-$dev.json"
+  kill "${pids[@]}" 2>/dev/null
+  wait
+  for f in "$tmp"/*.log; do cp "$f" "$logs/gpt-$dev-$(basename "$f")"; done
+  return $rc
+}
+
+gpt_gpu() { step gpt_cuda0 200 bash -c 'gpt_job cuda:0'; }
+gpt_cpu() { step gpt_cpu 200 bash -c 'gpt_job cpu'; }
+
+export -f gpt_job
+export bin logs
+note "== $(date -u) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
+note "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+nvidia-smi >"$logs/nvidia-smi.txt" 2>&1
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests daemons bench gpt_gpu gpt_cpu)
+for s in "${steps[@]}"; do "$s"; done
+pack
+cat "$OUT/summary.txt"
