@@ -50,7 +50,7 @@ void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
     for (const auto& [stage, written] : it->second) {
       *m.add_files() = written.file();
     }
-    m.set_committed_ms(ToUnixMillisOr0(clock_->Now()));
+    m.set_committed_ms(ToUnixMillisOr0(clock_->WallNow()));
     const std::string job_dir =
         CheckpointJobDir(job.spec.checkpoint().dir(), job.id);
     const int keep = CheckpointsKept(job.spec);
@@ -65,8 +65,8 @@ void CoordinatorCore::RequestCheckpointsLocked(absl::Time now) {
   for (auto& [id, job] : jobs_) {
     const double every = job.spec.checkpoint().every_seconds();
     if (every <= 0 || job.state != v1::JOB_RUNNING || !job.has_plan) continue;
-    const absl::Time since = std::max(job.started, job.checkpoint_asked);
-    if (now - since < absl::Seconds(every)) continue;
+    // Set when the job started running (or was adopted), then at each ask.
+    if (now - job.checkpoint_asked < absl::Seconds(every)) continue;
     const JobStatus s = StatusOfLocked(job);
     int64_t ahead = 0;  // The version of the stage furthest on.
     for (const v1::StageStatus& stage : s.stages()) {
@@ -124,7 +124,7 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
   }
   AQ_LOG_INFO("job {}: checkpoint version {} committed in {}", m.job_id(),
               m.version(), m.dir());
-  logs_.AppendEvent(m.job_id(), absl::ToUnixMillis(clock_->Now()), "info",
+  logs_.AppendEvent(m.job_id(), absl::ToUnixMillis(clock_->WallNow()), "info",
                     absl::StrCat("checkpoint version ", m.version(),
                                  " committed in ", m.dir()));
   if (absl::Status s = PruneCheckpoints(roots, job_dir, keep, m.version());

@@ -135,8 +135,8 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       worker_clients_(std::move(worker_clients)),
       store_(options.store),
       registry_(options.registry, clock),
-      start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->Now()))),
-      run_(NewRunTag(clock->Now())),
+      start_tag_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->WallNow()))),
+      run_(NewRunTag(clock->WallNow())),
       executor_(std::make_unique<BoundedExecutor>(
           "the job driver", options.driver_threads, options.driver_queue)),
       committer_(std::make_unique<BoundedExecutor>("the checkpoint committer",
@@ -517,8 +517,8 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     job.has_profile = true;
     job.profile = *profile;
   }
-  job.submitted = clock_->Now();
-  job.pending_since = job.submitted;
+  job.submitted = clock_->WallNow();  // Shown; intervals use Now().
+  job.pending_since = clock_->Now();
   job.workers_needed = p.workers;
   job.total_steps = total;
   job.ledger = JobLedger(spec.batch_size());
@@ -774,6 +774,7 @@ void CoordinatorCore::AdoptJobLocked(
     }
   }
   job.adopted_at = clock_->Now();
+  job.checkpoint_asked = job.adopted_at;  // Timed checkpoints count anew.
   AddJobLocked(std::move(job));
 }
 
@@ -918,7 +919,8 @@ absl::StatusOr<bool> CoordinatorCore::JobIsFinal(
 void CoordinatorCore::LogJobEventLocked(const Job& job,
                                         const std::string& level,
                                         const std::string& text) {
-  logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->Now()), level, text);
+  logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->WallNow()), level,
+                    text);
 }
 
 CoordinatorCore::JobRecords CoordinatorCore::RecordsOfLocked(
@@ -1034,7 +1036,7 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
     return it == jobs_.end() || it->second.version != seen_version ||
            shutting_down_;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
+  AwaitMonotonic(mu_, absl::Condition(&changed), deadline);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(
@@ -1091,7 +1093,11 @@ bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
   }
   job.state = t->to;
   ++job.version;
-  if (t->to == v1::JOB_RUNNING) job.started = clock_->Now();
+  if (t->to == v1::JOB_RUNNING) {
+    job.started = clock_->WallNow();
+    // Timed checkpoints count from here (monotonic; `started` is shown).
+    job.checkpoint_asked = std::max(job.checkpoint_asked, clock_->Now());
+  }
   LogJobEventLocked(
       job,
       t->to == v1::JOB_FAILED || (t->to == v1::JOB_PENDING && !reason.empty())
@@ -1102,7 +1108,7 @@ bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
   if (!t->finished) return true;
   SyncJobRecordsLocked(job);
   job.reason = reason;
-  job.finished = clock_->Now();
+  job.finished = clock_->WallNow();
   if (journal_ != nullptr) {
     v1::JournalRecord record;
     *record.mutable_finished() = StatusOfLocked(job);

@@ -172,6 +172,7 @@ class CoreTest : public ::testing::Test {
   CoreTest() {
     CoordinatorOptions o;
     o.registry.version = "0.1.0";
+    o.registry.stall_after = absl::InfiniteDuration();  // Clock jumps.
     o.default_wait_for_workers = absl::Seconds(30);
     o.checkpoint_roots = TestRoots();
     core_ = std::make_unique<CoordinatorCore>(
@@ -194,6 +195,7 @@ class CoreTest : public ::testing::Test {
   void RestartWith(CoordinatorOptions o) {
     core_.reset();
     o.registry.version = "0.1.0";
+    o.registry.stall_after = absl::InfiniteDuration();  // Clock jumps.
     core_ = std::make_unique<CoordinatorCore>(
         o, &clock_, [this](const std::string& address) {
           return std::make_unique<FakeWorkerClient>(address, &calls_);
@@ -218,6 +220,7 @@ class CoreTest : public ::testing::Test {
     core_.reset();
     CoordinatorOptions o;
     o.registry.version = "0.1.0";
+    o.registry.stall_after = absl::InfiniteDuration();  // Clock jumps.
     o.checkpoint_roots = TestRoots();
     core_ = std::make_unique<CoordinatorCore>(
         o, &clock_, [this](const std::string& address) {

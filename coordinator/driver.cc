@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/core.h"
@@ -132,13 +133,13 @@ absl::Status AssignUnlessStillBusy(WorkerClient& client,
                                    const StageAssignment& a,
                                    absl::Duration rpc_timeout,
                                    absl::Duration patience) {
-  const absl::Time deadline = absl::Now() + patience;
+  const absl::Time deadline = MonotonicNow() + patience;
   absl::Duration backoff = absl::Milliseconds(100);
   int refusals = 0;
   while (true) {
     const absl::Status s = client.AssignStage(a, rpc_timeout);
     if (!BusyWithAnEarlierAttempt(s, a.job_id()) ||
-        absl::Now() + backoff > deadline) {
+        MonotonicNow() + backoff > deadline) {
       if (s.ok() && refusals > 0) {
         AQ_LOG_INFO("job {}: stage {} assigned after {} busy refusal(s)",
                     a.job_id(), a.stage(), refusals);
@@ -200,9 +201,9 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::PlanOnMeasuredLinks(
     survey.push_back({in.reserved[i], in.addresses[i], in.link_probe_ports[i]});
     hosts.push_back(HostOfAddress(in.addresses[i]));
   }
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   auto links = SurveyLinks(survey, worker_clients_);
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double seconds = absl::ToDoubleSeconds(MonotonicNow() - start);
   absl::StatusOr<WorkerTopology> topology =
       links.ok() ? GroupWorkers(*links, hosts) : links.status();
   if (!topology.ok()) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "coordinator/core.h"
@@ -331,7 +332,7 @@ absl::StatusOr<v1::StoreGetResponse> CoreHandler::StoreGet(
         absl::StrCat("job ", key.ok() ? key->job_id : request.key());
     RETURN_IF_ERROR(waiting_.Enter(group));
     absl::Cleanup leave = [this, &group] { waiting_.Leave(group); };
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     const absl::Time until =
         std::min({deadline, now + core_->options().max_store_wait,
                   now + absl::Milliseconds(request.wait_ms())});
@@ -355,7 +356,7 @@ absl::Status CoreHandler::WatchJob(
   int64_t seen = -1;
   while (!cancelled()) {
     // Wake at least every second to notice a client that went away.
-    const absl::Time wake = std::min(deadline, absl::Now() + absl::Seconds(1));
+    const absl::Time wake = std::min(deadline, MonotonicNow() + absl::Seconds(1));
     auto update = core_->WaitForJob(request.job_id(), seen, wake);
     if (!update.ok()) return update.status();
     if (update->second != seen) {
@@ -364,7 +365,7 @@ absl::Status CoreHandler::WatchJob(
       if (IsFinal(update->first.state())) return absl::OkStatus();
       absl::SleepFor(min_gap);
     }
-    if (deadline <= absl::Now()) {
+    if (deadline <= MonotonicNow()) {
       return absl::DeadlineExceededError("watch deadline reached");
     }
   }
@@ -401,13 +402,13 @@ absl::Status CoreHandler::StreamLogs(
       RETURN_IF_ERROR(waiting_.Enter(kFollows));
       waiting = true;
     }
-    if (deadline <= absl::Now()) {
+    if (deadline <= MonotonicNow()) {
       return absl::DeadlineExceededError("log follow deadline reached");
     }
     // Wake at least every second to notice the job's end and a client
     // that went away.
     core_->logs()->WaitForLines(
-        job, seen, std::min(deadline, absl::Now() + absl::Seconds(1)));
+        job, seen, std::min(deadline, MonotonicNow() + absl::Seconds(1)));
   }
   return absl::CancelledError("the client went away");
 }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/file_system.h"
 #include "common/logging.h"
 #include "google/protobuf/util/json_util.h"
@@ -196,7 +197,7 @@ bool JobLogStore::WaitForLines(const std::string& job_id, int64_t since_seq,
     return it != logs_.end() && it->second.last_seq > since_seq;
   };
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithDeadline(absl::Condition(&newer), deadline);
+  return AwaitMonotonic(mu_, absl::Condition(&newer), deadline);
 }
 
 absl::Status JobLogStore::Sync(const std::string& job_id) {

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "coordinator/input_checks.h"
 
 namespace aqueduct {
@@ -145,7 +146,7 @@ absl::StatusOr<std::string> KvStore::Get(const std::string& key,
   auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return values_.count(key) > 0;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&present), deadline);
+  AwaitMonotonic(mu_, absl::Condition(&present), deadline);
   auto it = values_.find(key);
   if (it == values_.end()) {
     return absl::DeadlineExceededError(

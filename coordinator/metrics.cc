@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "grpcpp/support/interceptor.h"
 
 namespace aqueduct {
@@ -33,7 +34,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
   MetricsInterceptor(grpc::experimental::ServerRpcInfo* info,
                      CoordinatorMetrics* metrics)
-      : metrics_(metrics), start_(absl::Now()) {
+      : metrics_(metrics), start_(MonotonicNow()) {
     // "/aqueduct.v1.Coordinator/Heartbeat" -> "Heartbeat".
     absl::string_view method = info->method() ? info->method() : "";
     const size_t slash = method.rfind('/');
@@ -51,7 +52,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      metrics_->ObserveCall(method_, status.error_code(), absl::Now() - start_);
+      metrics_->ObserveCall(method_, status.error_code(), MonotonicNow() - start_);
       if (status.ok()) Commit();
     }
     methods->Proceed();

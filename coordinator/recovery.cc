@@ -44,7 +44,7 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
   const v1::CheckpointManifest* restore = RestorePointLocked(job);
   v1::RestartRecord record;
   record.set_attempt(job.attempt + 1);
-  record.set_at_ms(ToUnixMillisOr0(clock_->Now()));
+  record.set_at_ms(ToUnixMillisOr0(clock_->WallNow()));
   record.set_reason(reason);
   record.set_rolled_back_to(restore != nullptr ? restore->version() : 0);
   record.set_step_at_failure(StatusOfLocked(job).step());

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "coordinator/input_checks.h"
@@ -73,10 +74,34 @@ absl::Status CheckWorkerName(const std::string& worker_id,
 Registry::Registry(const RegistryOptions& options, const Clock* clock)
     : options_(options), clock_(clock) {}
 
+absl::Duration Registry::StallThreshold() const {
+  if (options_.stall_after > absl::ZeroDuration()) return options_.stall_after;
+  return std::max(options_.dead_after / 2, absl::Seconds(1));
+}
+
+absl::Time Registry::Observe() const {
+  const absl::Time now = clock_->Now();
+  if (last_seen_ != absl::InfinitePast() &&
+      now - last_seen_ > StallThreshold()) {
+    // The coordinator itself did not run (stopped, swapped out, a VM
+    // paused): no heartbeat could have reached it, so silence in that time
+    // says nothing about the workers. Every lease starts afresh.
+    grace_from_ = now;
+    ++stalls_;
+    AQ_LOG_WARN(
+        "the coordinator did not run for {:.1f} s (more than {:.1f} s): "
+        "every worker's lease starts afresh",
+        absl::ToDoubleSeconds(now - last_seen_),
+        absl::ToDoubleSeconds(StallThreshold()));
+  }
+  last_seen_ = std::max(last_seen_, now);
+  return now;
+}
+
 WorkerState Registry::StateAt(const Entry& e, absl::Time now) const {
   const WorkerState current = e.status.state();
   if (Final(current)) return current;
-  const absl::Duration silent = now - e.last_heartbeat;
+  const absl::Duration silent = now - std::max(e.last_heartbeat, grace_from_);
   if (silent >= options_.dead_after) {
     return now < e.vouched_until ? v1::WORKER_UNREACHABLE : v1::WORKER_DEAD;
   }
@@ -107,7 +132,7 @@ absl::Status Registry::Register(const WorkerInfo& info,
         options_.max_workers, "); DEAD and LEFT ones are forgotten after ",
         absl::FormatDuration(options_.forget_after)));
   }
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   auto it = workers_.find(info.worker_id());
   if (it != workers_.end()) {
     Entry& e = it->second;
@@ -121,7 +146,7 @@ absl::Status Registry::Register(const WorkerInfo& info,
       // Idempotent: refresh the lease and the details.
       *e.status.mutable_info() = info;
       e.last_heartbeat = now;
-      e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+      e.status.set_last_heartbeat_ms(absl::ToUnixMillis(clock_->WallNow()));
       e.status.set_state(v1::WORKER_HEALTHY);
       return absl::OkStatus();
     }
@@ -138,8 +163,8 @@ absl::Status Registry::Register(const WorkerInfo& info,
   Entry e;
   *e.status.mutable_info() = info;
   e.status.set_state(v1::WORKER_HEALTHY);
-  e.status.set_registered_at_ms(absl::ToUnixMillis(now));
-  e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+  e.status.set_registered_at_ms(absl::ToUnixMillis(clock_->WallNow()));
+  e.status.set_last_heartbeat_ms(absl::ToUnixMillis(clock_->WallNow()));
   e.status.set_stage(-1);
   e.status.set_replica(-1);
   e.last_heartbeat = now;
@@ -159,7 +184,7 @@ absl::Status Registry::CheckIncarnation(const Entry& e,
                      " is not the registered one: a newer incarnation has "
                      "fenced it"));
   }
-  const WorkerState state = StateAt(e, clock_->Now());
+  const WorkerState state = StateAt(e, Observe());
   if (Final(state)) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker_id, " incarnation ", incarnation, " is ",
@@ -182,10 +207,10 @@ absl::Status Registry::Heartbeat(const std::string& worker_id,
   if (absl::Status s = CheckIncarnation(e, worker_id, incarnation); !s.ok()) {
     return s;
   }
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   if (before != nullptr) *before = e.status.state();
   e.last_heartbeat = now;
-  e.status.set_last_heartbeat_ms(absl::ToUnixMillis(now));
+  e.status.set_last_heartbeat_ms(absl::ToUnixMillis(clock_->WallNow()));
   e.status.set_state(v1::WORKER_HEALTHY);
   return absl::OkStatus();
 }
@@ -220,22 +245,22 @@ absl::Status Registry::Deregister(const std::string& worker_id,
                             "deregistered"});
   }
   e.status.set_state(v1::WORKER_LEFT);
-  e.final_since = clock_->Now();
+  e.final_since = Observe();
   return absl::OkStatus();
 }
 
 std::vector<WorkerTransition> Registry::Tick() {
   std::vector<WorkerTransition> changes;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   for (auto& [id, e] : workers_) {
     const WorkerState before = e.status.state();
     const WorkerState after = StateAt(e, now);
     if (after == before) continue;
     e.status.set_state(after);
     if (Final(after)) e.final_since = now;
-    std::string detail =
-        absl::StrFormat("no heartbeat for %.1f s",
-                        absl::ToDoubleSeconds(now - e.last_heartbeat));
+    std::string detail = absl::StrFormat(
+        "no heartbeat for %.1f s",
+        absl::ToDoubleSeconds(now - std::max(e.last_heartbeat, grace_from_)));
     if (after == v1::WORKER_UNREACHABLE) {
       absl::StrAppend(&detail, ", but its job keeps committing steps");
     } else if (after == v1::WORKER_DEAD && e.vouched_until > e.last_heartbeat) {
@@ -252,7 +277,7 @@ std::vector<WorkerTransition> Registry::Tick() {
 
 std::vector<WorkerStatus> Registry::ForgetFinal() {
   std::vector<WorkerStatus> forgotten;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (now - it->second.final_since >= options_.forget_after) {
       forgotten.push_back(std::move(it->second.status));
@@ -271,7 +296,7 @@ std::vector<WorkerTransition> Registry::MarkDead(const std::string& worker_id,
   Entry& e = it->second;
   const WorkerState before = e.status.state();
   e.status.set_state(v1::WORKER_DEAD);
-  e.final_since = clock_->Now();
+  e.final_since = Observe();
   return {{worker_id, e.status.info().incarnation(), before, v1::WORKER_DEAD,
            e.status.job_id(), detail}};
 }
@@ -284,7 +309,7 @@ void Registry::Vouch(const std::string& worker_id, absl::Time until) {
 
 std::vector<std::string> Registry::IdleHealthyWorkers() const {
   std::vector<std::pair<int64_t, std::string>> idle;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   for (const auto& [id, e] : workers_) {
     if (StateAt(e, now) == v1::WORKER_HEALTHY && e.status.job_id().empty()) {
       idle.emplace_back(e.order, id);
@@ -322,7 +347,7 @@ std::vector<WorkerStatus> Registry::List() const {
   for (const auto& [id, e] : workers_) entries.push_back(&e);
   std::sort(entries.begin(), entries.end(),
             [](const Entry* a, const Entry* b) { return a->order < b->order; });
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   std::vector<WorkerStatus> out(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     out[i] = StatusAt(*entries[i], now);
@@ -333,7 +358,7 @@ std::vector<WorkerStatus> Registry::List() const {
 std::vector<WorkerStatus> Registry::ListPage(const std::string& after,
                                              size_t max_count, size_t max_bytes,
                                              bool* more) const {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = Observe();
   std::vector<WorkerStatus> out;
   size_t bytes = 0;
   auto it = after.empty() ? workers_.begin() : workers_.upper_bound(after);
@@ -362,7 +387,7 @@ absl::StatusOr<WorkerStatus> Registry::Get(const std::string& worker_id) const {
     return absl::NotFoundError(
         absl::StrCat("worker ", worker_id, " is not registered"));
   }
-  return StatusAt(it->second, clock_->Now());
+  return StatusAt(it->second, Observe());
 }
 
 }  // namespace aqueduct

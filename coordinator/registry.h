@@ -12,6 +12,14 @@
 // its later calls get FAILED_PRECONDITION and it must register again, which
 // a restarted worker does with a new incarnation anyway.
 //
+// Time: leases run on the clock's monotonic reading (Clock::Now), so
+// setting the system's clock changes nothing; the times shown
+// (registered_at_ms, last_heartbeat_ms) are wall time. A coordinator that
+// did not run for more than `stall_after` (SIGSTOP, a paused VM, a long
+// swap) notices it on its next reading of the clock and gives every lease a
+// fresh `dead_after`: silence it could not have heard is nobody's fault.
+// A worker that stays silent after that dies as usual.
+//
 // Registration with the same incarnation is idempotent; a new incarnation of
 // a known worker id fences the old one (and the job it ran restarts): that
 // is how a restarted worker process takes its name back before its old
@@ -53,6 +61,10 @@ struct RegistryOptions {
   int max_workers = 100000;
   // DEAD and LEFT workers are removed this long after they ended.
   absl::Duration forget_after = absl::Minutes(10);
+  // A gap longer than this between two readings of the clock is a stall of
+  // the coordinator itself (every lease starts afresh). Zero: max(dead_after
+  // / 2, 1 s). The coordinator reads it at least every 100 ms (its tick).
+  absl::Duration stall_after = absl::ZeroDuration();
 };
 
 // Bounds on a WorkerInfo's fields.
@@ -149,6 +161,9 @@ class Registry {
   absl::StatusOr<WorkerStatus> Get(const std::string& worker_id) const;
 
   const RegistryOptions& options() const { return options_; }
+  // Stalls of the coordinator noticed so far (each gave every lease a fresh
+  // grace).
+  int64_t stalls() const { return stalls_; }
 
  private:
   struct Entry {
@@ -160,6 +175,10 @@ class Registry {
     // Until when its job vouches for it (Vouch).
     absl::Time vouched_until = absl::InfinitePast();
   };
+  // Reads the monotonic clock, noticing a stall of the coordinator (a gap
+  // of more than StallThreshold since the last reading).
+  absl::Time Observe() const;
+  absl::Duration StallThreshold() const;
   WorkerState StateAt(const Entry& e, absl::Time now) const;
   WorkerStatus StatusAt(const Entry& e, absl::Time now) const;
   absl::Status CheckIncarnation(const Entry& e, const std::string& worker_id,
@@ -169,6 +188,12 @@ class Registry {
   const Clock* clock_;
   std::map<std::string, Entry> workers_;
   int64_t next_order_ = 0;
+  // Observe's: the latest reading, and the end of the latest stall (no
+  // lease counts silence from before it). Mutable: a const query reads the
+  // clock too. The coordinator's mutex guards them with the rest.
+  mutable absl::Time last_seen_ = absl::InfinitePast();
+  mutable absl::Time grace_from_ = absl::InfinitePast();
+  mutable int64_t stalls_ = 0;
 };
 
 const char* WorkerStateName(WorkerState state);

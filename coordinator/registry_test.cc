@@ -28,6 +28,10 @@ class RegistryTest : public ::testing::Test {
     o.suspect_after_missed = 3;
     o.dead_after = absl::Seconds(10);
     o.version = "0.4.2";
+    // These tests jump the clock between readings, which a running
+    // coordinator (reading it every 100 ms) would take for a stall of its
+    // own; the stall tests below use the default.
+    o.stall_after = absl::InfiniteDuration();
     return o;
   }
   FakeClock clock_;
@@ -327,6 +331,107 @@ TEST_F(RegistryTest, EighteenThousandRegistrationsWithHugeFieldsAreRefused) {
               absl::StatusCode::kInvalidArgument);
   }
   EXPECT_EQ(registry_.size(), 0u);
+}
+
+// A registry as the coordinator runs it: default options (a stall is a gap
+// of more than dead_after / 2 between readings), read every 100 ms.
+class RegistryStallTest : public ::testing::Test {
+ protected:
+  RegistryStallTest() : registry_(Options(), &clock_) {}
+  static RegistryOptions Options() {
+    RegistryOptions o;
+    o.heartbeat_interval = absl::Seconds(1);
+    o.suspect_after_missed = 3;
+    o.dead_after = absl::Seconds(10);
+    return o;
+  }
+  // Advances the clock in ticks of 100 ms, heartbeating `alive` every
+  // second; returns the transitions seen.
+  std::vector<WorkerTransition> Run(absl::Duration d,
+                                    const std::vector<std::string>& alive) {
+    std::vector<WorkerTransition> all;
+    for (absl::Duration t; t < d; t += absl::Milliseconds(100)) {
+      clock_.Advance(absl::Milliseconds(100));
+      ++ticks_;
+      if (ticks_ % 10 == 0) {
+        for (const std::string& w : alive) {
+          EXPECT_TRUE(registry_.Heartbeat(w, "a").ok()) << w;
+        }
+      }
+      for (WorkerTransition& x : registry_.Tick()) all.push_back(x);
+    }
+    return all;
+  }
+  FakeClock clock_;
+  Registry registry_;
+  int64_t ticks_ = 0;
+};
+
+TEST_F(RegistryStallTest, AStallOfTheCoordinatorBlamesNoWorker) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Register(Info("w2", "a"), nullptr).ok());
+  EXPECT_TRUE(Run(absl::Seconds(2), {"w1", "w2"}).empty());
+  // SIGSTOP for 16 s: no reading of the clock, no heartbeat heard.
+  clock_.Advance(absl::Seconds(16));
+  EXPECT_TRUE(registry_.Tick().empty());
+  EXPECT_EQ(registry_.stalls(), 1);
+  EXPECT_EQ(registry_.Get("w1")->state(), v1::WORKER_HEALTHY);
+  EXPECT_EQ(registry_.Get("w2")->state(), v1::WORKER_HEALTHY);
+}
+
+TEST_F(RegistryStallTest, AHeartbeatQueuedDuringAStallIsTaken) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  EXPECT_TRUE(Run(absl::Seconds(1), {"w1"}).empty());
+  clock_.Advance(absl::Seconds(16));
+  // The first thing the coordinator does on resuming is a heartbeat that
+  // waited in its socket: not "lease expired".
+  EXPECT_TRUE(registry_.Heartbeat("w1", "a").ok());
+  EXPECT_TRUE(registry_.Tick().empty());
+}
+
+TEST_F(RegistryStallTest, AWorkerSilentAfterTheStallStillDies) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Register(Info("w2", "a"), nullptr).ok());
+  EXPECT_TRUE(Run(absl::Seconds(1), {"w1", "w2"}).empty());
+  clock_.Advance(absl::Seconds(16));
+  // w2 froze with the coordinator and never speaks again: DEAD a full
+  // dead_after after the stall, counted from its end.
+  std::vector<WorkerTransition> t = Run(absl::Seconds(9.9), {"w1"});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].to, v1::WORKER_SUSPECT);
+  t = Run(absl::Milliseconds(200), {"w1"});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].worker_id, "w2");
+  EXPECT_EQ(t[0].to, v1::WORKER_DEAD);
+  EXPECT_EQ(t[0].detail, "no heartbeat for 10.0 s");
+  EXPECT_EQ(registry_.Get("w1")->state(), v1::WORKER_HEALTHY);
+}
+
+TEST_F(RegistryStallTest, AFrozenWorkerDiesWhileTheCoordinatorRuns) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Register(Info("w2", "a"), nullptr).ok());
+  std::vector<WorkerTransition> t = Run(absl::Seconds(10.1), {"w1"});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1].worker_id, "w2");
+  EXPECT_EQ(t[1].to, v1::WORKER_DEAD);
+  EXPECT_EQ(registry_.stalls(), 0);
+}
+
+TEST_F(RegistryStallTest, SettingTheWallClockMovesNoLease) {
+  ASSERT_TRUE(registry_.Register(Info("w1", "a"), nullptr).ok());
+  ASSERT_TRUE(registry_.Register(Info("w2", "a"), nullptr).ok());
+  // +1 h: a healthy worker stays HEALTHY.
+  clock_.StepWall(absl::Hours(1));
+  EXPECT_TRUE(Run(absl::Seconds(2), {"w1", "w2"}).empty());
+  // -30 min: a frozen worker (w2) still dies on time.
+  clock_.StepWall(-absl::Minutes(30));
+  std::vector<WorkerTransition> t = Run(absl::Seconds(10.5), {"w1"});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1].to, v1::WORKER_DEAD);
+  // What is shown is wall time (30 min ahead of the monotonic reading).
+  const int64_t shown = registry_.Get("w1")->last_heartbeat_ms();
+  EXPECT_LE(shown, absl::ToUnixMillis(clock_.WallNow()));
+  EXPECT_GT(shown, absl::ToUnixMillis(clock_.WallNow() - absl::Seconds(1)));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/status.h"
@@ -153,7 +154,7 @@ grpc::Status GrpcCoordinatorService::WatchJob(
   if (absl::Status s = Allow(*ctx, Access::kRead); !s.ok())
     return ToGrpcStatus(s);
   return ToGrpcStatus(handler_->WatchJob(
-      *request, absl::FromChrono(ctx->deadline()),
+      *request, MonotonicDeadline(absl::FromChrono(ctx->deadline())),
       [ctx] { return ctx->IsCancelled(); },
       [writer](const v1::JobStatus& s) { return writer->Write(s); }));
 }
@@ -196,7 +197,7 @@ grpc::Status GrpcCoordinatorService::StreamLogs(
   if (absl::Status s = Allow(*ctx, Access::kRead); !s.ok())
     return ToGrpcStatus(s);
   return ToGrpcStatus(handler_->StreamLogs(
-      *request, absl::FromChrono(ctx->deadline()),
+      *request, MonotonicDeadline(absl::FromChrono(ctx->deadline())),
       [ctx] { return ctx->IsCancelled(); },
       [writer](const v1::LogLine& line) { return writer->Write(line); }));
 }
@@ -214,7 +215,7 @@ grpc::Status GrpcCoordinatorService::StoreGet(
     v1::StoreGetResponse* response) {
   if (absl::Status s = AllowStore(*ctx, request->key()); !s.ok())
     return ToGrpcStatus(s);
-  return Reply(handler_->StoreGet(*request, absl::FromChrono(ctx->deadline())),
+  return Reply(handler_->StoreGet(*request, MonotonicDeadline(absl::FromChrono(ctx->deadline()))),
                response);
 }
 
