@@ -294,7 +294,7 @@ std::optional<StageProgress> ProgressAccumulator::Take() {
   }
   StageProgress out = pending_;
   for (v1::LogLine& line : lines) *out.add_log_lines() = std::move(line);
-  out.set_reported_ms(absl::ToUnixMillis(options_.clock->Now()));
+  out.set_reported_ms(absl::ToUnixMillis(options_.clock->WallNow()));
   // Keep the identity and cumulative fields; clear the per-report ones.
   pending_.clear_step_ms();
   pending_.clear_losses();
