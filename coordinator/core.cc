@@ -387,7 +387,7 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
     job.total_steps = p.total_steps();
   }
   ++job.version;
-  LogFirstStepAfterRestartLocked(job, p, now);
+  LogFirstStepAfterRestartLocked(job, p);
   VouchForWorkersLocked(job, p, now);
   ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
@@ -433,8 +433,7 @@ void CoordinatorCore::ForgetUnloadableCheckpointLocked(Job& job,
 }
 
 void CoordinatorCore::LogFirstStepAfterRestartLocked(Job& job,
-                                                     const StageProgress& p,
-                                                     absl::Time now) {
+                                                     const StageProgress& p) {
   if (job.restarts.empty() || job.stepped_since_restart) return;
   const bool output = job.has_plan && p.stage() == job.plan.stages_size() - 1;
   const v1::RestartRecord& r = job.restarts.back();
@@ -444,7 +443,8 @@ void CoordinatorCore::LogFirstStepAfterRestartLocked(Job& job,
       "job {} attempt {}: first step after the restart committed (version {}) "
       "{:.3f} s after the restart",
       job.id, job.attempt, p.committed_version(),
-      absl::ToDoubleSeconds(now - absl::FromUnixMillis(r.at_ms())));
+      absl::ToDoubleSeconds(clock_->WallNow() -
+                            absl::FromUnixMillis(r.at_ms())));
 }
 
 void CoordinatorCore::VouchForWorkersLocked(Job& job, const StageProgress& p,
@@ -919,8 +919,7 @@ absl::StatusOr<bool> CoordinatorCore::JobIsFinal(
 void CoordinatorCore::LogJobEventLocked(const Job& job,
                                         const std::string& level,
                                         const std::string& text) {
-  logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->WallNow()), level,
-                    text);
+  logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->WallNow()), level, text);
 }
 
 CoordinatorCore::JobRecords CoordinatorCore::RecordsOfLocked(

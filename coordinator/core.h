@@ -349,8 +349,7 @@ class CoordinatorCore {
   // files are damaged): forgets it, so that a restart goes further back.
   void ForgetUnloadableCheckpointLocked(Job& job, const StageProgress& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogFirstStepAfterRestartLocked(Job& job, const StageProgress& p,
-                                      absl::Time now)
+  void LogFirstStepAfterRestartLocked(Job& job, const StageProgress& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stage committed a version beyond any before in this attempt: every
   // worker of the job took part (a pipeline's step needs every stage, a

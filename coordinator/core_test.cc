@@ -1292,6 +1292,16 @@ TEST_F(CoreTest, ForgedProgressIsRefusedAndTheJobUnharmed) {
        },
        absl::StatusCode::kInvalidArgument,
        "stages[0].utilization=-inf is not a finite number in [0, 1.05]"},
+      // Finished at step 170 of 3000, with a final accuracy (issue 22,
+      // item 8): refused, so the job's figures cannot be fixed early.
+      {"w1", "inc-w1",
+       [](StageProgress* p) {
+         p->set_committed_version(170);
+         p->set_minibatches_done(170);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "stages[0].finished is true at committed_version 170; a stage "
+       "finishes only at the final version, 3000 (the job's total steps)"},
       {"ghost", "x", [](StageProgress*) {}, absl::StatusCode::kNotFound,
        "worker ghost is not registered"},
       {std::string(4096, 'w'), "x", [](StageProgress*) {},
@@ -1321,6 +1331,33 @@ TEST_F(CoreTest, ForgedProgressIsRefusedAndTheJobUnharmed) {
   // The worker itself reports as ever, and the job ends as it says.
   ASSERT_TRUE(
       core_->ReportProgress("w1", "inc-w1", {Progress(*id, 3000, true)}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(core_->GetJob(*id)->test_accuracy(), 0.75);
+}
+
+// The final figures are taken once, from the first finished report of the
+// output stage: a second one (a retry, or a forgery) changes nothing.
+TEST_F(CoreTest, FinalFiguresAreTakenOnce) {
+  spec_.set_epochs(0);
+  spec_.set_max_steps(16);
+  spec_.mutable_pipeline()->set_workers(2);
+  AddWorker("w1");
+  AddWorker("w2");
+  auto id = core_->SubmitJob(spec_, nullptr);
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitFor(*id, v1::JOB_RUNNING);
+  const JobStatus running = *core_->GetJob(*id);
+  ASSERT_EQ(running.stages_size(), 2);
+  const std::string out = running.stages(1).workers(0);
+  const std::string in = running.stages(0).workers(0);
+  StageProgress last = Progress(*id, 16, true);
+  last.set_stage(1);
+  ASSERT_TRUE(core_->ReportProgress(out, "inc-" + out, {last}).ok());
+  last.set_test_accuracy(0.999);
+  ASSERT_TRUE(core_->ReportProgress(out, "inc-" + out, {last}).ok());
+  EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_RUNNING);
+  ASSERT_TRUE(
+      core_->ReportProgress(in, "inc-" + in, {Progress(*id, 16, true)}).ok());
   EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_SUCCEEDED);
   EXPECT_EQ(core_->GetJob(*id)->test_accuracy(), 0.75);
 }

@@ -39,6 +39,22 @@ absl::Status CheckEvalLoss(const std::string& field, double loss) {
       field, "=", loss, " is negative (a loss is at least 0, or NaN)"));
 }
 
+// A stage finishes at the job's final version and at no other: a report
+// that says finished earlier (and would fix the job's final figures) is
+// refused.
+absl::Status CheckFinishedAtTheEnd(const v1::StageProgress& p,
+                                   const std::string& at,
+                                   const ProgressBounds& b) {
+  if (!p.finished() || b.total_steps <= 0 ||
+      p.committed_version() == b.total_steps) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      at, ".finished is true at committed_version ", p.committed_version(),
+      "; a stage finishes only at the final version, ", b.total_steps, " (",
+      b.total_what, ")"));
+}
+
 absl::Status CheckCounters(const v1::StageProgress& p, const std::string& at,
                            const ProgressBounds& b) {
   const int64_t total = b.total_steps;
@@ -68,7 +84,8 @@ absl::Status CheckCounters(const v1::StageProgress& p, const std::string& at,
       CheckInt(at + ".error_code", p.error_code(), 0,
                static_cast<int>(absl::StatusCode::kUnauthenticated)));
   RETURN_IF_ERROR(CheckFinite(at + ".test_accuracy", p.test_accuracy(), 0, 1));
-  return CheckEvalLoss(at + ".test_loss", p.test_loss());
+  RETURN_IF_ERROR(CheckEvalLoss(at + ".test_loss", p.test_loss()));
+  return CheckFinishedAtTheEnd(p, at, b);
 }
 
 absl::Status CheckSeries(const v1::StageProgress& p, const std::string& at,

@@ -68,6 +68,19 @@ TEST(ProgressChecksTest, AGoodReportPasses) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(ProgressChecksTest, FinishedOnlyAtTheFinalVersion) {
+  v1::StageProgress p = Good();
+  p.set_finished(true);
+  EXPECT_TRUE(CheckProgressValues(p, "stages[0]", Bounds()).ok());
+  p.set_committed_version(170);
+  const absl::Status s = CheckProgressValues(p, "stages[0]", Bounds());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "stages[0].finished is true at committed_version 170; a stage "
+            "finishes only at the final version, 3000 (the job's total "
+            "steps)");
+}
+
 TEST(ProgressChecksTest, EachValueOutOfRangeIsNamed) {
   struct Case {
     std::string message;

@@ -139,7 +139,10 @@ void JobLedger::ApplyTrace(const std::string& worker_id,
 }
 
 size_t JobLedger::MarkFinished(const v1::StageProgress& p, bool output_stage) {
-  finished_[{p.stage(), p.replica()}] = true;
+  // Once: the final figures are those of the first finished report.
+  if (!finished_.emplace(std::make_pair(p.stage(), p.replica()), true).second) {
+    return finished_.size();
+  }
   if (output_stage && (p.test_accuracy() != 0 || p.test_loss() != 0)) {
     test_accuracy_ = p.test_accuracy();
     test_loss_ = p.test_loss();
