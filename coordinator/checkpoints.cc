@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/core.h"
+#include "coordinator/input_checks.h"
 #include "pipeline/policy.h"
 #include "pipeline/spec.h"
 
@@ -174,7 +175,7 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
       const v1::CheckpointManifest* latest = RestorePointLocked(it->second);
       if (latest == nullptr) {
         return absl::NotFoundError(
-            absl::StrCat("job ", resume, " has no committed checkpoint"));
+            absl::StrCat("job ", Quoted(resume), " has no committed checkpoint"));
       }
       m = *latest;
       found = true;
@@ -219,8 +220,7 @@ CoordinatorCore::ListCheckpoints(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   std::vector<v1::CheckpointManifest> out;
   for (const auto& [version, m] : it->second.checkpoints) out.push_back(m);
@@ -235,8 +235,7 @@ absl::Status CoordinatorCore::CheckModelUpload(const std::string& worker_id,
   RETURN_IF_ERROR(registry_.CheckLive(worker_id, incarnation));
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   const Job& job = it->second;
   auto worker = registry_.Get(worker_id);
@@ -260,8 +259,7 @@ absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   it->second.model_path = path;
   it->second.model_bytes = bytes;

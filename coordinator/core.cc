@@ -600,8 +600,7 @@ absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   return StatusOfLocked(it->second);
 }
@@ -641,8 +640,7 @@ absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   if (!IsFinal(it->second.state)) {
     FinishLocked(it->second, JobEvent::kCancelled, "cancelled by a client");
@@ -655,8 +653,7 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   if (!it->second.has_plan) {
     return absl::FailedPreconditionError(
@@ -783,16 +780,17 @@ absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   RETURN_IF_ERROR(logs_.Open(dir + "/logs"));
   RETURN_IF_ERROR(traces_.Open(dir + "/traces"));
   ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
-  if (contents.ignored_bytes > 0) {
+  if (!contents.damaged.empty()) {
     const std::string copy =
         absl::StrCat(path, ".corrupt-", absl::ToUnixSeconds(clock_->Now()));
     std::error_code ec;
     std::filesystem::copy_file(path, copy, ec);
-    AQ_LOG_WARN(
-        "journal {}: the record at byte {} is torn or corrupt; ignored the "
-        "{} bytes from there (the file as it was is kept as {}{})",
-        path, contents.ignored_at, contents.ignored_bytes, copy,
-        ec ? absl::StrCat(": copy failed: ", ec.message()) : "");
+    // No job that lost a record comes back PENDING or RUNNING: it may have
+    // finished since.
+    const LostJobs lost = FailJobsWithLostRecords(&contents, ec ? path : copy);
+    AQ_LOG_ERROR("journal {}: {} (the file as it was is kept as {}{})", path,
+                 DescribeDamage(contents, lost), copy,
+                 ec ? absl::StrCat(": copy failed: ", ec.message()) : "");
   }
   JournalIndex index = IndexJournal(contents.records);
   std::vector<v1::JournalRecord> kept;
@@ -880,8 +878,7 @@ absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("job '", job_id, "' does not exist"));
+      return JobNotFound(job_id);
     }
     if (!traces_.is_open()) return it->second.ledger.Trace();
   }
@@ -899,8 +896,7 @@ absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTraceTail(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   return it->second.ledger.TraceTail(absl::ToInt64Microseconds(window));
 }
@@ -910,8 +906,7 @@ absl::StatusOr<bool> CoordinatorCore::JobIsFinal(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   return IsFinal(it->second.state);
 }
@@ -1038,8 +1033,7 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
   AwaitMonotonic(mu_, absl::Condition(&changed), deadline);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' does not exist"));
+    return JobNotFound(job_id);
   }
   return std::make_pair(StatusOfLocked(it->second), it->second.version);
 }

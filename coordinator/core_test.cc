@@ -270,6 +270,23 @@ class CoreTest : public ::testing::Test {
   JobSpec spec_;
 };
 
+// A 15 KB job id comes back quoted, at most 64 bytes of it (issue 22, item
+// 14): the whole of it made the status too large for gRPC's client.
+TEST_F(CoreTest, AnUnknownJobIdIsQuotedShort) {
+  const std::string id(15000, 'j');
+  const std::string want =
+      "job '" + std::string(64, 'j') + "...' (15000 bytes) does not exist";
+  const absl::Status statuses[] = {
+      core_->GetJob(id).status(),
+      core_->CancelJob(id).status(),
+      core_->GetPlan(id).status(),
+  };
+  for (const absl::Status& s : statuses) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_EQ(s.message(), want);
+  }
+}
+
 TEST_F(CoreTest, JobRunsToSuccess) {
   auto id = core_->SubmitJob(spec_, nullptr);
   ASSERT_TRUE(id.ok()) << id.status();
@@ -370,6 +387,55 @@ TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
     if (!r.has_started() || r.started().job_id() != *next) ++kept;
   }
   EXPECT_EQ(kept, 9);
+}
+
+// A damaged journal never brings a job back to a state it had left: a
+// CANCELLED job whose records are intact stays CANCELLED; one whose final
+// status is damaged comes back FAILED, naming the damaged record, never
+// PENDING, and stays so after the next restart (the journal is rewritten
+// with it); an unfinished job whose records are intact is PENDING again.
+TEST_F(CoreTest, AJobWhoseFinalRecordIsDamagedComesBackFailedNotPending) {
+  const std::string path = TempPath("core_test_damaged.journal");
+  std::remove(path.c_str());
+  auto submitted = [this](const std::string& id) {
+    v1::JournalRecord r;
+    r.mutable_submitted()->set_job_id(id);
+    *r.mutable_submitted()->mutable_spec() = spec_;
+    return r;
+  };
+  auto cancelled = [](const std::string& id) {
+    v1::JournalRecord r;
+    r.mutable_finished()->set_job_id(id);
+    r.mutable_finished()->set_state(v1::JOB_CANCELLED);
+    r.mutable_finished()->set_reason("cancelled by a client");
+    return r;
+  };
+  ASSERT_TRUE(
+      JobJournal::Create(
+          path, {submitted("intact"), cancelled("intact"), submitted("damaged"),
+                 cancelled("damaged"), submitted("waiting")})
+          .ok());
+  const int64_t at = JobJournal::Read(path)->offsets[3];
+  const int64_t end = JobJournal::Read(path)->offsets[4];
+  std::string bytes = *DefaultFileSystem()->ReadFile(path);
+  for (int64_t i = end - 6; i < end - 2; ++i) bytes[i] ^= 0x5a;  // Its body.
+  ASSERT_TRUE(WriteFileAtomically(DefaultFileSystem(), path, bytes).ok());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  EXPECT_EQ(core_->GetJob("intact")->state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(core_->GetJob("intact")->reason(), "cancelled by a client");
+  const JobStatus damaged = *core_->GetJob("damaged");
+  EXPECT_EQ(damaged.state(), v1::JOB_FAILED);
+  EXPECT_EQ(damaged.reason().find(absl::StrCat("its journal record at byte ",
+                                               at, " of ", path, ".corrupt-")),
+            0u)
+      << damaged.reason();
+  EXPECT_EQ(core_->GetJob("waiting")->state(), v1::JOB_PENDING);
+  Restart();
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  EXPECT_EQ(core_->GetJob("intact")->state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(core_->GetJob("damaged")->state(), v1::JOB_FAILED);
+  EXPECT_EQ(core_->GetJob("damaged")->reason(), damaged.reason());
+  EXPECT_EQ(core_->GetJob("waiting")->state(), v1::JOB_PENDING);
 }
 
 TEST_F(CoreTest, ARunningJobWhoseWorkerDoesNotComeBackRestarts) {
@@ -883,7 +949,7 @@ TEST_F(CoreTest, BadInputGetsPreciseErrors) {
   EXPECT_NE(resume.status().message().find("no-such-ckpt"), std::string::npos)
       << resume.status();
   EXPECT_EQ(core_->SubmitJob(spec_, nullptr, *id).status().message(),
-            "job " + *id + " has no committed checkpoint");
+            "job '" + *id + "' has no committed checkpoint");
   JobSpec bad_checkpoint = spec_;
   bad_checkpoint.mutable_checkpoint()->set_every_steps(10);
   EXPECT_EQ(core_->SubmitJob(bad_checkpoint, nullptr).status().message(),

@@ -356,7 +356,8 @@ absl::Status CoreHandler::WatchJob(
   int64_t seen = -1;
   while (!cancelled()) {
     // Wake at least every second to notice a client that went away.
-    const absl::Time wake = std::min(deadline, MonotonicNow() + absl::Seconds(1));
+    const absl::Time wake =
+        std::min(deadline, MonotonicNow() + absl::Seconds(1));
     auto update = core_->WaitForJob(request.job_id(), seen, wake);
     if (!update.ok()) return update.status();
     if (update->second != seen) {

@@ -44,6 +44,11 @@ std::string Quoted(absl::string_view value) {
                       "...' (", value.size(), " bytes)");
 }
 
+absl::Status JobNotFound(absl::string_view job_id) {
+  return absl::NotFoundError(
+      absl::StrCat("job ", Quoted(job_id), " does not exist"));
+}
+
 std::string Shown(absl::string_view name) {
   constexpr size_t kMaxShownNameBytes = 128;
   if (CheckName("", name, kMaxShownNameBytes).ok()) return std::string(name);

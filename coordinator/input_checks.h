@@ -33,6 +33,11 @@ std::string Quoted(absl::string_view value);
 // logs.
 std::string Shown(absl::string_view name);
 
+// NOT_FOUND: "job 'ID' does not exist", the id quoted (at most
+// kMaxQuotedBytes of it): a 15 KB id must not come back whole in the
+// status (gRPC's clients refuse such trailers as RESOURCE_EXHAUSTED).
+absl::Status JobNotFound(absl::string_view job_id);
+
 // A name (worker id, incarnation, job id): 1 to `max_bytes` bytes of
 // [A-Za-z0-9._:@-]. INVALID_ARGUMENT naming `field` otherwise.
 absl::Status CheckName(absl::string_view field, absl::string_view value,

@@ -52,7 +52,8 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      metrics_->ObserveCall(method_, status.error_code(), MonotonicNow() - start_);
+      metrics_->ObserveCall(method_, status.error_code(),
+                            MonotonicNow() - start_);
       if (status.ok()) Commit();
     }
     methods->Proceed();

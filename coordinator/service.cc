@@ -215,8 +215,10 @@ grpc::Status GrpcCoordinatorService::StoreGet(
     v1::StoreGetResponse* response) {
   if (absl::Status s = AllowStore(*ctx, request->key()); !s.ok())
     return ToGrpcStatus(s);
-  return Reply(handler_->StoreGet(*request, MonotonicDeadline(absl::FromChrono(ctx->deadline()))),
-               response);
+  return Reply(
+      handler_->StoreGet(*request,
+                         MonotonicDeadline(absl::FromChrono(ctx->deadline()))),
+      response);
 }
 
 grpc::Status GrpcCoordinatorService::StoreAdd(

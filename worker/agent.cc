@@ -140,9 +140,8 @@ bool WorkerAgent::RegisterLocked(absl::Time now) {
   v1::RegisterWorkerRequest request;
   *request.mutable_info() = info();
   request.set_control_token(options_.control_token);
-  if (std::optional<v1::StageClaim> claim = runtime_->Claim()) {
-    *request.mutable_running() = *std::move(claim);
-  }
+  const std::optional<v1::StageClaim> claim = runtime_->Claim();
+  if (claim.has_value()) *request.mutable_running() = *claim;
   absl::StatusOr<v1::RegisterWorkerResponse> response =
       client_->RegisterWorker(request, options_.rpc_timeout);
   if (!response.ok()) {
@@ -162,6 +161,11 @@ bool WorkerAgent::RegisterLocked(absl::Time now) {
                absl::Milliseconds(response->heartbeat_interval_ms()));
   next_heartbeat_ = now + heartbeat_interval_;
   next_progress_ = now;
+  if (claim.has_value() && final_report_.has_value() &&
+      final_report_->job_id() == claim->job_id() &&
+      final_report_->attempt() == claim->attempt()) {
+    KeepProgressLocked(*final_report_);
+  }
   absl::MutexLock lock(&mu_);
   registered_ = true;
   AQ_LOG_INFO(
@@ -238,7 +242,31 @@ void WorkerAgent::SetUnregisteredLocked(absl::Time register_at,
   registered_ = false;
 }
 
+namespace {
+
+// What a finished report says for good: where, how far, and the final
+// figures.
+StageProgress FinalSummary(const StageProgress& p) {
+  StageProgress s;
+  s.set_job_id(p.job_id());
+  s.set_stage(p.stage());
+  s.set_replica(p.replica());
+  s.set_attempt(p.attempt());
+  s.set_committed_version(p.committed_version());
+  s.set_minibatches_done(p.minibatches_done());
+  s.set_total_steps(p.total_steps());
+  s.set_finished(true);
+  s.set_test_accuracy(p.test_accuracy());
+  s.set_test_loss(p.test_loss());
+  return s;
+}
+
+}  // namespace
+
 void WorkerAgent::KeepProgressLocked(StageProgress progress) {
+  if (progress.finished() && progress.error().empty()) {
+    final_report_ = FinalSummary(progress);
+  }
   const int64_t bytes = static_cast<int64_t>(progress.ByteSizeLong());
   unsent_.push_back({std::move(progress), bytes});
   unsent_bytes_ += bytes;

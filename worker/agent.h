@@ -192,6 +192,12 @@ class WorkerAgent {
   // worker claims a job: kept for a restarted coordinator a few times (it
   // learns the claim when the worker registers again), then dropped.
   static constexpr int kMaxRefusedAsUnknown = 3;
+  // The finished report of a stage, in summary (no losses, logs or
+  // events): sent again after every registration that claims its attempt,
+  // so that a coordinator that restarted after the report reached it (and
+  // so never journaled it) learns that the stage finished and ends the job
+  // (issue 22, item 2). The coordinator takes final figures once.
+  std::optional<StageProgress> final_report_ ABSL_GUARDED_BY(loop_mu_);
   int refused_as_unknown_ ABSL_GUARDED_BY(loop_mu_) = 0;
 
   std::thread thread_;

@@ -28,6 +28,17 @@ class FakeRuntime final : public AgentRuntime {
     p.set_minibatches_done(done);
     queued_.push_back(p);
   }
+  void AddFinished(const std::string& job, int64_t done) {
+    absl::MutexLock lock(&mu_);
+    StageProgress p;
+    p.set_job_id(job);
+    p.set_minibatches_done(done);
+    p.set_committed_version(done);
+    p.set_finished(true);
+    p.set_test_accuracy(0.5);
+    p.add_losses()->set_loss(1);
+    queued_.push_back(p);
+  }
   void set_job(const std::string& job) {
     absl::MutexLock lock(&mu_);
     job_ = job;
@@ -367,6 +378,39 @@ TEST_F(AgentTest, KeptProgressOfAClaimedJobSurvivesACoordinatorRestart) {
   EXPECT_EQ(client_.registrations().size(), 2u);
   EXPECT_EQ(Delivered(client_), (std::vector<int64_t>{1, 2}));
   EXPECT_TRUE(runtime_.stopped().empty());
+}
+
+// Issue 22, item 2: the coordinator took the finished report, then died
+// before the job ended. The worker, registering again with its claim,
+// says once more that its stage finished (in summary), so the restarted
+// coordinator can end the job instead of waiting for it forever.
+TEST_F(AgentTest, AFinishedStageIsReportedAgainAfterACoordinatorRestart) {
+  absl::Time next = Register();
+  v1::StageClaim claim;
+  claim.set_job_id("job-1");
+  runtime_.set_claim(claim);
+  runtime_.AddFinished("job-1", 300);
+  next = StepAt(next);
+  ASSERT_EQ(Delivered(client_), (std::vector<int64_t>{300}));
+  client_.Forget();  // Restarted: the report is lost with it.
+  for (int i = 0; i < 8 && Delivered(client_).size() < 2; ++i) {
+    next = StepAt(next);
+  }
+  EXPECT_EQ(client_.registrations().size(), 2u);
+  ASSERT_EQ(Delivered(client_), (std::vector<int64_t>{300, 300}));
+  const StageProgress& again = client_.progress()[1];
+  EXPECT_TRUE(again.finished());
+  EXPECT_EQ(again.committed_version(), 300);
+  EXPECT_EQ(again.test_accuracy(), 0.5);
+  EXPECT_EQ(again.losses_size(), 0);  // A summary: nothing counted twice.
+  // Registering without the claim (another job, or none) sends nothing.
+  runtime_.set_claim(std::nullopt);
+  client_.Forget();
+  for (int i = 0; i < 8 && client_.registrations().size() < 3; ++i) {
+    next = StepAt(next);
+  }
+  next = StepAt(next + absl::Seconds(1));
+  EXPECT_EQ(Delivered(client_).size(), 2u);
 }
 
 TEST_F(AgentTest, StopReportsTheLastProgressAndDeregisters) {
