@@ -10,6 +10,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -277,6 +278,26 @@ int UsageError(const CommandLineSpec& spec, const std::string& error) {
   std::cerr << spec.program << ": " << error << "\n"
             << "run '" << spec.program << " --help' for its usage and flags\n";
   return 2;
+}
+
+absl::Status CheckFlagRanges(const std::vector<FlagRange>& ranges) {
+  for (const FlagRange& range : ranges) {
+    const absl::CommandLineFlag& flag = LinkedFlag(range.name);
+    const std::string text = flag.CurrentValue();
+    int64_t value = 0;
+    if (!(flag.IsOfType<int32_t>() || flag.IsOfType<int64_t>()) ||
+        !absl::SimpleAtoi(text, &value)) {
+      std::fprintf(stderr, "internal error: flag --%s is not an integer\n",
+                   range.name.c_str());
+      std::abort();
+    }
+    if (value < range.min || value > range.max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", range.name, " must be between ", range.min,
+                       " and ", range.max, ", got ", text));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<FlagUse> FlagsDefinedIn(const std::string& file_suffix) {

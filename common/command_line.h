@@ -15,11 +15,14 @@
 #ifndef AQUEDUCT_COMMON_COMMAND_LINE_H_
 #define AQUEDUCT_COMMON_COMMAND_LINE_H_
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/status/status.h"
 
 namespace aqueduct {
 
@@ -75,6 +78,18 @@ int UsageError(const CommandLineSpec& spec, const std::string& error);
 // Every flag defined in a source file whose path ends with `file_suffix`
 // (e.g. "coordinator/main.cc"), sorted by name.
 std::vector<FlagUse> FlagsDefinedIn(const std::string& file_suffix);
+
+// The values an integer flag (int32_t or int64_t) may take: [min, max].
+struct FlagRange {
+  std::string name;  // Of an ABSL_FLAG linked into the binary.
+  int64_t min = 0;
+  int64_t max = 0;
+};
+
+// Checks each flag's current value against its range, in order: OK, or
+// INVALID_ARGUMENT for the first out of range, naming it and the range:
+// "--max_message_bytes must be between 1048576 and 2147483647, got -1".
+absl::Status CheckFlagRanges(const std::vector<FlagRange>& ranges);
 
 }  // namespace aqueduct
 

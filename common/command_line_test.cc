@@ -14,6 +14,7 @@ ABSL_FLAG(std::string, test_out, "", "output file");
 ABSL_FLAG(bool, test_wait, false, "wait");
 ABSL_FLAG(std::vector<std::string>, test_levels, {}, "levels");
 ABSL_FLAG(std::string, test_other, "", "not accepted by the spec");
+ABSL_FLAG(int32_t, test_limit, 16, "a limit");
 
 namespace aqueduct {
 namespace {
@@ -39,6 +40,7 @@ class CommandLineTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_test_out, "");
     absl::SetFlag(&FLAGS_test_wait, false);
     absl::SetFlag(&FLAGS_test_levels, {});
+    absl::SetFlag(&FLAGS_test_limit, 16);
   }
 };
 
@@ -124,8 +126,27 @@ TEST_F(CommandLineTest, FlagsDefinedInAFile) {
     names.push_back(use.name);
   }
   EXPECT_EQ(names,
-            (std::vector<std::string>{"test_levels", "test_other", "test_out",
-                                      "test_steps", "test_wait"}));
+            (std::vector<std::string>{"test_levels", "test_limit", "test_other",
+                                      "test_out", "test_steps", "test_wait"}));
+}
+
+TEST_F(CommandLineTest, FlagRangesNameTheFirstFlagOutOfRange) {
+  const std::vector<FlagRange> ranges = {{"test_steps", 0, int64_t{1} << 40},
+                                         {"test_limit", 16, 1 << 20}};
+  absl::SetFlag(&FLAGS_test_steps, int64_t{1} << 40);
+  EXPECT_TRUE(CheckFlagRanges(ranges).ok());
+  // A negative value (which gRPC would read as "no limit") is refused.
+  absl::SetFlag(&FLAGS_test_limit, -1);
+  absl::Status s = CheckFlagRanges(ranges);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--test_limit must be between 16 and 1048576, got -1");
+  absl::SetFlag(&FLAGS_test_limit, (1 << 20) + 1);
+  EXPECT_EQ(CheckFlagRanges(ranges).message(),
+            "--test_limit must be between 16 and 1048576, got 1048577");
+  // The first flag out of range is the one named.
+  absl::SetFlag(&FLAGS_test_steps, -5);
+  EXPECT_EQ(CheckFlagRanges(ranges).message(),
+            "--test_steps must be between 0 and 1099511627776, got -5");
 }
 
 }  // namespace

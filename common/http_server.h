@@ -1,8 +1,12 @@
 // A small HTTP(S) server for the daemons' read-only pages: Prometheus
 // metrics (/metrics) and the coordinator's dashboard. It wraps Debian's
-// cpp-httplib so that no other file includes <httplib.h>, and bounds it: a
-// few serving threads, short read/write and keep-alive timeouts, and a tiny
-// request body (every route is a GET).
+// libmicrohttpd (event-driven: a few threads each poll many connections, so
+// a slow client holds a connection, never a thread) so that no other file
+// includes <microhttpd.h>, and bounds what a hostile client can hold:
+// connections in all and per client address, the memory of each (its
+// request line and headers must fit; more is answered 431 and closed), the
+// time a request's header may take to arrive, the time a connection may
+// idle, and the methods (GET and HEAD; no request body).
 //
 // Authentication mirrors the gRPC services': when `tokens` is given, every
 // request needs a token of the daemon's token file (any role), presented as
@@ -14,7 +18,7 @@
 //
 // Thread-safety: Handle() and Start() are called by one thread (the
 // daemon's main) before serving; handlers then run on the server's own
-// threads, concurrently, and must be thread-safe.
+// threads (`threads` of them), concurrently, and must be thread-safe.
 #ifndef AQUEDUCT_COMMON_HTTP_SERVER_H_
 #define AQUEDUCT_COMMON_HTTP_SERVER_H_
 
@@ -22,15 +26,10 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/auth.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace aqueduct {
 
@@ -64,24 +63,40 @@ struct HttpServerOptions {
   // valid token (any role).
   const TokenTable* tokens = nullptr;
   // Bounds (the defaults suit a scrape every few seconds and a dashboard).
-  int threads = 4;
-  int timeout_seconds = 5;  // read, write and keep-alive idle timeouts
+  int threads = 4;  // each polls its share of the connections
+  // A connection idle this long is closed, and a request's line and headers
+  // must arrive within it (counted from the connection's start, or from the
+  // end of its previous response), however slowly they trickle.
+  int timeout_seconds = 5;
+  // Connections open at once; more wait in the kernel's accept queue. At
+  // most half the process's open-file limit (RLIMIT_NOFILE), so that the
+  // HTTP port cannot starve the gRPC port of descriptors.
+  int max_connections = 1024;
+  // Connections open at once from one client address; more are closed on
+  // arrival.
+  int max_connections_per_ip = 64;
+  // Memory of one connection, which its request line and headers must fit
+  // in: a longer request is answered 431 (or 414 for a long URL) and the
+  // connection closed.
+  int max_request_bytes = 64 << 10;
 };
 
 class HttpServer {
  public:
   // INVALID_ARGUMENT naming the field for a bad `listen`, an unreadable
-  // certificate or key, or a certificate and key that do not match.
+  // certificate or key, a certificate and key that do not match, or a bound
+  // below 1.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Create(
       HttpServerOptions options);
 
-  // Serves GET `path` (exact match, e.g. "/metrics") with `handler`. Call
-  // before Start(); a second handler for a path replaces the first.
+  // Serves GET (and HEAD) `path` (exact match, e.g. "/metrics") with
+  // `handler`. Call before Start(); a second handler for a path replaces the
+  // first.
   void Handle(const std::string& path, HttpHandler handler);
 
   // Binds `listen` and serves on the server's own threads. UNAVAILABLE
-  // naming the address if it cannot bind; FAILED_PRECONDITION if called
-  // twice.
+  // naming the address if it cannot bind; INTERNAL with libmicrohttpd's
+  // message if it cannot start; FAILED_PRECONDITION if called twice.
   absl::Status Start();
 
   // The bound port once started (the chosen one for port 0); 0 before.
@@ -89,24 +104,19 @@ class HttpServer {
   // "http" or "https".
   const char* scheme() const;
 
-  // Stops serving and joins the server's threads.
+  // Stops serving, closes every connection and joins the server's threads.
   ~HttpServer();
 
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
  private:
-  HttpServer(HttpServerOptions options, std::string host, int port,
-             std::unique_ptr<httplib::Server> server);
-  void Install();
+  class Impl;  // libmicrohttpd's daemon, the routes, the header deadlines
 
-  const HttpServerOptions options_;
-  const std::string host_;
-  const int requested_port_;
-  std::unique_ptr<httplib::Server> server_;
-  std::map<std::string, HttpHandler> handlers_;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
   int port_ = 0;
-  std::thread thread_;
 };
 
 // The options of a daemon's HTTP server on `listen` (the value of flag

@@ -30,19 +30,6 @@ namespace {
 
 // A stage's error that a restart would meet again: a bad spec, missing
 // data, a file that is not there.
-bool NoRestartMends(int code) {
-  switch (static_cast<absl::StatusCode>(code)) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnimplemented:
-      return true;
-    default:
-      return false;
-  }
-}
 
 int MaxRestarts(const JobSpec& spec) {
   const v1::FaultToleranceSpec& f = spec.fault_tolerance();
@@ -343,7 +330,7 @@ absl::Status CoordinatorCore::CheckProgressLocked(const WorkerStatus& worker,
 
 std::string CoordinatorCore::StageFailureReason(const std::string& worker_id,
                                                 const StageProgress& p) {
-  if (p.error().rfind(kCouldNotReach, 0) != 0) {
+  if (p.failure().cause() != v1::FAILURE_PEER_UNREACHABLE) {
     return absl::StrCat("stage ", p.stage(), " replica ", p.replica(),
                         " on worker ", worker_id, " failed: ", p.error());
   }
@@ -362,20 +349,6 @@ std::string CoordinatorCore::StageFailureReason(const std::string& worker_id,
       " ", p.error());
 }
 
-void CoordinatorCore::NoteUnreachablePeerLocked(Job& job,
-                                                const StageProgress& p) {
-  // "could not reach stage S on worker W (HOST): ..." (worker/runtime).
-  if (p.error().rfind(kCouldNotReach, 0) != 0) return;
-  static constexpr char kOnWorker[] = " on worker ";
-  const size_t at = p.error().find(kOnWorker);
-  if (at == std::string::npos) return;
-  const size_t begin = at + sizeof(kOnWorker) - 1;
-  const size_t end = p.error().find(' ', begin);
-  if (end == std::string::npos) return;
-  std::string peer = p.error().substr(begin, end - begin);
-  if (registry_.Get(peer).ok()) job.unreachable_peers.insert(std::move(peer));
-}
-
 void CoordinatorCore::ApplyProgressLocked(Job& job,
                                           const std::string& worker_id,
                                           const StageProgress& report,
@@ -391,19 +364,7 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   VouchForWorkersLocked(job, p, now);
   ApplyCheckpointsLocked(job, p);
   if (!p.error().empty()) {
-    ForgetUnloadableCheckpointLocked(job, p);
-    NoteUnreachablePeerLocked(job, p);
-    const std::string reason = StageFailureReason(worker_id, p);
-    const bool nonfinite = p.error().rfind(kNonFiniteLoss, 0) == 0;
-    if (nonfinite && job.spec.fault_tolerance().on_nonfinite() != "rollback") {
-      FinishLocked(job, JobEvent::kFailed, reason);
-    } else if (NoRestartMends(p.error_code())) {
-      FinishLocked(job, JobEvent::kFailed, reason);
-    } else if (nonfinite) {
-      RestartOrFailLocked(job, reason);
-    } else {
-      ProbeLocked(job, reason);
-    }
+    ReactToFailureLocked(job, worker_id, p);
     return;
   }
   if (!p.finished()) return;
@@ -415,21 +376,42 @@ void CoordinatorCore::ApplyProgressLocked(Job& job,
   }
 }
 
-void CoordinatorCore::ForgetUnloadableCheckpointLocked(Job& job,
-                                                       const StageProgress& p) {
-  if (static_cast<absl::StatusCode>(p.error_code()) !=
-      absl::StatusCode::kDataLoss) {
-    return;
+void CoordinatorCore::ReactToFailureLocked(Job& job,
+                                           const std::string& worker_id,
+                                           const StageProgress& p) {
+  const v1::StageFailure& f = p.failure();
+  const FailureReaction r = ReactToStageFailure(
+      f, static_cast<absl::StatusCode>(p.error_code()),
+      job.spec.fault_tolerance().on_nonfinite() == "rollback");
+  if (r.forget_checkpoint) {
+    ForgetUnloadableCheckpointLocked(job, f.checkpoint_version(), p.error());
   }
-  for (auto it = job.checkpoints.begin(); it != job.checkpoints.end(); ++it) {
-    if (p.error().find(it->second.dir()) == std::string::npos) continue;
-    AQ_LOG_WARN(
-        "job {}: the checkpoint of version {} in {} does not load; later "
-        "restarts use an older one: {}",
-        job.id, it->first, it->second.dir(), p.error());
-    job.checkpoints.erase(it);
-    return;
+  if (r.note_unreachable_peer && registry_.Get(f.peer_worker_id()).ok()) {
+    job.unreachable_peers.insert(f.peer_worker_id());
   }
+  const std::string reason = StageFailureReason(worker_id, p);
+  switch (r.action) {
+    case FailureAction::kFail:
+      FinishLocked(job, JobEvent::kFailed, reason);
+      return;
+    case FailureAction::kRestart:
+      RestartOrFailLocked(job, reason);
+      return;
+    case FailureAction::kProbe:
+      ProbeLocked(job, reason);
+      return;
+  }
+}
+
+void CoordinatorCore::ForgetUnloadableCheckpointLocked(
+    Job& job, int64_t version, const std::string& error) {
+  auto it = job.checkpoints.find(version);
+  if (it == job.checkpoints.end()) return;
+  AQ_LOG_WARN(
+      "job {}: the checkpoint of version {} in {} does not load; later "
+      "restarts use an older one: {}",
+      job.id, it->first, it->second.dir(), error);
+  job.checkpoints.erase(it);
 }
 
 void CoordinatorCore::LogFirstStepAfterRestartLocked(Job& job,

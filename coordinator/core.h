@@ -38,6 +38,7 @@
 #include "common/executor.h"
 #include "common/file_system.h"
 #include "coordinator/job_logs.h"
+#include "coordinator/jobs/failure_policy.h"
 #include "coordinator/jobs/job_state.h"
 #include "coordinator/jobs/ledger.h"
 #include "coordinator/journal.h"
@@ -325,13 +326,14 @@ class CoordinatorCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The restart (or failure) reason for report `p`'s error from
   // `worker_id`: "stage S replica R on worker W failed: ...", or for a peer
-  // it could not reach (kCouldNotReach), the pair with both hosts.
+  // it could not reach (FAILURE_PEER_UNREACHABLE), the pair with both hosts.
   std::string StageFailureReason(const std::string& worker_id,
                                  const StageProgress& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Remembers the worker report `p` says its stage could not reach, if
-  // it does (kCouldNotReach): Job::unreachable_peers.
-  void NoteUnreachablePeerLocked(Job& job, const StageProgress& p)
+  // A stage reported its failure: the reaction is ReactToStageFailure's
+  // (coordinator/jobs/failure_policy.h), of the report's typed cause.
+  void ReactToFailureLocked(Job& job, const std::string& worker_id,
+                            const StageProgress& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks report `index` of `worker` (ReportProgress's errors) without
   // applying it.
@@ -345,9 +347,11 @@ class CoordinatorCore {
   // The job of a store key that Set or Add may write now.
   absl::Status CheckStoreWriteLocked(const std::string& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A stage could not load one of the job's committed checkpoints (its
-  // files are damaged): forgets it, so that a restart goes further back.
-  void ForgetUnloadableCheckpointLocked(Job& job, const StageProgress& p)
+  // A stage could not load the job's committed checkpoint of `version`
+  // (its files are damaged): forgets it, so that a restart goes further
+  // back.
+  void ForgetUnloadableCheckpointLocked(Job& job, int64_t version,
+                                        const std::string& error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogFirstStepAfterRestartLocked(Job& job, const StageProgress& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/checkpoint.h"
 #include "gtest/gtest.h"
+#include "pipeline/failure.h"
 #include "pipeline/spec.h"
 
 namespace aqueduct {
@@ -109,8 +110,12 @@ class FakeWorkerClient : public WorkerClient {
     calls_->Add(absl::StrCat("assign ", address_, " attempt ", a.attempt(),
                              " from v", a.restore().version()));
     if (calls_->TakeBusyRefusal()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this worker is busy with job ", a.job_id()));
+      v1::StageFailure busy;
+      busy.set_cause(v1::FAILURE_BUSY_WITH_EARLIER_ATTEMPT);
+      busy.set_job_id(a.job_id());
+      return WithFailure(absl::FailedPreconditionError(absl::StrCat(
+                             "this worker is busy with job ", a.job_id())),
+                         busy);
     }
     return calls_->AssignStatus();
   }
@@ -579,6 +584,8 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   damaged.set_error("restoring the checkpoint: " + version_dir +
                     "/stage-0-a0.safetensors: CRC-32 differs");
   damaged.set_error_code(static_cast<int>(absl::StatusCode::kDataLoss));
+  damaged.mutable_failure()->set_cause(v1::FAILURE_CHECKPOINT_UNLOADABLE);
+  damaged.mutable_failure()->set_checkpoint_version(4);
   ASSERT_TRUE(core_->ReportProgress("w2", "inc-w2", {damaged}).ok());
   const absl::Time until = absl::Now() + absl::Seconds(10);
   while (core_->GetJob(*id)->attempt() < 2 && absl::Now() < until) {
@@ -738,6 +745,8 @@ TEST_F(CoreTest, APeerThatCouldNotBeReachedNamesThePair) {
       "could not reach stage 1 on worker w2 (w2): timed out receiving tag 3 "
       "from rank 1: Timed out; TCP to w2:1: no answer within 1s");
   error.set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  error.mutable_failure()->set_cause(v1::FAILURE_PEER_UNREACHABLE);
+  error.mutable_failure()->set_peer_worker_id("w2");
   ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {error}).ok());
   const JobStatus s = WaitFor(*id, v1::JOB_FAILED);
   EXPECT_EQ(s.reason(),
@@ -764,6 +773,8 @@ TEST_F(CoreTest, ARestartAfterAPeerPartitionTakesTheSpareFirst) {
                                peer, "): timed out; TCP to ", peer,
                                ":1: no answer within 1s"));
   error.set_error_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  error.mutable_failure()->set_cause(v1::FAILURE_PEER_UNREACHABLE);
+  error.mutable_failure()->set_peer_worker_id(peer);
   ASSERT_TRUE(core_->ReportProgress(reporter, "inc-" + reporter, {error}).ok());
   const absl::Time until = absl::Now() + absl::Seconds(10);
   JobStatus s = *core_->GetJob(*id);
@@ -938,6 +949,7 @@ TEST_F(CoreTest, BadInputGetsPreciseErrors) {
   // A non-finite loss fails it (the default policy) with the reason.
   StageProgress error = Progress(*id, 2, false);
   error.set_error("non-finite loss at step 2: the loss became nan");
+  error.mutable_failure()->set_cause(v1::FAILURE_NONFINITE_LOSS);
   ASSERT_TRUE(core_->ReportProgress("w1", "inc-w1", {error}).ok());
   EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_FAILED);
   EXPECT_EQ(core_->GetJob(*id)->reason(),

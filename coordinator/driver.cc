@@ -19,6 +19,7 @@
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
 #include "coordinator/topology.h"
+#include "pipeline/failure.h"
 #include "pipeline/policy.h"
 
 namespace aqueduct {
@@ -34,7 +35,7 @@ bool CoordinatorCore::StillPlanningLocked(const std::string& job_id,
                                           int attempt) const {
   auto it = jobs_.find(job_id);
   return !shutting_down_ && it != jobs_.end() &&
-         it->second.state == v1::JOB_PLANNING && it->second.attempt == attempt;
+         (it->second.state == v1::JOB_PLANNING || it->second.state == v1::JOB_CANCELLED) && it->second.attempt == attempt;
 }
 
 bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
@@ -114,15 +115,15 @@ bool MeasuresTopology(const JobSpec& spec) {
   return policy.ok() && policy->topology == v1::TOPOLOGY_MEASURED;
 }
 
-// Whether `refusal` is a worker's "this worker is busy with job <job_id>"
-// (worker/runtime/stage_runtime.cc): it still ends an earlier attempt of
-// this very job (the restart's stop is in flight, or interrupts a wait on
-// a peer), so it will be free in a moment.
+// Whether `refusal` says the worker still ends an earlier attempt of this
+// very job (FAILURE_BUSY_WITH_EARLIER_ATTEMPT, worker/runtime/
+// stage_runtime.cc: the restart's stop is in flight, or interrupts a wait
+// on a peer), so that it will be free in a moment.
 bool BusyWithAnEarlierAttempt(const absl::Status& refusal,
                               const std::string& job_id) {
-  return absl::IsFailedPrecondition(refusal) &&
-         absl::StrContains(refusal.message(),
-                           absl::StrCat("busy with job ", job_id));
+  const v1::StageFailure f = FailureOf(refusal);
+  return f.cause() == v1::FAILURE_BUSY_WITH_EARLIER_ATTEMPT &&
+         f.job_id() == job_id;
 }
 
 // Assigns `a` through `client`. A refusal as busy with an earlier attempt

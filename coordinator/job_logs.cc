@@ -1,6 +1,7 @@
 #include "coordinator/job_logs.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +42,54 @@ std::string ToJsonLine(const v1::LogLine& line) {
   return json + "\n";
 }
 
+// The POSIX file system, except that a new file is created mode 0600
+// whatever the process's umask (and a stale one is made 0600): a job's log
+// holds what its stages printed.
+class PrivateFileSystem final : public FileSystem {
+ public:
+  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    return base_->ReadFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    // The base's O_TRUNC open keeps the mode set here.
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, 0600) != 0) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("create ", path, ": ", std::strerror(err)));
+    }
+    close(fd);
+    return base_->NewWritableFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
+      const std::string& path) override {
+    return base_->NewAppendableFile(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status SyncDir(const std::string& dir) override {
+    return base_->SyncDir(dir);
+  }
+
+ private:
+  FileSystem* const base_ = DefaultFileSystem();
+};
+
+// Creates `dir` (and missing parents) and makes it mode 0700, also when it
+// exists already (as older versions left it, 0755).
+std::error_code MakePrivateDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+  }
+  return ec;
+}
+
 }  // namespace
 
 bool IsFileSafeJobId(const std::string& job_id) {
@@ -58,8 +107,7 @@ JobLogStore::JobLogStore(JobLogOptions options)
     : options_(std::move(options)) {}
 
 absl::Status JobLogStore::Open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  std::error_code ec = MakePrivateDirectory(dir);
   if (ec) {
     return absl::UnavailableError(
         absl::StrCat("job logs directory ", dir, ": ", ec.message()));
@@ -71,7 +119,15 @@ absl::Status JobLogStore::Open(const std::string& dir) {
       continue;
     }
     const std::string job = name.substr(0, name.size() - 4);
-    if (IsFileSafeJobId(job)) LoadFile(entry.path().string(), job);
+    if (!IsFileSafeJobId(job)) continue;
+    // Written 0644 by older versions.
+    std::error_code mode_error;
+    std::filesystem::permissions(entry.path(),
+                                 std::filesystem::perms::owner_read |
+                                     std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::replace,
+                                 mode_error);
+    LoadFile(entry.path().string(), job);
   }
   if (ec) {
     return absl::UnavailableError(
@@ -120,7 +176,8 @@ void JobLogStore::WriteLocked(const std::string& job_id, Log& log,
     // Rewrite with the lines kept in memory (they include `text`'s).
     std::string all;
     for (const v1::LogLine& line : log.lines) all += ToJsonLine(line);
-    s = WriteFileAtomically(DefaultFileSystem(), path, all);
+    PrivateFileSystem files;
+    s = WriteFileAtomically(&files, path, all);
     if (s.ok()) log.file_bytes = static_cast<int64_t>(all.size());
   } else {
     s = AppendToFile(path, text);

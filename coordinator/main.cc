@@ -1,12 +1,15 @@
 // The coordinator daemon: holds the worker registry, the jobs and their
 // plans, the version ledger and the rendezvous store, and serves the
 // Coordinator gRPC service (plus grpc.health.v1 and server reflection).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/command_line.h"
 #include "common/daemon.h"
 #include "common/grpc_health.h"
 #include "common/grpc_security.h"
@@ -43,6 +47,11 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
 ABSL_FLAG(int32_t, max_server_threads, 512,
           "most threads serving calls at once (a call beyond waits or is "
           "refused with RESOURCE_EXHAUSTED)");
+ABSL_FLAG(int32_t, max_connections, aqueduct::kDefaultMaxConnections,
+          "most TCP connections kept open at once, all listening ports "
+          "together (gRPC, --health_listen, --http_listen), and at most half "
+          "the descriptor limit (RLIMIT_NOFILE, raised to its hard limit at "
+          "start); one beyond is closed at once");
 ABSL_FLAG(bool, insecure, false,
           "allow serving plaintext on a non-loopback --listen (a trusted "
           "network only: anyone who reaches the port can act as any worker "
@@ -62,8 +71,10 @@ ABSL_FLAG(
     "job journal (jobs.journal), which a restart reads back, the "
     "jobs' logs and traces (logs/, traces/: aq logs and aq trace after "
     "a restart) and trained models (models/<job>.safetensors); created (mode "
-    "0700, parents 0755) if missing. Without it, models are kept in a "
-    "new directory under the system's temporary directory");
+    "0700, as are missing parents) if missing. One coordinator at a time: "
+    "it holds coordinator.lock (with its pid) while it runs. Without it, "
+    "models are kept in a new directory under the system's temporary "
+    "directory");
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "directories under which jobs may checkpoint (comma-separated, or "
           "the flag repeated): a spec's checkpoint.dir must lie under one, "
@@ -165,62 +176,99 @@ bool SetUpLogging() {
   return s.ok();
 }
 
-// The queue's limits from the flags (jobs/queue.h); false (after saying
-// why) if one is out of range.
-bool QueueOptionsFromFlags(CoordinatorOptions* options) {
+constexpr int64_t kHourMs = int64_t{3600} * 1000;
+constexpr int64_t kDayMs = 24 * kHourMs;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// The values each integer flag may take (exit 2 beyond, naming the flag
+// and its range); the rules between flags are in OptionsFromFlags.
+const std::vector<FlagRange>& FlagRanges() {
+  static const auto* ranges = new std::vector<FlagRange>{
+      {"max_server_threads", 16, 65536},
+      {"max_connections", 16, 1 << 20},
+      {"max_message_bytes", 1 << 20, kInt32Max},
+      {"max_model_bytes", 1, int64_t{1} << 50},
+      {"heartbeat_interval_ms", 1, kHourMs},
+      {"suspect_after_missed", 1, 1000},
+      {"dead_after_ms", 2, kDayMs},
+      {"max_workers", 1, 1000000},
+      {"forget_workers_after_ms", 0, 30 * kDayMs},
+      {"max_store_value_bytes", 1, 1 << 30},
+      {"max_store_keys_per_job", 1, 1 << 24},
+      {"max_store_bytes_per_job", 1, int64_t{1} << 40},
+      {"max_store_bytes", 1, int64_t{1} << 40},
+      {"max_waiting_calls", 1, 32768},
+      {"max_store_wait_ms", 1, kDayMs},
+      {"worker_rpc_timeout_ms", 1, kDayMs},
+      {"profile_timeout_ms", 1, kDayMs},
+      {"wait_for_workers_ms", 1, 7 * kDayMs},
+      {"max_wait_for_workers_ms", 1, 7 * kDayMs},
+      {"max_pending_jobs", 1, 1000000},
+      {"max_jobs_per_user", 1, 1000000},
+      {"reserve_after_ms", 0, 7 * kDayMs},
+  };
+  return *ranges;
+}
+
+// The rules between flags; false (after saying which) if one is broken.
+bool FlagRelationsHold() {
+  const int64_t value_bytes = absl::GetFlag(FLAGS_max_store_value_bytes);
+  const int64_t job_bytes = absl::GetFlag(FLAGS_max_store_bytes_per_job);
+  const char* broken = nullptr;
+  if (job_bytes < value_bytes) {
+    broken =
+        "--max_store_bytes_per_job must be at least --max_store_value_bytes";
+  } else if (absl::GetFlag(FLAGS_max_store_bytes) < job_bytes) {
+    broken = "--max_store_bytes must be at least --max_store_bytes_per_job";
+  } else if (absl::GetFlag(FLAGS_dead_after_ms) <=
+             absl::GetFlag(FLAGS_heartbeat_interval_ms)) {
+    broken = "--dead_after_ms must be more than --heartbeat_interval_ms";
+  } else if (absl::GetFlag(FLAGS_max_waiting_calls) >
+             absl::GetFlag(FLAGS_max_server_threads) / 2) {
+    // Each waiting call holds a server thread: the others need some.
+    broken = "--max_waiting_calls must be at most half --max_server_threads";
+  }
+  if (broken != nullptr) AQ_LOG_ERROR("{}", broken);
+  return broken == nullptr;
+}
+
+// The queue's limits from the flags (jobs/queue.h).
+void QueueOptionsFromFlags(CoordinatorOptions* options) {
   options->max_wait_for_workers =
       absl::Milliseconds(absl::GetFlag(FLAGS_max_wait_for_workers_ms));
   options->max_pending_jobs = absl::GetFlag(FLAGS_max_pending_jobs);
   options->max_jobs_per_user = absl::GetFlag(FLAGS_max_jobs_per_user);
   options->reserve_after =
       absl::Milliseconds(absl::GetFlag(FLAGS_reserve_after_ms));
-  if (options->max_wait_for_workers <= absl::ZeroDuration() ||
-      options->max_pending_jobs < 1 || options->max_jobs_per_user < 1 ||
-      options->reserve_after < absl::ZeroDuration()) {
-    AQ_LOG_ERROR(
-        "need max_wait_for_workers_ms > 0, max_pending_jobs >= 1, "
-        "max_jobs_per_user >= 1 and reserve_after_ms >= 0");
-    return false;
-  }
-  return true;
 }
 
 // The bounds on workers, the rendezvous store and waiting calls from the
-// flags; false (after saying why) if one is out of range.
-bool LimitOptionsFromFlags(CoordinatorOptions* options) {
+// flags.
+void LimitOptionsFromFlags(CoordinatorOptions* options) {
   options->registry.max_workers = absl::GetFlag(FLAGS_max_workers);
   options->registry.forget_after =
       absl::Milliseconds(absl::GetFlag(FLAGS_forget_workers_after_ms));
-  const int64_t value_bytes = absl::GetFlag(FLAGS_max_store_value_bytes);
-  const int32_t keys_per_job = absl::GetFlag(FLAGS_max_store_keys_per_job);
-  const int64_t store_bytes = absl::GetFlag(FLAGS_max_store_bytes);
-  const int64_t job_bytes = absl::GetFlag(FLAGS_max_store_bytes_per_job);
   options->max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
   options->max_store_wait =
       absl::Milliseconds(absl::GetFlag(FLAGS_max_store_wait_ms));
-  if (options->registry.max_workers < 1 ||
-      options->registry.forget_after < absl::ZeroDuration() ||
-      value_bytes < 1 || keys_per_job < 1 || job_bytes < value_bytes ||
-      store_bytes < job_bytes || options->max_waiting_calls < 1 ||
-      options->max_store_wait <= absl::ZeroDuration()) {
-    AQ_LOG_ERROR(
-        "need max_workers >= 1, forget_workers_after_ms >= 0, "
-        "max_store_value_bytes >= 1, max_store_keys_per_job >= 1, "
-        "max_store_bytes >= max_store_bytes_per_job >= "
-        "max_store_value_bytes, max_waiting_calls >= 1 "
-        "and max_store_wait_ms > 0");
-    return false;
-  }
-  options->store.max_value_bytes = static_cast<size_t>(value_bytes);
-  options->store.max_keys_per_job = static_cast<size_t>(keys_per_job);
-  options->store.max_bytes_per_job = static_cast<size_t>(job_bytes);
-  options->store.max_total_bytes = static_cast<size_t>(store_bytes);
-  return true;
+  options->store.max_value_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_store_value_bytes));
+  options->store.max_keys_per_job =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_store_keys_per_job));
+  options->store.max_bytes_per_job =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_store_bytes_per_job));
+  options->store.max_total_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_store_bytes));
 }
 
-// The core's options from the flags; false (after saying why) if they
-// contradict each other.
+// The core's options from the flags; false (after saying why) if a flag
+// is out of its range or they contradict each other.
 bool OptionsFromFlags(CoordinatorOptions* options) {
+  if (absl::Status s = CheckFlagRanges(FlagRanges()); !s.ok()) {
+    AQ_LOG_ERROR("{}", std::string(s.message()));
+    return false;
+  }
+  if (!FlagRelationsHold()) return false;
   options->registry.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options->registry.suspect_after_missed =
@@ -234,8 +282,8 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
       absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
   options->default_wait_for_workers =
       absl::Milliseconds(absl::GetFlag(FLAGS_wait_for_workers_ms));
-  if (!QueueOptionsFromFlags(options)) return false;
-  if (!LimitOptionsFromFlags(options)) return false;
+  QueueOptionsFromFlags(options);
+  LimitOptionsFromFlags(options);
   absl::StatusOr<PathRoots> roots =
       PathRoots::Make("the coordinator's --checkpoint_root",
                       absl::GetFlag(FLAGS_checkpoint_root));
@@ -244,29 +292,58 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
     return false;
   }
   options->checkpoint_roots = *std::move(roots);
-  if (absl::GetFlag(FLAGS_max_model_bytes) <= 0) {
-    AQ_LOG_ERROR("need max_model_bytes > 0");
-    return false;
-  }
-  if (options->registry.heartbeat_interval <= absl::ZeroDuration() ||
-      options->registry.dead_after <= options->registry.heartbeat_interval ||
-      options->registry.suspect_after_missed < 1) {
-    AQ_LOG_ERROR(
-        "need heartbeat_interval_ms > 0, dead_after_ms > "
-        "heartbeat_interval_ms and suspect_after_missed >= 1");
-    return false;
-  }
   return true;
 }
 
-// Creates --state_dir if missing and opens the job journal in it.
-absl::Status OpenStateDir(CoordinatorCore* core) {
+// Warns when others may enter --state_dir: its journal holds every job's
+// spec and owner. (Not changed here: --state_dir may name a directory
+// others share, such as /var/lib.)
+void WarnIfShared(const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    AQ_LOG_WARN(
+        "--state_dir {} is mode {:o}: other users may read the jobs' specs, "
+        "logs and models in it; chmod 700 it",
+        dir, st.st_mode & 07777);
+  }
+}
+
+// Locks --state_dir for this process's life: a second coordinator there
+// would compact the journal under the first and lose its jobs.
+absl::StatusOr<std::unique_ptr<FileLock>> LockStateDir(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<FileLock>> lock =
+      FileLock::Acquire(dir + "/coordinator.lock");
+  if (absl::IsFailedPrecondition(lock.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state_dir ", dir, " is in use by another coordinator: ",
+        lock.status().message(), "; stop it, or give another --state_dir"));
+  }
+  if (!lock.ok()) {
+    return absl::Status(lock.status().code(),
+                        absl::StrCat("--state_dir: ", lock.status().message()));
+  }
+  if (!(*lock)->pid_error().empty()) {
+    AQ_LOG_WARN(
+        "{} (locked all the same: a second coordinator will not name "
+        "this one)",
+        (*lock)->pid_error());
+  }
+  return lock;
+}
+
+// Creates --state_dir if missing, locks it and opens the job journal in
+// it (which, on a full disk, serves without recording new jobs: see
+// CoordinatorCore::OpenJournal). The lock is null without --state_dir.
+absl::StatusOr<std::unique_ptr<FileLock>> OpenStateDir(CoordinatorCore* core) {
   const std::string dir = absl::GetFlag(FLAGS_state_dir);
-  if (dir.empty()) return absl::OkStatus();
+  if (dir.empty()) return nullptr;
   if (absl::Status s = MakeDirectories(dir, 0700); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("--state_dir: ", s.message()));
   }
-  return core->OpenJournal(dir + "/jobs.journal");
+  WarnIfShared(dir);
+  ASSIGN_OR_RETURN(std::unique_ptr<FileLock> lock, LockStateDir(dir));
+  RETURN_IF_ERROR(core->OpenJournal(dir + "/jobs.journal"));
+  return lock;
 }
 
 // Where trained models are kept: <state_dir>/models (absolute: the path is
@@ -316,6 +393,11 @@ bool SecurityFromFlags(SecurityConfig* config,
                        std::optional<TokenTable>* tokens) {
   absl::StatusOr<SecurityConfig> read = SecurityConfigFromFlags(true);
   absl::Status s = read.status();
+  // A key that is not the certificate's would fail every handshake, and
+  // gRPC would say only that it cannot listen.
+  if (s.ok() && !read->cert_pem.empty()) {
+    s = CheckKeyPair(read->cert_pem, read->key_pem);
+  }
   const std::string& tokens_file = absl::GetFlag(FLAGS_tokens_file);
   if (s.ok() && !tokens_file.empty()) {
     absl::StatusOr<TokenTable> table = TokenTable::Load(tokens_file);
@@ -346,6 +428,11 @@ bool SecurityFromFlags(SecurityConfig* config,
   return true;
 }
 
+// A connection that has not completed its TLS and HTTP/2 handshakes by
+// then is closed (gRPC's default: 120 s), so that silent connections hold
+// their place under --max_connections for less long.
+constexpr int kHandshakeTimeoutMs = 20000;
+
 // Serves `service` on --listen; null (after logging why) if it cannot.
 std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
                                           const SecurityConfig& security,
@@ -360,15 +447,13 @@ std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
   // Each call in flight holds a thread of gRPC's synchronous server: bound
   // them, so a flood of calls is refused (RESOURCE_EXHAUSTED) instead of
   // growing the process.
-  if (absl::GetFlag(FLAGS_max_server_threads) < 16) {
-    AQ_LOG_ERROR("need --max_server_threads >= 16");
-    return nullptr;
-  }
   grpc::ResourceQuota quota("coordinator");
   quota.SetMaxThreads(absl::GetFlag(FLAGS_max_server_threads));
   builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             kHandshakeTimeoutMs);
   builder.RegisterService(service);
   // Times every call for /metrics (coordinator/metrics.h).
   std::vector<
@@ -421,7 +506,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttp(
   return server;
 }
 
-// --port_file, and the port and pid files in --state_dir.
+// --port_file (an error if it cannot be written: its reader waits for
+// it), then the port and pid files in --state_dir, which a full disk may
+// refuse: that is logged, and the coordinator serves all the same (the
+// log says the port too).
 absl::Status WriteStateFiles(int port) {
   const std::string port_text = absl::StrCat(port, "\n");
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
@@ -430,17 +518,52 @@ absl::Status WriteStateFiles(int port) {
   }
   const std::string dir = absl::GetFlag(FLAGS_state_dir);
   if (dir.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/coordinator.port", port_text));
-  return WriteFileAtomically(dir + "/coordinator.pid",
-                             absl::StrCat(getpid(), "\n"));
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"coordinator.port", port_text},
+        {"coordinator.pid", absl::StrCat(getpid(), "\n")}}) {
+    if (absl::Status s = WriteFileAtomically(dir + "/" + name, text); !s.ok()) {
+      AQ_LOG_WARN("{}; serving on port {} all the same",
+                  std::string(s.message()), port);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Caps accepted connections at --max_connections (common/daemon.h) and
+// says what is in force.
+int LimitConnections() {
+  const int cap =
+      LimitIncomingConnections(absl::GetFlag(FLAGS_max_connections));
+  AQ_LOG_INFO("descriptor limit {}: at most {} connections at once",
+              DescriptorLimit(), cap);
+  return cap;
+}
+
+// Says, at most every 10 s, how many connections the cap refused since it
+// last said.
+void ReportRefusedConnections(int cap, int64_t* reported,
+                              std::chrono::steady_clock::time_point* next) {
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t refused = RefusedConnections();
+  if (now < *next || refused == *reported) return;
+  AQ_LOG_WARN(
+      "refused {} connection(s): {} were open, the most --max_connections "
+      "and the descriptor limit allow",
+      refused - *reported, cap);
+  *reported = refused;
+  *next = now + std::chrono::seconds(10);
 }
 
 // Ticks the core until SIGTERM or SIGINT, then shuts the server down.
-void ServeUntilSignal(CoordinatorCore* core, grpc::Server* server) {
+void ServeUntilSignal(CoordinatorCore* core, grpc::Server* server,
+                      int connection_cap) {
   std::atomic<bool> stopping{false};
   std::thread ticker([&] {
+    int64_t refused_reported = 0;
+    std::chrono::steady_clock::time_point next_report;  // Long past.
     while (!stopping) {
       core->Tick();
+      ReportRefusedConnections(connection_cap, &refused_reported, &next_report);
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
@@ -459,6 +582,7 @@ int Main() {
   SecurityConfig security_config;
   std::optional<TokenTable> tokens;
   if (!SecurityFromFlags(&security_config, &tokens)) return 2;
+  const int connection_cap = LimitConnections();
   BlockTerminationSignals();
   // Before the journal is read, so that a liveness probe answers (and
   // readiness says NOT_SERVING) while a long journal replays.
@@ -471,8 +595,10 @@ int Main() {
   }
   GrpcWorkerClients clients(ChannelCredentials(security_config));
   CoordinatorCore core(options, RealClock::Get(), clients.Factory());
-  if (absl::Status s = OpenStateDir(&core); !s.ok()) {
-    AQ_LOG_ERROR("{}", s.ToString());
+  // Held until Main returns: one coordinator per --state_dir.
+  absl::StatusOr<std::unique_ptr<FileLock>> state_lock = OpenStateDir(&core);
+  if (!state_lock.ok()) {
+    AQ_LOG_ERROR("{}", state_lock.status().ToString());
     return 1;
   }
   std::unique_ptr<ModelStore> models = OpenModelStore();
@@ -506,7 +632,7 @@ int Main() {
     AQ_LOG_ERROR("{}", s.ToString());
     return 1;
   }
-  ServeUntilSignal(&core, server.get());
+  ServeUntilSignal(&core, server.get(), connection_cap);
   (*health)->Shutdown();  // before `server` goes: it reports there
   AQ_LOG_INFO("coordinator stopped");
   return 0;

@@ -39,6 +39,25 @@ absl::Status CheckEvalLoss(const std::string& field, double loss) {
       field, "=", loss, " is negative (a loss is at least 0, or NaN)"));
 }
 
+// A typed failure cause: a known cause, and ids of worker-id size.
+absl::Status CheckFailure(const v1::StageFailure& f, const std::string& at) {
+  if (!v1::FailureCause_IsValid(f.cause())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ".cause=", f.cause(), " is not a known cause"));
+  }
+  constexpr size_t kMaxIdBytes = 128;
+  if (f.peer_worker_id().size() > kMaxIdBytes ||
+      f.job_id().size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ": an id longer than ", kMaxIdBytes, " bytes"));
+  }
+  if (f.checkpoint_version() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, ".checkpoint_version=", f.checkpoint_version(), " is negative"));
+  }
+  return absl::OkStatus();
+}
+
 // A stage finishes at the job's final version and at no other: a report
 // that says finished earlier (and would fix the job's final figures) is
 // refused.
@@ -85,6 +104,7 @@ absl::Status CheckCounters(const v1::StageProgress& p, const std::string& at,
                static_cast<int>(absl::StatusCode::kUnauthenticated)));
   RETURN_IF_ERROR(CheckFinite(at + ".test_accuracy", p.test_accuracy(), 0, 1));
   RETURN_IF_ERROR(CheckEvalLoss(at + ".test_loss", p.test_loss()));
+  RETURN_IF_ERROR(CheckFailure(p.failure(), at + ".failure"));
   return CheckFinishedAtTheEnd(p, at, b);
 }
 

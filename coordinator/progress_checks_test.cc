@@ -68,6 +68,20 @@ TEST(ProgressChecksTest, AGoodReportPasses) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(ProgressChecksTest, AFailureCauseIsChecked) {
+  v1::StageProgress p = Good();
+  p.mutable_failure()->set_cause(v1::FAILURE_PEER_UNREACHABLE);
+  p.mutable_failure()->set_peer_worker_id("w2");
+  EXPECT_TRUE(CheckProgressValues(p, "stages[0]", Bounds()).ok());
+  p.mutable_failure()->set_cause(static_cast<v1::FailureCause>(77));
+  EXPECT_EQ(CheckProgressValues(p, "stages[0]", Bounds()).message(),
+            "stages[0].failure.cause=77 is not a known cause");
+  p.mutable_failure()->set_cause(v1::FAILURE_OTHER);
+  p.mutable_failure()->set_peer_worker_id(std::string(129, 'w'));
+  EXPECT_EQ(CheckProgressValues(p, "stages[0]", Bounds()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ProgressChecksTest, FinishedOnlyAtTheFinalVersion) {
   v1::StageProgress p = Good();
   p.set_finished(true);
@@ -199,6 +213,40 @@ TEST(ProgressChecksTest, LogLinesAreBounded) {
   for (int i = 0; i < 8192; ++i) *p.add_log_lines() = p.log_lines(0);
   EXPECT_EQ(CheckProgressValues(p, "stages[0]", Bounds()).message(),
             "stages[0].log_lines has 8193 entries; the limit is 8192");
+}
+
+// Issue 22, item 11: a worker's line with ESC[2J or CR/LF was printed raw by
+// `aq logs`. The coordinator escapes it (refusing would drop the report's
+// progress); a tab and UTF-8 stay; the line stays within its bound.
+TEST(ProgressChecksTest, LogLinesAreEscapedNotRefused) {
+  v1::StageProgress p = Good();
+  p.mutable_log_lines(0)->set_text(
+      "\x1b[2J\x1b[Hstep 3\tok\r\n2026-01-01 INFO coordinator: forged \xc3\xa9"
+      "\xc2\x9b\xff\x07");
+  v1::LogLine* nul = p.add_log_lines();
+  *nul = p.log_lines(0);
+  nul->set_text(std::string("a\0b", 3));
+  v1::LogLine* fine = p.add_log_lines();
+  *fine = Good().log_lines(0);
+  EscapeLogLines(&p);
+  EXPECT_EQ(p.log_lines(0).text(),
+            "\\x1b[2J\\x1b[Hstep 3\tok\\x0d\\x0a2026-01-01 INFO coordinator: "
+            "forged \xc3\xa9\\xc2\\x9b\\xff\\x07");
+  EXPECT_EQ(p.log_lines(1).text(), "a\\x00b");
+  EXPECT_EQ(p.log_lines(2).text(), Good().log_lines(0).text());
+  EXPECT_TRUE(CheckProgressValues(p, "stages[0]", Bounds()).ok());
+  // Escaping never takes a line over the bound; one already over it is left
+  // for the check to refuse.
+  p = Good();
+  p.mutable_log_lines(0)->set_text(std::string(65536, '\x1b'));
+  EscapeLogLines(&p);
+  EXPECT_EQ(p.log_lines(0).text().size(), 65536u);
+  EXPECT_EQ(p.log_lines(0).text().substr(0, 8), "\\x1b\\x1b");
+  EXPECT_TRUE(CheckProgressValues(p, "stages[0]", Bounds()).ok());
+  p.mutable_log_lines(0)->set_text(std::string(65537, '\x1b'));
+  EscapeLogLines(&p);
+  EXPECT_EQ(p.log_lines(0).text(), std::string(65537, '\x1b'));
+  EXPECT_FALSE(CheckProgressValues(p, "stages[0]", Bounds()).ok());
 }
 
 }  // namespace

@@ -14,13 +14,17 @@ packages=(
   # /usr/share/games/fortunes/ (cookie, computers, songs-poems, ...; the
   # .dat indexes and .u8 symlinks beside them are not for training).
   fortunes
-  # HTTP for the daemons' Prometheus metrics and the coordinator's dashboard.
-  libcpp-httplib-dev libbrotli-dev libssl-dev
+  # HTTP for the daemons' Prometheus metrics and the coordinator's dashboard:
+  # libmicrohttpd serves; cpp-httplib is the tests' HTTP client.
+  libmicrohttpd-dev libcpp-httplib-dev libbrotli-dev libssl-dev
   # Tests of issue 15: network namespaces and link shaping (multi-host),
   # the metrics parser, the dashboard in a headless browser, a one-node
   # Slurm cluster and offline Kubernetes manifest checks.
   iproute2 python3-prometheus-client chromium-headless-shell
   munge slurmctld slurmd slurm-client python3-kubernetes python3-yaml
+  # Issue 22's fault tests: the coordinator's wall clock stepped
+  # (libfaketime).
+  faketime
 )
 # shellcheck disable=SC2206
 packages+=(${AQ_SETUP_EXTRA:-})

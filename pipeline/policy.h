@@ -17,15 +17,17 @@
 
 namespace aqueduct {
 
-// The start of the error training fails with when a loss is not finite (the
-// coordinator's non-finite policy, FaultToleranceSpec.on_nonfinite, looks
-// for it in a stage's error).
+// The start of the error training fails with when a loss is not finite
+// (for people: the coordinator's non-finite policy,
+// FaultToleranceSpec.on_nonfinite, reads the typed cause
+// FAILURE_NONFINITE_LOSS, pipeline/failure.h).
 inline constexpr char kNonFiniteLoss[] = "non-finite loss";
 
 // The start of a stage's error when a peer it timed out on does not answer
 // from its host at all (a network partition, not a stalled neighbour):
 // "could not reach stage S on worker W (HOST): ..." (worker/runtime/
-// stage_job.cc). The coordinator names the pair from it.
+// stage_job.cc). The coordinator learns the pair from the typed cause
+// (FAILURE_PEER_UNREACHABLE with the peer's id), not from this text.
 inline constexpr char kCouldNotReach[] = "could not reach ";
 
 using Schedule = v1::Schedule;

@@ -109,6 +109,59 @@ timeout 10 "$COORDINATOR" --listen 127.0.0.1:0 --checkpoint_root "$tmp/no-such-r
 grep -q -- "--checkpoint_root: '$tmp/no-such-root'" "$tmp/err" ||
   fail "coordinator --checkpoint_root message: $(cat "$tmp/err")"
 
+# Integer flags out of their range exit 2 naming the flag and the range
+# (issue 22, item 12): --max_message_bytes -1 would have lifted gRPC's
+# message limit.
+check_range() {  # binary, flag, value, the range's text
+  local name; name=$(basename "$1")
+  timeout 10 "$1" --listen 127.0.0.1:0 "--$2" "$3" >/dev/null 2>"$tmp/err"; rc=$?
+  [ "$rc" -eq 2 ] || fail "$name --$2 $3: exit $rc, want 2"
+  grep -qF -- "--$2 must be between $4, got $3" "$tmp/err" ||
+    fail "$name --$2 $3 message: $(cat "$tmp/err")"
+}
+check_range "$COORDINATOR" max_message_bytes -1 "1048576 and 2147483647"
+check_range "$COORDINATOR" max_message_bytes 0 "1048576 and 2147483647"
+check_range "$COORDINATOR" max_connections 0 "16 and 1048576"
+check_range "$COORDINATOR" max_server_threads 8 "16 and 65536"
+check_range "$COORDINATOR" heartbeat_interval_ms 0 "1 and 3600000"
+check_range "$COORDINATOR" worker_rpc_timeout_ms -1 "1 and 86400000"
+check_range "$COORDINATOR" profile_timeout_ms 0 "1 and 86400000"
+check_range "$COORDINATOR" wait_for_workers_ms -5 "1 and 604800000"
+check_range "$COORDINATOR" max_store_value_bytes 0 "1 and 1073741824"
+check_range "$COORDINATOR" forget_workers_after_ms -1 "0 and 2592000000"
+check_range "$WORKER" threads -1 "0 and 4096"
+check_range "$WORKER" peer_timeout_ms 0 "1 and 86400000"
+check_range "$WORKER" max_text_bytes 0 "1 and 1099511627776"
+check_range "$WORKER" model_upload_deadline_ms -1 "0 and 604800000"
+# And the rules between flags, naming both.
+timeout 10 "$COORDINATOR" --listen 127.0.0.1:0 --max_waiting_calls 300 >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "coordinator --max_waiting_calls 300: exit $rc"
+grep -qF -- "--max_waiting_calls must be at most half --max_server_threads" "$tmp/err" ||
+  fail "coordinator --max_waiting_calls 300 message: $(cat "$tmp/err")"
+
+# A TLS key that is not its certificate's stops either daemon at once (exit
+# 2), saying so, rather than "cannot listen" (issue 22, item 12).
+for n in 1 2; do
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=127.0.0.1" -keyout "$tmp/key$n.pem" -out "$tmp/cert$n.pem" >/dev/null 2>&1 ||
+    fail "openssl could not make a certificate"
+done
+printf 'not a key\n' >"$tmp/garbage.pem"
+for bin in "$COORDINATOR" "$WORKER"; do
+  name=$(basename "$bin")
+  timeout 10 "$bin" --listen 127.0.0.1:0 --tls_ca "$tmp/cert1.pem" --tls_cert "$tmp/cert1.pem" \
+    --tls_key "$tmp/key2.pem" >/dev/null 2>"$tmp/err"; rc=$?
+  [ "$rc" -eq 2 ] || fail "$name with another certificate's key: exit $rc, want 2"
+  grep -q -- "--tls_key does not match --tls_cert" "$tmp/err" ||
+    fail "$name with another certificate's key: $(cat "$tmp/err")"
+  grep -q "cannot listen" "$tmp/err" && fail "$name with another certificate's key: $(cat "$tmp/err")"
+  timeout 10 "$bin" --listen 127.0.0.1:0 --tls_ca "$tmp/cert1.pem" --tls_cert "$tmp/cert1.pem" \
+    --tls_key "$tmp/garbage.pem" >/dev/null 2>"$tmp/err"; rc=$?
+  [ "$rc" -eq 2 ] || fail "$name with a key that is not PEM: exit $rc, want 2"
+  grep -q -- "--tls_key: no unencrypted PEM private key could be read" "$tmp/err" ||
+    fail "$name with a key that is not PEM: $(cat "$tmp/err")"
+done
+
 # A --state_dir that cannot be created stops the coordinator naming it.
 touch "$tmp/a-file"
 timeout 10 "$COORDINATOR" --listen 127.0.0.1:0 --state_dir "$tmp/a-file/state" \

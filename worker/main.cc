@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/command_line.h"
 #include "common/daemon.h"
 #include "common/device/factory.h"
 #include "common/file_system.h"
@@ -125,6 +126,20 @@ bool SetUpLogging() {
   return s.ok();
 }
 
+// Every integer flag within its range; false (after naming the flag and
+// the range) if one is not.
+bool FlagsInRange() {
+  constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
+  const absl::Status s = CheckFlagRanges({
+      {"threads", 0, 4096},
+      {"peer_timeout_ms", 1, kDayMs},
+      {"model_upload_deadline_ms", 0, 7 * kDayMs},
+      {"max_text_bytes", 1, int64_t{1} << 40},
+  });
+  if (!s.ok()) AQ_LOG_ERROR("{}", std::string(s.message()));
+  return s.ok();
+}
+
 // --device and --gemm_precision; nullopt (after logging why) if bad.
 std::optional<DeviceSpec> DeviceSpecFromFlags() {
   absl::StatusOr<DeviceSpec> device_spec =
@@ -162,6 +177,11 @@ std::string ListenAddress() {
 std::optional<SecurityConfig> SecurityFromFlags() {
   absl::StatusOr<SecurityConfig> config = SecurityConfigFromFlags(true);
   absl::Status s = config.status();
+  // A key that is not the certificate's would fail every handshake, and
+  // gRPC would say only that it cannot listen.
+  if (s.ok() && !config->cert_pem.empty()) {
+    s = CheckKeyPair(config->cert_pem, config->key_pem);
+  }
   const std::string host = absl::GetFlag(FLAGS_advertise_host);
   if (s.ok() && (host == "0.0.0.0" || host == "::" || host.empty())) {
     s = absl::InvalidArgumentError(absl::StrCat(
@@ -280,10 +300,6 @@ std::optional<FileAccess> FilesFromFlags() {
       return std::nullopt;
     }
   }
-  if (absl::GetFlag(FLAGS_max_text_bytes) <= 0) {
-    AQ_LOG_ERROR("--max_text_bytes must be positive");
-    return std::nullopt;
-  }
   files.data = *std::move(data_roots);
   files.checkpoints = *std::move(checkpoint_roots);
   files.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
@@ -395,7 +411,7 @@ void StopOnSignal(StageRuntime* runtime, WorkerAgent* agent,
 }
 
 int Main() {
-  if (!SetUpLogging()) return 2;
+  if (!SetUpLogging() || !FlagsInRange()) return 2;
   const std::optional<DeviceSpec> device_spec = DeviceSpecFromFlags();
   if (!device_spec.has_value()) return 2;
   const int threads = ThreadsFromFlags();

@@ -30,6 +30,9 @@
 # port. Binaries come from --bin (default: Bazel's bazel-bin of the opt
 # build).
 set -euo pipefail
+# The state directory holds the journal, logs, models, TLS keys and tokens:
+# everything this script and the daemons make there is the user's alone.
+umask 077
 cmd="${1:-}"
 [ -n "$cmd" ] && shift
 workers=1 port=0 http_port=0 threads=1 bin="" state="${AQ_STATE_DIR:-/tmp/aqueduct-local}"
@@ -68,6 +71,8 @@ stop() {
 case "$cmd" in
   start)
     mkdir -p "$state" "$state/checkpoints"
+    # Also when an older version of this script left them 0755.
+    chmod 700 "$state" "$state/checkpoints"
     stop
     rm -f "$state"/coordinator.port "$state"/aq.env
     coordinator_tls=() worker_tls=()

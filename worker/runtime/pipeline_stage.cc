@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/failure.h"
 #include "pipeline/policy.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/training_state.h"
@@ -333,9 +334,10 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     double sum = 0;
     for (float l : losses) sum += l;
     if (!std::isfinite(sum)) {
-      return absl::DataLossError(absl::StrCat(kNonFiniteLoss, " at step ",
-                                              m + 1, " (minibatch ", m, ") on ",
-                                              Who(), ": the loss is ", sum));
+      return WithCause(absl::DataLossError(absl::StrCat(
+                           kNonFiniteLoss, " at step ", m + 1, " (minibatch ",
+                           m, ") on ", Who(), ": the loss is ", sum)),
+                       v1::FAILURE_NONFINITE_LOSS);
     }
     // Reported per sample (a sample's loss: the mean over its tokens), so
     // the minibatch's mean is the mean over every token.

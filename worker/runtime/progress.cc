@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "pipeline/failure.h"
 
 namespace aqueduct {
 
@@ -272,11 +273,11 @@ void ProgressAccumulator::Finish() {
   dirty_ = true;
 }
 
-void ProgressAccumulator::Fail(const std::string& error,
-                               absl::StatusCode code) {
+void ProgressAccumulator::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  pending_.set_error(error);
-  pending_.set_error_code(static_cast<int>(code));
+  pending_.set_error(std::string(status.message()));
+  pending_.set_error_code(static_cast<int>(status.code()));
+  *pending_.mutable_failure() = FailureOf(status);
   dirty_ = true;
 }
 
@@ -303,6 +304,7 @@ std::optional<StageProgress> ProgressAccumulator::Take() {
   pending_.clear_evals();
   pending_.set_finished(false);
   pending_.clear_error();
+  pending_.clear_failure();
   dirty_ = false;
   return out;
 }

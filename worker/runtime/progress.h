@@ -81,9 +81,9 @@ class ProgressAccumulator {
   void OnEval(int64_t step, double accuracy, double loss);
   // The stage finished its work.
   void Finish();
-  // The stage failed with `error` (of status code `code`).
-  void Fail(const std::string& error,
-            absl::StatusCode code = absl::StatusCode::kUnknown);
+  // The stage failed with `status`: its message, code and typed cause
+  // (pipeline/failure.h; FAILURE_OTHER when it carries none).
+  void Fail(const absl::Status& status);
 
   // What accumulated since the previous call; nullopt if nothing did.
   std::optional<StageProgress> Take();

@@ -199,7 +199,7 @@ TEST_F(ProgressTest, FinishAndErrorAreReportedOnce) {
   EXPECT_EQ(p->bytes_received(), 20);
   EXPECT_DOUBLE_EQ(p->test_accuracy(), 0.75);
   EXPECT_DOUBLE_EQ(p->test_loss(), 0.5);
-  progress_.Fail("boom");
+  progress_.Fail(absl::UnknownError("boom"));
   p = progress_.Take();
   ASSERT_TRUE(p.has_value());
   EXPECT_FALSE(p->finished());

@@ -12,6 +12,7 @@
 #include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "pipeline/failure.h"
 #include "pipeline/limits.h"
 #include "pipeline/memory.h"
 #include "pipeline/policy.h"
@@ -52,10 +53,15 @@ absl::StatusOr<std::optional<SafetensorsFile>> RestoreState(
         " layers; this job's model has ", num_layers));
   }
   const FileAccess files = JobFiles(env);
-  ASSIGN_OR_RETURN(
-      SafetensorsFile state,
-      LoadCheckpointLayers(files.checkpoints, m, begin, end, files.stop));
-  return state;
+  absl::StatusOr<SafetensorsFile> state =
+      LoadCheckpointLayers(files.checkpoints, m, begin, end, files.stop);
+  if (!state.ok()) {
+    v1::StageFailure unloadable;
+    unloadable.set_cause(v1::FAILURE_CHECKPOINT_UNLOADABLE);
+    unloadable.set_checkpoint_version(m.version());
+    return WithFailure(state.status(), unloadable);
+  }
+  return *std::move(state);
 }
 
 // The checkpoint writer of replica 0 of a stage of layers [begin, end),
@@ -451,33 +457,42 @@ std::string HostOf(const std::string& address) {
 // report waits a little (until a stop, or 2 probes and a second), so that
 // the stage at the cause reports first and the restart names it. A peer
 // whose port is refused (its process died) is reported at once.
-std::string ExplainPeerError(const StageAssignment& a, const JobEnv& env,
-                             const absl::Status& status) {
+absl::Status ExplainPeerError(const StageAssignment& a, const JobEnv& env,
+                              const absl::Status& status) {
   const std::string message(status.message());
   const std::optional<int> rank = PeerRankOf(message);
   if (!absl::IsDeadlineExceeded(status) && !absl::IsUnavailable(status)) {
-    return message;
+    return status;
   }
   const std::optional<RankPlace> peer =
       rank.has_value() ? PlaceOfRank(a, *rank) : std::nullopt;
-  if (!peer.has_value() || peer->address.empty()) return message;
+  if (!peer.has_value() || peer->address.empty()) return status;
   const absl::Duration probe = std::clamp(
       env.peer_timeout / 4, absl::Milliseconds(200), absl::Seconds(2));
   const PeerReach reach = ProbeTcp(peer->address, probe);
   if (!reach.answers && absl::IsDeadlineExceeded(status)) {
-    return absl::StrCat(kCouldNotReach, "stage ", peer->stage, " on worker ",
-                        peer->worker, " (", HostOf(peer->address),
-                        "): ", message, "; TCP to ", peer->address, ": ",
-                        reach.detail);
+    v1::StageFailure unreachable;
+    unreachable.set_cause(v1::FAILURE_PEER_UNREACHABLE);
+    unreachable.set_peer_worker_id(peer->worker);
+    return WithFailure(
+        absl::Status(
+            status.code(),
+            absl::StrCat(kCouldNotReach, "stage ", peer->stage, " on worker ",
+                         peer->worker, " (", HostOf(peer->address),
+                         "): ", message, "; TCP to ", peer->address, ": ",
+                         reach.detail)),
+        unreachable);
   }
-  if (!reach.accepted) return message;
+  if (!reach.accepted) return status;
   const absl::Time until = absl::Now() + 2 * probe + absl::Seconds(1);
   while (absl::Now() < until && !(env.stop != nullptr && env.stop->load())) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return absl::StrCat(message, "; rank ", *rank, " (worker ", peer->worker,
-                      ", stage ", peer->stage, ") is alive on ", peer->address,
-                      ": it failed or stalled on another stage");
+  return WithMessage(
+      status,
+      absl::StrCat(message, "; rank ", *rank, " (worker ", peer->worker,
+                   ", stage ", peer->stage, ") is alive on ", peer->address,
+                   ": it failed or stalled on another stage"));
 }
 
 }  // namespace
@@ -487,9 +502,10 @@ absl::Status RunPipelineJob(const StageAssignment& a, const JobEnv& env) {
   if (status.ok() || status.code() == absl::StatusCode::kCancelled) {
     return status;
   }
-  return absl::Status(status.code(),
-                      absl::StrCat(ExplainPeerError(a, env, status),
-                                   " [ranks: ", DescribeRanks(a), "]"));
+  const absl::Status explained = ExplainPeerError(a, env, status);
+  return WithMessage(
+      explained,
+      absl::StrCat(explained.message(), " [ranks: ", DescribeRanks(a), "]"));
 }
 
 }  // namespace aqueduct

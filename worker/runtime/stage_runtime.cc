@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log_buffer.h"
 #include "common/logging.h"
+#include "pipeline/failure.h"
 #include "worker/runtime/layout.h"
 #include "worker/runtime/stage_job.h"
 
@@ -54,8 +55,13 @@ absl::Status StageRuntime::Assign(const StageAssignment& a) {
   // asynchronously): give the previous run a moment to end.
   mu_.AwaitWithTimeout(absl::Condition(&idle), options_.busy_wait);
   if (!idle()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("this worker is busy with job ", assignment_.job_id()));
+    v1::StageFailure busy;
+    busy.set_cause(v1::FAILURE_BUSY_WITH_EARLIER_ATTEMPT);
+    busy.set_job_id(assignment_.job_id());
+    return WithFailure(
+        absl::FailedPreconditionError(absl::StrCat(
+            "this worker is busy with job ", assignment_.job_id())),
+        busy);
   }
   if (phase_ == RuntimePhase::kRunning) {
     return absl::FailedPreconditionError(
@@ -178,7 +184,7 @@ void StageRuntime::End(const StageAssignment& a, const absl::Status& status) {
                 std::string(status.message()));
   } else {
     phase = RuntimePhase::kFailed;
-    progress_.Fail(std::string(status.message()), status.code());
+    progress_.Fail(status);
     AQ_LOG_WARN("job {} failed: {}", a.job_id(), status.ToString());
   }
   absl::MutexLock lock(&mu_);

@@ -20,6 +20,7 @@
 #include "common/fake_coordinator_client.h"
 #include "common/log_buffer.h"
 #include "gtest/gtest.h"
+#include "pipeline/failure.h"
 #include "worker/nn/spec.h"
 #include "worker/runtime/coordinator_store.h"
 #include "worker/runtime/in_memory_data_plane.h"
@@ -48,6 +49,9 @@ TEST(StageRuntimeTest, BusyWorkerRefusesAnotherJobAfterItsWait) {
   const absl::Status s = runtime.Assign(OneStage("b"));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("busy with job a"), std::string::npos) << s;
+  // Typed, for the coordinator: busy with (an attempt of) job a.
+  EXPECT_EQ(FailureOf(s).cause(), v1::FAILURE_BUSY_WITH_EARLIER_ATTEMPT);
+  EXPECT_EQ(FailureOf(s).job_id(), "a");
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(90));
   EXPECT_EQ(runtime.current_job(), "a");
   EXPECT_EQ(runtime.Status().phase(), "assigned");

@@ -9,6 +9,7 @@
 #include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "pipeline/failure.h"
 #include "pipeline/policy.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/optimizer.h"
@@ -180,9 +181,11 @@ absl::StatusOr<double> TrainStep(const Model& model, Device* device,
   for (float l : buffers->host_losses) sum += l;
   const double mean = sum / static_cast<double>(buffers->num_labels);
   if (!std::isfinite(mean)) {
-    return absl::DataLossError(
-        absl::StrCat(kNonFiniteLoss, " at step ", step + 1,
-                     ": the loss became ", mean, " (learning rate too high?)"));
+    return WithCause(
+        absl::DataLossError(absl::StrCat(kNonFiniteLoss, " at step ", step + 1,
+                                         ": the loss became ", mean,
+                                         " (learning rate too high?)")),
+        v1::FAILURE_NONFINITE_LOSS);
   }
   return mean;
 }

@@ -6,6 +6,7 @@
 
 #include "common/device/cpu_device.h"
 #include "gtest/gtest.h"
+#include "pipeline/failure.h"
 #include "worker/nn/spec.h"
 #include "worker/nn/weights.h"
 
@@ -48,6 +49,19 @@ JobSpec Parse(const std::string& text) {
   auto spec = ParseJobSpec(text, "test");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
+}
+
+// A loss that is not finite fails training with that cause, typed (the
+// coordinator's reaction reads the cause, not the text).
+TEST(LocalTrainerTest, ANonFiniteLossFailsWithItsCause) {
+  CpuDevice device(CpuDeviceOptions{1});
+  JobSpec spec = Parse(kMlp);
+  spec.mutable_model()->mutable_layers()->DeleteSubrange(3, 4);  // No norm.
+  spec.mutable_optimizer()->mutable_sgd()->set_lr(1000);
+  auto result = TrainLocal(spec, &device, LocalTrainOptions());
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(FailureOf(result.status()).cause(), v1::FAILURE_NONFINITE_LOSS)
+      << result.status();
 }
 
 TEST(LocalTrainerTest, LearnsSyntheticTaskDeterministically) {
