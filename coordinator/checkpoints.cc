@@ -98,10 +98,10 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
                 m.version(), s.ToString());
     return;
   }
-  if (journal_ != nullptr) {
+  if (const std::shared_ptr<JobJournal> journal = Journal()) {
     v1::JournalRecord record;
     *record.mutable_checkpoint() = m;
-    if (absl::Status s = journal_->Append(record); !s.ok()) {
+    if (absl::Status s = journal->Append(record); !s.ok()) {
       AQ_LOG_WARN(
           "job {}: checkpoint version {} is committed in {} but not "
           "journaled: {}",
@@ -174,8 +174,8 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
     if (it != jobs_.end()) {
       const v1::CheckpointManifest* latest = RestorePointLocked(it->second);
       if (latest == nullptr) {
-        return absl::NotFoundError(
-            absl::StrCat("job ", Quoted(resume), " has no committed checkpoint"));
+        return absl::NotFoundError(absl::StrCat(
+            "job ", Quoted(resume), " has no committed checkpoint"));
       }
       m = *latest;
       found = true;

@@ -523,8 +523,14 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   return id;
 }
 
+std::shared_ptr<JobJournal> CoordinatorCore::Journal() const {
+  absl::MutexLock lock(&journal_mu_);
+  return journal_;
+}
+
 absl::Status CoordinatorCore::JournalSubmission(const Job& job) {
-  if (journal_ == nullptr) return absl::OkStatus();
+  const std::shared_ptr<JobJournal> journal = Journal();
+  if (journal == nullptr) return absl::OkStatus();
   v1::JournalRecord record;
   v1::JobSubmitted* submitted = record.mutable_submitted();
   submitted->set_job_id(job.id);
@@ -534,7 +540,7 @@ absl::Status CoordinatorCore::JournalSubmission(const Job& job) {
   submitted->set_total_steps(job.total_steps);
   if (job.resume.version() > 0) *submitted->mutable_resume() = job.resume;
   submitted->set_owner(job.owner);
-  if (absl::Status s = journal_->Append(record); !s.ok()) {
+  if (absl::Status s = journal->Append(record); !s.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "the job was not accepted: cannot record it: ", s.message()));
   }
@@ -544,9 +550,10 @@ absl::Status CoordinatorCore::JournalSubmission(const Job& job) {
 absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
     const std::string& owner) {
   if (!journal_error_.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("the coordinator cannot record new jobs (", journal_error_,
-                     "); free space for its state directory and restart it"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator cannot record new jobs (", journal_error_,
+        "); it accepts them again once its state directory has room (it "
+        "tries every 5 s)"));
   }
   int pending = admitting_;
   int owned = admitting_by_owner_[owner];
@@ -808,11 +815,15 @@ absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
     // The file is as it was (the rewrite goes through a temporary file).
     absl::MutexLock lock(&mu_);
     journal_error_ = std::string(journal.status().message());
+    journal_path_ = path;
+    journal_index_ = std::make_unique<JournalIndex>(std::move(index));
+    journal_retry_at_ = clock_->Now() + absl::Seconds(5);
     AQ_LOG_ERROR(
         "journal {}: {}; serving without recording: new jobs are "
-        "refused until the coordinator restarts with room",
+        "refused until there is room (tried again every 5 s)",
         path, journal_error_);
   } else {
+    absl::MutexLock lock(&journal_mu_);
     journal_ = *std::move(journal);
   }
   AQ_LOG_INFO("journal {}: {} job(s); {} running taken back, {} pending again",
@@ -820,6 +831,57 @@ absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   absl::MutexLock lock(&mu_);
   ScheduleLocked();
   return absl::OkStatus();
+}
+
+std::vector<v1::JournalRecord> CoordinatorCore::JournalRecordsNowLocked(
+    std::set<std::string>* ended) const {
+  std::vector<v1::JournalRecord> records = CompactionLocked(*journal_index_);
+  for (const std::string& id : job_order_) {
+    const Job& job = jobs_.at(id);
+    if (job.restored || !IsFinal(job.state)) continue;
+    v1::JournalRecord fin;
+    *fin.mutable_finished() = StatusOfLocked(job);
+    records.push_back(std::move(fin));
+    ended->insert(id);
+  }
+  return records;
+}
+
+void CoordinatorCore::RetryJournal() {
+  std::string path;
+  std::vector<v1::JournalRecord> records;
+  std::set<std::string> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    if (journal_error_.empty() || journal_index_ == nullptr) return;
+    journal_retry_at_ = clock_->Now() + absl::Seconds(5);
+    path = journal_path_;
+    records = JournalRecordsNowLocked(&ended);
+  }
+  auto journal = JobJournal::Create(path, records);  // The disk, unlocked.
+  absl::MutexLock lock(&mu_);
+  if (!journal.ok()) {
+    journal_error_ = std::string(journal.status().message());
+    AQ_LOG_DEBUG("journal {}: still cannot write it: {}", path, journal_error_);
+    return;
+  }
+  std::shared_ptr<JobJournal> opened = *std::move(journal);
+  {
+    absl::MutexLock j(&journal_mu_);
+    journal_ = opened;
+  }
+  // Jobs that ended while the file was written.
+  for (const std::string& id : job_order_) {
+    const Job& job = jobs_.at(id);
+    if (job.restored || !IsFinal(job.state) || ended.count(id) > 0) continue;
+    v1::JournalRecord fin;
+    *fin.mutable_finished() = StatusOfLocked(job);
+    opened->AppendAsync(std::move(fin));
+  }
+  journal_error_.clear();
+  journal_index_.reset();
+  AQ_LOG_INFO("journal {}: written again ({} records); new jobs are accepted",
+              path, records.size());
 }
 
 std::vector<v1::JournalRecord> CoordinatorCore::CompactionLocked(
@@ -1084,10 +1146,10 @@ bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
   SyncJobRecordsLocked(job);
   job.reason = reason;
   job.finished = clock_->WallNow();
-  if (journal_ != nullptr) {
+  if (const std::shared_ptr<JobJournal> journal = Journal()) {
     v1::JournalRecord record;
     *record.mutable_finished() = StatusOfLocked(job);
-    journal_->AppendAsync(std::move(record));
+    journal->AppendAsync(std::move(record));
   }
   ReleaseWorkersLocked(job, t->stop_workers, reason);
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
@@ -1199,14 +1261,19 @@ void CoordinatorCore::ForgetWorkersLocked(
 }
 
 void CoordinatorCore::Tick() {
-  absl::MutexLock lock(&mu_);
-  HandleTransitionsLocked(registry_.Tick());
-  ForgetWorkersLocked(registry_.ForgetFinal());
-  const absl::Time now = clock_->Now();
-  CheckAdoptionsLocked(now);
-  RequestCheckpointsLocked(now);
-  ExpirePendingLocked(now);
-  ScheduleLocked();
+  bool retry_journal = false;
+  {
+    absl::MutexLock lock(&mu_);
+    HandleTransitionsLocked(registry_.Tick());
+    ForgetWorkersLocked(registry_.ForgetFinal());
+    const absl::Time now = clock_->Now();
+    CheckAdoptionsLocked(now);
+    RequestCheckpointsLocked(now);
+    ExpirePendingLocked(now);
+    ScheduleLocked();
+    retry_journal = !journal_error_.empty() && now >= journal_retry_at_;
+  }
+  if (retry_journal) RetryJournal();
 }
 
 absl::Duration CoordinatorCore::WaitForWorkers(const Job& job) const {

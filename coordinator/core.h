@@ -238,6 +238,10 @@ class CoordinatorCore {
   // Each job's log and trace are kept beside it, in <dir of path>/logs
   // and <dir of path>/traces (loaded back here; without them, in memory).
   absl::Status OpenJournal(const std::string& path);
+  // When the journal could not be rewritten at start (a full disk), tries
+  // again (every 5 s, from Tick): once it can, new jobs are accepted again,
+  // and the journal holds every job as it is now.
+  void RetryJournal();
 
   // Leases, timeouts and scheduling of pending jobs.
   void Tick();
@@ -394,6 +398,12 @@ class CoordinatorCore {
   void AdoptJobLocked(Job job, const std::vector<v1::JobStarted>& starts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The journal's records for the jobs kept.
+  // The journal's contents for the job table as it is now (RetryJournal):
+  // the compaction of `journal_index_`, and a final status for each job
+  // that ended since start; `ended` receives their ids.
+  std::vector<v1::JournalRecord> JournalRecordsNowLocked(
+      std::set<std::string>* ended) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<JobJournal> Journal() const;
   std::vector<v1::JournalRecord> CompactionLocked(
       const JournalIndex& index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWorkersAsync(
@@ -550,11 +560,20 @@ class CoordinatorCore {
   // This run of the coordinator, random (page tokens of another run are
   // refused).
   uint64_t run_ = 0;
-  // Set by OpenJournal before serving, then only used: appends that wait
-  // for the disk happen without mu_ (JobJournal is thread-safe).
-  std::unique_ptr<JobJournal> journal_;
-  // Why the journal could not be opened for writing (new jobs are refused).
+  // The journal, once open for appends: by OpenJournal before serving, or
+  // later by RetryJournal when the disk was full at start. Read through
+  // Journal() (a copy of the pointer), so that appends that wait for the
+  // disk happen without mu_ (JobJournal is thread-safe).
+  mutable absl::Mutex journal_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::shared_ptr<JobJournal> journal_ ABSL_GUARDED_BY(journal_mu_);
+  // Why the journal could not be opened for writing (new jobs are refused
+  // until RetryJournal opens it).
   std::string journal_error_ ABSL_GUARDED_BY(mu_);
+  // While it could not: its path, what was read from it, and when to try
+  // again.
+  std::string journal_path_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<JournalIndex> journal_index_ ABSL_GUARDED_BY(mu_);
+  absl::Time journal_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Runs the drivers and the stop calls to workers; declared last so that
   // it is destroyed (its threads joined) before the state they use.
   std::unique_ptr<BoundedExecutor> executor_;

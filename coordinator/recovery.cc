@@ -200,7 +200,8 @@ void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
 }
 
 void CoordinatorCore::JournalStartLocked(const Job& job) {
-  if (journal_ == nullptr) return;
+  const std::shared_ptr<JobJournal> journal = Journal();
+  if (journal == nullptr) return;
   v1::JournalRecord record;
   v1::JobStarted* started = record.mutable_started();
   started->set_job_id(job.id);
@@ -213,7 +214,7 @@ void CoordinatorCore::JournalStartLocked(const Job& job) {
   if (job.has_profile) *started->mutable_profile() = job.profile;
   if (!job.restarts.empty()) *started->mutable_restart() = job.restarts.back();
   started->set_started_ms(ToUnixMillisOr0(job.started));
-  journal_->AppendAsync(std::move(record));
+  journal->AppendAsync(std::move(record));
 }
 
 }  // namespace aqueduct
