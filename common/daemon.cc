@@ -1,6 +1,7 @@
 #include "common/daemon.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -247,7 +248,14 @@ void PrepareDaemonProcess() {
     setrlimit(RLIMIT_NOFILE, &limit);  // Best effort: the old limit stays.
   }
   LimitIncomingConnections(kDefaultMaxConnections);
+  // Fixed thresholds also turn off glibc's dynamic raising of them, which
+  // is what kept the memory of freed large messages (issue 22, item 7).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  mallopt(M_ARENA_MAX, 4);
 }
+
+bool ReturnFreeMemory() { return malloc_trim(0) != 0; }
 
 int64_t DescriptorLimit() {
   struct rlimit limit;

@@ -132,7 +132,13 @@ ABSL_FLAG(int64_t, reserve_after_ms, 300000,
           "on idle workers beyond them (otherwise later jobs that fit start "
           "first)");
 ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
-          "largest gRPC message accepted or sent");
+          "largest gRPC message sent (a trace, a page of jobs)");
+ABSL_FLAG(int32_t, max_receive_message_bytes, 8 << 20,
+          "largest gRPC message accepted: larger ones are refused "
+          "(RESOURCE_EXHAUSTED) from their length, before their body is "
+          "held. Nothing the coordinator takes is larger than a few MiB: "
+          "specs are at most 1 MiB, progress reports 4 MiB, model chunks "
+          "1 MiB");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json (one object a line)");
@@ -187,6 +193,7 @@ const std::vector<FlagRange>& FlagRanges() {
       {"max_server_threads", 16, 65536},
       {"max_connections", 16, 1 << 20},
       {"max_message_bytes", 1 << 20, kInt32Max},
+      {"max_receive_message_bytes", 1 << 20, kInt32Max},
       {"max_model_bytes", 1, int64_t{1} << 50},
       {"heartbeat_interval_ms", 1, kHourMs},
       {"suspect_after_missed", 1, 1000},
@@ -450,7 +457,8 @@ std::unique_ptr<grpc::Server> StartServer(GrpcCoordinatorService* service,
   grpc::ResourceQuota quota("coordinator");
   quota.SetMaxThreads(absl::GetFlag(FLAGS_max_server_threads));
   builder.SetResourceQuota(quota);
-  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxReceiveMessageSize(
+      absl::GetFlag(FLAGS_max_receive_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              kHandshakeTimeoutMs);
@@ -561,9 +569,11 @@ void ServeUntilSignal(CoordinatorCore* core, grpc::Server* server,
   std::thread ticker([&] {
     int64_t refused_reported = 0;
     std::chrono::steady_clock::time_point next_report;  // Long past.
-    while (!stopping) {
+    for (int64_t tick = 1; !stopping; ++tick) {
       core->Tick();
       ReportRefusedConnections(connection_cap, &refused_reported, &next_report);
+      // Every 5 s: what a burst of large calls left freed goes back.
+      if (tick % 50 == 0) ReturnFreeMemory();
       absl::SleepFor(absl::Milliseconds(100));
     }
   });

@@ -17,6 +17,8 @@
 //                       round-robin over the worker credentials of
 //                       --tokens_file named PREFIX* (or --worker_id)
 //   long_names          --count submissions with 100 KB job names
+//   big_messages        --count submissions of 60 MB each (a 60 MB job
+//                       name), --threads at once (issue 22, item 7)
 //   store_flood         --count StoreSet of 1 MiB values into --job's keys
 //   waiting_store       --count concurrent StoreGet of missing keys of
 //                       --job, each waiting --wait_ms
@@ -233,6 +235,19 @@ bool LongNames(const Options& o, Tally* tally) {
     Prepare(&ctx, c);
     v1::SubmitJobResponse response;
     tally->Add(stub->SubmitJob(&ctx, SmallJob(name, 100000, 60000), &response));
+  });
+  return true;
+}
+
+bool BigMessages(const Options& o, Tally* tally) {
+  Credentials c = Connect(o, TokenOf(o));
+  auto stub = v1::Coordinator::NewStub(c.channel);
+  RunParallel(o.count, o.threads, [&](int i) {
+    const std::string name = absl::StrCat(i, "-", std::string(60 << 20, 'n'));
+    grpc::ClientContext ctx;
+    Prepare(&ctx, c);
+    v1::SubmitJobResponse response;
+    tally->Add(stub->SubmitJob(&ctx, SmallJob(name, 1, 60000), &response));
   });
   return true;
 }
@@ -542,6 +557,7 @@ int Main(int argc, char** argv) {
       {"huge_job", HugeJob},
       {"fat_registrations", FatRegistrations},
       {"long_names", LongNames},
+      {"big_messages", BigMessages},
       {"store_flood", StoreFlood},
       {"waiting_store", WaitingStore},
       {"watch", Watch},

@@ -129,13 +129,24 @@ void JobLedger::ApplyTrace(const std::string& worker_id,
   trace.set_stage(p.stage());
   trace.set_replica(p.replica());
   for (const v1::TraceEvent& e : p.events()) {
-    if (trace_events_ >= kMaxTraceEvents) {
-      ++trace_dropped_;
-      continue;
-    }
+    if (trace_events_ >= kMaxTraceEvents) DropOldestTraceEvents();
     *trace.add_events() = e;
     ++trace_events_;
   }
+}
+
+void JobLedger::DropOldestTraceEvents() {
+  v1::StageTrace* longest = nullptr;
+  for (auto& [key, trace] : trace_) {
+    if (longest == nullptr || trace.events_size() > longest->events_size()) {
+      longest = &trace;
+    }
+  }
+  if (longest == nullptr || longest->events_size() == 0) return;
+  const int n = std::max(1, longest->events_size() / 4);
+  longest->mutable_events()->DeleteSubrange(0, n);
+  trace_events_ -= n;
+  trace_dropped_ += n;
 }
 
 size_t JobLedger::MarkFinished(const v1::StageProgress& p, bool output_stage) {

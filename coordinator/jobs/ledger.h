@@ -26,10 +26,15 @@ namespace aqueduct {
 class JobLedger {
  public:
   // Step times kept per replica, loss points kept per job (the curve
-  // halves its resolution beyond), trace events kept per job.
+  // halves its resolution beyond), trace events kept in memory per job:
+  // the newest (the dashboard's timeline reads the last window); beyond,
+  // the oldest quarter of the longest stage's are dropped. The trace store
+  // (coordinator/trace_store.h) keeps every event on disk. About 150 bytes
+  // each: some 30 MB a job at most (issue 22, item 7: 2,000,000 took a
+  // coordinator to 1.5 GB).
   static constexpr size_t kStepWindow = 2048;
   static constexpr size_t kMaxLossPoints = 1000;
-  static constexpr int64_t kMaxTraceEvents = 2000000;
+  static constexpr int64_t kMaxTraceEvents = 200000;
 
   // `batch_size` is the job's minibatch size (losses reported for fewer
   // samples are shares of a minibatch split among output replicas).
@@ -107,6 +112,8 @@ class JobLedger {
   std::map<int64_t, v1::EvalPoint> evals_;
   std::map<Key, v1::StageTrace> trace_;
   int64_t trace_events_ = 0, trace_dropped_ = 0;
+  // Drops the oldest quarter of the longest stage trace's events.
+  void DropOldestTraceEvents();
 };
 
 }  // namespace aqueduct

@@ -143,6 +143,30 @@ TEST(JobLedgerTest, TraceKeepsEventsPerReplica) {
   EXPECT_EQ(t.dropped(), 0);
 }
 
+// Memory is bounded (issue 22, item 7): past kMaxTraceEvents the oldest
+// events go, the newest stay, and the count of dropped ones is reported.
+TEST(JobLedgerTest, TraceEventsInMemoryAreBoundedKeepingTheNewest) {
+  JobLedger ledger(8);
+  const int64_t total = JobLedger::kMaxTraceEvents + 50000;
+  int64_t sent = 0;
+  while (sent < total) {
+    v1::StageProgress r = Report(0, 0, 1);
+    for (int i = 0; i < 10000 && sent < total; ++i, ++sent) {
+      r.add_events()->set_start_us(sent);
+    }
+    ledger.Apply("w0", r, kT0);
+  }
+  const v1::GetTraceResponse t = ledger.Trace();
+  ASSERT_EQ(t.stages_size(), 1);
+  const int64_t kept = t.stages(0).events_size();
+  EXPECT_LE(kept, JobLedger::kMaxTraceEvents);
+  EXPECT_GE(kept, JobLedger::kMaxTraceEvents / 2);
+  EXPECT_EQ(kept + t.dropped(), total);
+  // The newest are kept, in order.
+  EXPECT_EQ(t.stages(0).events(kept - 1).start_us(), total - 1);
+  EXPECT_EQ(t.stages(0).events(0).start_us(), total - kept);
+}
+
 // The live view's tail: only the events of the last window (relative to
 // the latest event's end), per stage replica.
 TEST(JobLedgerTest, TraceTailKeepsTheLastWindow) {
