@@ -218,12 +218,9 @@ absl::Status CoordinatorCore::CheckCheckpointDir(const JobSpec& spec) const {
 absl::StatusOr<std::vector<v1::CheckpointManifest>>
 CoordinatorCore::ListCheckpoints(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
+  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
   std::vector<v1::CheckpointManifest> out;
-  for (const auto& [version, m] : it->second.checkpoints) out.push_back(m);
+  for (const auto& [version, m] : job->checkpoints) out.push_back(m);
   return out;
 }
 
@@ -233,11 +230,8 @@ absl::Status CoordinatorCore::CheckModelUpload(const std::string& worker_id,
                                                int attempt) const {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(registry_.CheckLive(worker_id, incarnation));
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
-  const Job& job = it->second;
+  ASSIGN_OR_RETURN(const Job* found, FindJobLocked(job_id));
+  const Job& job = *found;
   auto worker = registry_.Get(worker_id);
   const bool output =
       job.has_plan && worker.ok() && worker->job_id() == job_id &&
@@ -257,13 +251,10 @@ absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
                                           const std::string& path,
                                           int64_t bytes) {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
-  it->second.model_path = path;
-  it->second.model_bytes = bytes;
-  ++it->second.version;
+  ASSIGN_OR_RETURN(Job * job, FindJobLocked(job_id));
+  job->model_path = path;
+  job->model_bytes = bytes;
+  ++job->version;
   AQ_LOG_INFO("job {}: trained model stored as {} ({} bytes)", job_id, path,
               bytes);
   return absl::OkStatus();

@@ -523,6 +523,20 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   return id;
 }
 
+absl::StatusOr<CoordinatorCore::Job*> CoordinatorCore::FindJobLocked(
+    const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return JobNotFound(job_id);
+  return &it->second;
+}
+
+absl::StatusOr<const CoordinatorCore::Job*> CoordinatorCore::FindJobLocked(
+    const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return JobNotFound(job_id);
+  return &it->second;
+}
+
 std::shared_ptr<JobJournal> CoordinatorCore::Journal() const {
   absl::MutexLock lock(&journal_mu_);
   return journal_;
@@ -587,11 +601,8 @@ void CoordinatorCore::EndAdmissionLocked(const std::string& owner) {
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
-  return StatusOfLocked(it->second);
+  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
+  return StatusOfLocked(*job);
 }
 
 absl::StatusOr<JobPage> CoordinatorCore::ListJobs(
@@ -627,14 +638,11 @@ absl::StatusOr<JobPage> CoordinatorCore::ListJobs(
 
 absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
+  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
+  if (!IsFinal(job->state)) {
+    FinishLocked(*job, JobEvent::kCancelled, "cancelled by a client");
   }
-  if (!IsFinal(it->second.state)) {
-    FinishLocked(it->second, JobEvent::kCancelled, "cancelled by a client");
-  }
-  return it->second.state;
+  return job->state;
 }
 
 absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
@@ -938,21 +946,15 @@ absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
 absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTraceTail(
     const std::string& job_id, absl::Duration window) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
-  return it->second.ledger.TraceTail(absl::ToInt64Microseconds(window));
+  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
+  return job->ledger.TraceTail(absl::ToInt64Microseconds(window));
 }
 
 absl::StatusOr<bool> CoordinatorCore::JobIsFinal(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
-  return IsFinal(it->second.state);
+  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
+  return IsFinal(job->state);
 }
 
 void CoordinatorCore::LogJobEventLocked(const Job& job,
@@ -1075,11 +1077,8 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
            shutting_down_;
   };
   AwaitMonotonic(mu_, absl::Condition(&changed), deadline);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return JobNotFound(job_id);
-  }
-  return std::make_pair(StatusOfLocked(it->second), it->second.version);
+  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
+  return std::make_pair(StatusOfLocked(*job), job->version);
 }
 
 JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {

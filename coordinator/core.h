@@ -404,6 +404,12 @@ class CoordinatorCore {
   std::vector<v1::JournalRecord> JournalRecordsNowLocked(
       std::set<std::string>* ended) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<JobJournal> Journal() const;
+  // The job of `job_id`; NOT_FOUND naming it (quoted short) when there is
+  // none. The one lookup of the job table for callers' ids.
+  absl::StatusOr<Job*> FindJobLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const Job*> FindJobLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<v1::JournalRecord> CompactionLocked(
       const JournalIndex& index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWorkersAsync(
