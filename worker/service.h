@@ -1,8 +1,7 @@
-// GrpcWorkerService: the Worker gRPC service, a thin adapter over the stage
-// runtime (AssignStage/StartJob/StopJob/GetStatus), the profiler (Profile)
-// and the link probe (MeasureLinks: blocks its call, one probe at a time,
-// each bounded by the request's deadline and the call's). Handlers never
-// block on a job: starting hands the work to the runtime's thread.
+// GrpcWorkerService: the Worker gRPC service, a thin adapter over
+// WorkerHandler (worker/handler.h, where the logic is): it authenticates
+// the caller, turns the call's deadline into a monotonic one and
+// translates messages and statuses.
 //
 // Only the coordinator may call it: every call must carry the worker's
 // control token (a secret made at start and sent with the registration,
@@ -17,6 +16,7 @@
 
 #include "common/device/factory.h"
 #include "proto/service.grpc.pb.h"
+#include "worker/handler.h"
 #include "worker/runtime/stage_runtime.h"
 
 namespace aqueduct {
@@ -27,12 +27,8 @@ class GrpcWorkerService final : public v1::Worker::Service {
   // measures on a fresh `device` (CPU: `threads` BLAS threads).
   // `control_token` must not be empty.
   GrpcWorkerService(StageRuntime* runtime, DeviceSpec device, int threads,
-                    std::function<WorkerInfo()> info, std::string control_token)
-      : runtime_(runtime),
-        device_(device),
-        threads_(threads),
-        info_(std::move(info)),
-        control_token_(std::move(control_token)) {}
+                    std::function<WorkerInfo()> info,
+                    std::string control_token);
 
   grpc::Status AssignStage(grpc::ServerContext* ctx,
                            const StageAssignment* request,
@@ -54,10 +50,7 @@ class GrpcWorkerService final : public v1::Worker::Service {
                             v1::MeasureLinksResponse* response) override;
 
  private:
-  StageRuntime* runtime_;
-  DeviceSpec device_;
-  int threads_;
-  std::function<WorkerInfo()> info_;
+  WorkerHandler handler_;
   const std::string control_token_;
 
   // UNAUTHENTICATED unless `ctx` carries the control token.
