@@ -663,37 +663,6 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
 // A journal's records by job: each submission, each final status, the
 // starts of each attempt and the committed checkpoints, and the order of
 // submission.
-struct JournalIndex {
-  std::map<std::string, v1::JobSubmitted> submitted;
-  std::map<std::string, JobStatus> finished;
-  std::map<std::string, std::vector<v1::JobStarted>> started;
-  std::map<std::string, std::map<int64_t, v1::CheckpointManifest>> checkpoints;
-  std::vector<std::string> order;
-};
-
-namespace {
-
-JournalIndex IndexJournal(std::vector<v1::JournalRecord>& records) {
-  JournalIndex index;
-  for (v1::JournalRecord& r : records) {
-    if (r.has_submitted()) {
-      const std::string id = r.submitted().job_id();
-      if (index.submitted.count(id) == 0) index.order.push_back(id);
-      index.submitted[id] = std::move(*r.mutable_submitted());
-    } else if (r.has_finished()) {
-      index.finished[r.finished().job_id()] = std::move(*r.mutable_finished());
-    } else if (r.has_started()) {
-      index.started[r.started().job_id()].push_back(
-          std::move(*r.mutable_started()));
-    } else if (r.has_checkpoint()) {
-      const v1::CheckpointManifest& m = r.checkpoint();
-      index.checkpoints[m.job_id()][m.version()] = m;
-    }
-  }
-  return index;
-}
-
-}  // namespace
 
 void CoordinatorCore::RestoreJobLocked(const v1::JobSubmitted& sub,
                                        const JobStatus& snapshot) {
@@ -794,25 +763,25 @@ absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   int adopted = 0, requeued = 0;
   {
     absl::MutexLock lock(&mu_);
-    for (const std::string& id : index.order) {
+    for (const RestoreStep& step : PlanRestore(index)) {
+      const std::string& id = step.job_id;
       if (jobs_.count(id) > 0) continue;
       const v1::JobSubmitted& sub = index.submitted[id];
-      auto done = index.finished.find(id);
-      auto starts = index.started.find(id);
-      if (done != index.finished.end()) {
-        RestoreJobLocked(sub, done->second);
-      } else if (starts != index.started.end()) {
-        AdoptJobLocked(JobFromJournal(sub), starts->second);
-        ++adopted;
-      } else {
-        AddJobLocked(JobFromJournal(sub));
-        ++requeued;
+      switch (step.how) {
+        case Restore::kFinished:
+          RestoreJobLocked(sub, index.finished.at(id));
+          break;
+        case Restore::kAdopt:
+          AdoptJobLocked(JobFromJournal(sub), index.started.at(id));
+          ++adopted;
+          break;
+        case Restore::kRequeue:
+          AddJobLocked(JobFromJournal(sub));
+          ++requeued;
+          break;
       }
-      // The versions kept (older ones were removed after later commits).
       auto& committed = index.checkpoints[id];
-      while (static_cast<int>(committed.size()) > CheckpointsKept(sub.spec())) {
-        committed.erase(committed.begin());
-      }
+      KeepNewestCheckpoints(CheckpointsKept(sub.spec()), &committed);
       jobs_.at(id).checkpoints = std::move(committed);
     }
     TrimFinishedLocked();

@@ -42,6 +42,7 @@
 #include "coordinator/jobs/job_state.h"
 #include "coordinator/jobs/ledger.h"
 #include "coordinator/journal.h"
+#include "coordinator/journal_restore.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/registry.h"
 #include "coordinator/trace_store.h"
@@ -106,7 +107,6 @@ struct JobPage {
 };
 
 // A journal's records by job (core.cc).
-struct JournalIndex;
 
 class CoordinatorCore {
  public:
