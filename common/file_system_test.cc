@@ -1,12 +1,16 @@
 #include "common/file_system.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -207,13 +211,61 @@ TEST_F(PathRootsTest, AStoppedReadEndsCancelled) {
   EXPECT_EQ(read.status().code(), absl::StatusCode::kCancelled);
 }
 
+// While it lives, the calling thread works without CAP_DAC_OVERRIDE and
+// CAP_DAC_READ_SEARCH in its effective set (they stay permitted, and come
+// back at the end): root reads a mode-000 file only through them, so with
+// them gone a file's mode binds root as it binds any user. For others the
+// effective set holds neither, and nothing changes.
+class WithoutDacOverride {
+ public:
+  WithoutDacOverride() {
+    header_.version = _LINUX_CAPABILITY_VERSION_3;
+    header_.pid = 0;  // The calling thread.
+    if (syscall(SYS_capget, &header_, saved_) != 0) {
+      error_ = errno;
+      return;
+    }
+    __user_cap_data_struct dropped[2] = {saved_[0], saved_[1]};
+    dropped[0].effective &=
+        ~((1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH));
+    if (syscall(SYS_capset, &header_, dropped) != 0) error_ = errno;
+  }
+  ~WithoutDacOverride() {
+    if (error_ == 0) syscall(SYS_capset, &header_, saved_);
+  }
+  WithoutDacOverride(const WithoutDacOverride&) = delete;
+  WithoutDacOverride& operator=(const WithoutDacOverride&) = delete;
+
+  // 0, or the errno of the capget or capset that failed.
+  int error() const { return error_; }
+
+ private:
+  __user_cap_header_struct header_{};
+  __user_cap_data_struct saved_[2]{};
+  int error_ = 0;
+};
+
+// As root too (CI runs as root): the read runs without the capabilities
+// that let root read a mode-000 file.
 TEST_F(PathRootsTest, AnUnreadableFileInsideIsNamedWithoutItsContent) {
-  if (geteuid() == 0) GTEST_SKIP() << "root reads a mode-000 file";
-  WriteFile(root_ + "/shadow", "root:$6$secret");
-  ASSERT_EQ(chmod((root_ + "/shadow").c_str(), 0), 0);
-  auto file = ReadRegularFile(root_ + "/shadow", roots_, "init_weights",
-                              1 << 20, "limit");
-  EXPECT_EQ(file.status().code(), absl::StatusCode::kPermissionDenied);
+  const std::string shadow = root_ + "/shadow";
+  WriteFile(shadow, "root:$6$secret");
+  ASSERT_EQ(chmod(shadow.c_str(), 0), 0);
+  WithoutDacOverride bound;
+  ASSERT_EQ(bound.error(), 0) << std::strerror(bound.error());
+  // The premise: this thread cannot open the file, whoever it runs as.
+  const int fd = open(shadow.c_str(), O_RDONLY);
+  const int open_errno = errno;
+  if (fd >= 0) close(fd);
+  ASSERT_LT(fd, 0) << "the test's thread can still read a mode-000 file";
+  ASSERT_EQ(open_errno, EACCES) << std::strerror(open_errno);
+
+  auto file = ReadRegularFile(shadow, roots_, "init_weights", 1 << 20, "limit");
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kPermissionDenied)
+      << file.status();
+  EXPECT_EQ(file.status().message(),
+            "init_weights: '" + shadow +
+                "' cannot be read: " + std::strerror(EACCES));
   EXPECT_EQ(file.status().message().find("secret"), std::string::npos);
 }
 

@@ -164,13 +164,15 @@ TEST_F(CoordinatorClientTest, ResponsesAndStatusesComeThrough) {
 }
 
 TEST_F(CoordinatorClientTest, EveryCallCarriesItsDeadline) {
+  // A minute: the server sees most of it (whatever the machine's load
+  // between the call and its handler), and none of it beyond.
   absl::StatusOr<v1::HeartbeatResponse> hb =
-      client_->Heartbeat(v1::HeartbeatRequest(), absl::Seconds(3));
+      client_->Heartbeat(v1::HeartbeatRequest(), absl::Seconds(60));
   ASSERT_TRUE(hb.ok()) << hb.status();
   int64_t left_ms = 0;
   ASSERT_TRUE(absl::SimpleAtoi(hb->stop_jobs(0), &left_ms));
-  EXPECT_GT(left_ms, 1000);
-  EXPECT_LE(left_ms, 3100);  // gRPC rounds the timeout on the wire up.
+  EXPECT_GT(left_ms, 30000);
+  EXPECT_LE(left_ms, 60100);  // gRPC rounds the timeout on the wire up.
   // Even an infinite timeout gets a (far) deadline.
   hb = client_->Heartbeat(v1::HeartbeatRequest(), absl::InfiniteDuration());
   ASSERT_TRUE(hb.ok()) << hb.status();
@@ -309,8 +311,10 @@ TEST(CoordinatorClientUnreachableTest, ReconnectsSoonAfterAnOutage) {
   v1::GetJobRequest get;
   get.set_job_id("job-1");
   const absl::Time back_at = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < back_at) {  // Calls during the outage, as a worker's.
-    EXPECT_EQ(client->GetJob(get, absl::Seconds(1)).status().code(),
+  // Calls during the outage, as a worker's: refused at once (the
+  // timeout is no bound on them; it only must not end them first).
+  while (absl::Now() < back_at) {
+    EXPECT_EQ(client->GetJob(get, absl::Seconds(10)).status().code(),
               absl::StatusCode::kUnavailable);
     absl::SleepFor(absl::Milliseconds(200));
   }

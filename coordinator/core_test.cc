@@ -658,22 +658,64 @@ TEST_F(CoreTest, AReportedDirectoryOutsideTheRootIsNotCommitted) {
   auto id = core_->SubmitJob(spec_, nullptr);
   ASSERT_TRUE(id.ok()) << id.status();
   WaitFor(*id, v1::JOB_RUNNING);
-  // A worker claims its file of version 4 is in a directory outside.
-  const std::string outside = std::string("/tmp/aqueduct-core-test-") +
-                              std::to_string(getpid()) + "/v00000004";
-  std::filesystem::remove_all(DirName(outside));
-  StageProgress p = Progress(*id, 6, false);
-  CheckpointWritten* w = p.add_checkpoints();
-  w->set_version(4);
-  w->mutable_file()->set_name(StageFileName(0, 0));
-  w->mutable_file()->set_layer_end(spec_.model().layers_size());
-  w->set_dir(outside);
-  // Refused (progress_checks.h), or accepted and not committed.
-  (void)core_->ReportProgress("w1", "inc-w1", {p});
-  // The committer runs on its own thread: give it time, then look.
-  absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_EQ(core_->GetJob(*id)->checkpoint_version(), 0);
-  EXPECT_FALSE(std::filesystem::exists(DirName(outside)));
+  // A directory outside the root (the test's temporary directory), with a
+  // file of its own that must survive.
+  char outside_template[] = "/tmp/aqueduct-core-test-XXXXXX";
+  ASSERT_NE(mkdtemp(outside_template), nullptr);
+  const std::string outside = outside_template;
+  struct RemovedAtTheEnd {  // Also when an assertion ends the test early.
+    std::string path;
+    ~RemovedAtTheEnd() { std::filesystem::remove_all(path); }
+  } removed{outside};
+  FILE* keep = std::fopen((outside + "/keep").c_str(), "w");
+  ASSERT_NE(keep, nullptr);
+  std::fclose(keep);
+  // w1 reports its file of `version` in `at`.
+  auto report = [&](int64_t version, const std::string& at) {
+    StageProgress p = Progress(*id, version + 2, false);
+    CheckpointWritten* w = p.add_checkpoints();
+    w->set_version(version);
+    w->mutable_file()->set_name(StageFileName(0, 0));
+    w->mutable_file()->set_layer_end(spec_.model().layers_size());
+    w->set_dir(at);
+    return core_->ReportProgress("w1", "inc-w1", {p});
+  };
+  // A directory named outside is refused with the report
+  // (progress_checks.h): it is not the job's directory of that version.
+  const std::string v4 = CheckpointVersionDir(dir, *id, 4);
+  const absl::Status named = report(4, outside + "/v00000004");
+  EXPECT_EQ(named.code(), absl::StatusCode::kInvalidArgument) << named;
+  EXPECT_NE(named.message().find(".checkpoints[0].dir='" + outside +
+                                 "/v00000004' is not "),
+            std::string::npos)
+      << named;
+  EXPECT_NE(named.message().find("the job's directory of that version"),
+            std::string::npos)
+      << named;
+  // The job's own directory of version 4, a symbolic link that leads
+  // outside: the report's values pass, and the committer must refuse the
+  // directory it resolves to.
+  ASSERT_TRUE(std::filesystem::create_directories(DirName(v4)));
+  std::filesystem::create_directory_symlink(outside, v4);
+  const absl::Status linked = report(4, v4);
+  ASSERT_TRUE(linked.ok()) << linked;
+  // Version 8 in a real directory of the job: the one committer thread
+  // takes the versions in order, so once 8 is committed, 4 was decided.
+  const absl::Status real = report(8, CheckpointVersionDir(dir, *id, 8));
+  ASSERT_TRUE(real.ok()) << real;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (core_->GetJob(*id)->checkpoint_version() != 8 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(core_->GetJob(*id)->checkpoint_version(), 8);
+  auto listed = core_->ListCheckpoints(*id);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u) << "version 4 was committed outside the root";
+  EXPECT_EQ((*listed)[0].version(), 8);
+  EXPECT_FALSE(std::filesystem::exists(outside + "/manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(outside + "/keep"));
+  EXPECT_FALSE(std::filesystem::exists(outside + "/v00000004"));
 }
 
 TEST_F(CoreTest, EverySecondsAsksForAVersionAheadOfTheStages) {
@@ -857,6 +899,13 @@ TEST_F(CoreTest, ASilentWorkerWhoseJobProgressesIsUnreachableNotDead) {
 }
 
 TEST_F(CoreTest, CancelInEachState) {
+  // One driver thread: jobs are driven one after the other, so once a job
+  // submitted later is RUNNING, the driver is done with the earlier ones.
+  CoordinatorOptions serial;
+  serial.default_wait_for_workers = absl::Seconds(30);
+  serial.checkpoint_roots = TestRoots();
+  serial.driver_threads = 1;
+  RestartWith(serial);
   // PENDING.
   auto pending = core_->SubmitJob(spec_, nullptr);
   EXPECT_EQ(*core_->CancelJob(*pending), v1::JOB_CANCELLED);
@@ -866,15 +915,26 @@ TEST_F(CoreTest, CancelInEachState) {
   auto planning = core_->SubmitJob(spec_, nullptr);
   AddWorker("w1");
   WaitFor(*planning, v1::JOB_PLANNING);
+  // Cancelled while the driver is inside the profile call (the fake logs
+  // it on entry), not before the driver took the job up.
+  const absl::Time profiling = absl::Now() + absl::Seconds(10);
+  while (!calls_.Has("profile w1:1") && absl::Now() < profiling) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(calls_.Has("profile w1:1"));
   EXPECT_EQ(*core_->CancelJob(*planning), v1::JOB_CANCELLED);
   release.Notify();
   calls_.SetBlockProfile(nullptr);
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(core_->GetJob(*planning)->state(), v1::JOB_CANCELLED)
-      << "the driver must not revive a cancelled job";
   // RUNNING: the worker is told to stop.
   auto running = core_->SubmitJob(spec_, nullptr);
   WaitFor(*running, v1::JOB_RUNNING);
+  // The driver ended its work on the cancelled job before it took this
+  // one up: it must not have revived it, planned it or started it.
+  const JobStatus cancelled = *core_->GetJob(*planning);
+  EXPECT_EQ(cancelled.state(), v1::JOB_CANCELLED)
+      << "the driver must not revive a cancelled job";
+  EXPECT_EQ(cancelled.plan().stages_size(), 0) << cancelled.ShortDebugString();
+  EXPECT_FALSE(calls_.Has("start w1:1 " + *planning));
   EXPECT_EQ(*core_->CancelJob(*running), v1::JOB_CANCELLED);
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (!calls_.Has("stop w1:1 " + *running) && absl::Now() < deadline) {

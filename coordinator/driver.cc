@@ -35,7 +35,7 @@ bool CoordinatorCore::StillPlanningLocked(const std::string& job_id,
                                           int attempt) const {
   auto it = jobs_.find(job_id);
   return !shutting_down_ && it != jobs_.end() &&
-         (it->second.state == v1::JOB_PLANNING || it->second.state == v1::JOB_CANCELLED) && it->second.attempt == attempt;
+         it->second.state == v1::JOB_PLANNING && it->second.attempt == attempt;
 }
 
 bool CoordinatorCore::ReadDriveInput(const std::string& job_id,

@@ -4,8 +4,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -87,23 +90,73 @@ TEST_F(CoordinatorMetricsTest, RendersWorkersCallsAndProcess) {
 }
 
 TEST_F(CoordinatorMetricsTest, SummarizesReportsIntoMonotonicTotals) {
-  const v1::ReportProgressRequest first = Report(0, 1000, 1000000);
-  std::vector<CoordinatorMetrics::ReportSummary> s =
-      CoordinatorMetrics::Summarize(first);
+  // A job the core holds (PENDING: no worker registers), whose stage 0
+  // replica 0 on w0 reports three times.
+  v1::JobSpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        name: "metrics"
+        model { layers { linear { in_features: 8 out_features: 2 } } }
+        data {
+          synthetic {
+            sample_shape: [ 8 ]
+            num_classes: 2
+            train_samples: 64
+            seed: 1
+          }
+        }
+        optimizer { sgd { lr: 0.1 } }
+        batch_size: 8
+        epochs: 1
+      )pb",
+      &spec));
+  absl::StatusOr<std::string> id = core_->SubmitJob(spec, nullptr);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto of_job = [](const std::string& job, v1::ReportProgressRequest r) {
+    r.mutable_stages(0)->set_job_id(job);
+    return CoordinatorMetrics::Summarize(r);
+  };
+  const std::vector<CoordinatorMetrics::ReportSummary> s =
+      of_job(*id, Report(0, 1000, 1000000));
   ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].job_id, *id);
   EXPECT_EQ(s[0].time.compute_us, 300000);
   EXPECT_EQ(s[0].time.comm_us, 100000);
+  EXPECT_EQ(s[0].bytes_sent, 1000);
   metrics_.ObserveReports("w0", s);
-  metrics_.ObserveReports(
-      "w0", CoordinatorMetrics::Summarize(Report(0, 1500, 2000000)));
-  // A restart: the communicator's count starts again.
-  metrics_.ObserveReports(
-      "w0", CoordinatorMetrics::Summarize(Report(1, 200, 3000000)));
+  // The communicator's cumulative count goes on: 500 more bytes.
+  metrics_.ObserveReports("w0", of_job(*id, Report(0, 1500, 2000000)));
+  // A restart: the communicator's count starts again, at 200.
+  metrics_.ObserveReports("w0", of_job(*id, Report(1, 200, 3000000)));
   // Job j1 is not in the core: its series are forgotten at render.
-  std::string out = metrics_.Render(*core_, clock_.Now());
-  EXPECT_EQ(out.find("job=\"j1\""), std::string::npos) << out;
-  EXPECT_NE(out.find("# TYPE aqueduct_stage_sent_bytes_total counter"),
-            std::string::npos);
+  metrics_.ObserveReports("w0", of_job("j1", Report(0, 1000, 1000000)));
+
+  const std::string l =
+      "{job=\"" + *id + "\",stage=\"0\",replica=\"0\",worker=\"w0\"} ";
+  // Twice: a scrape changes no total.
+  for (int scrape = 0; scrape < 2; ++scrape) {
+    const std::string out = metrics_.Render(*core_, clock_.Now());
+    for (const std::string& line : {
+             // 1000, then 1500 - 1000, then 200 of the new attempt.
+             "aqueduct_stage_sent_bytes_total" + l + "1700\n",
+             "aqueduct_stage_received_bytes_total" + l + "850\n",
+             // 3 x 0.3 s of compute, 3 x 0.1 s of communication.
+             "aqueduct_stage_compute_seconds_total" + l + "0.9\n",
+             "aqueduct_stage_communication_seconds_total" + l + "0.3\n",
+             // From the first event's start (1 s) to the last's end (3.5 s),
+             // less the 1.2 s busy.
+             "aqueduct_stage_idle_seconds_total" + l + "1.3\n",
+             "aqueduct_stage_reports_total" + l + "3\n",
+             "aqueduct_stage_checkpoint_files_total" + l + "0\n",
+         }) {
+      EXPECT_NE(out.find(line), std::string::npos)
+          << "scrape " << scrape << ": " << line << "\n"
+          << out;
+    }
+    EXPECT_EQ(out.find("job=\"j1\""), std::string::npos) << out;
+    EXPECT_NE(out.find("# TYPE aqueduct_stage_sent_bytes_total counter"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

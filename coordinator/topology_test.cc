@@ -1,10 +1,11 @@
 #include "coordinator/topology.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -163,6 +164,15 @@ struct FakeNetwork {
   std::map<std::string, int> probing;  // target address -> probes now
   std::atomic<int> overlaps{0}, calls{0};
   std::atomic<int> at_once{0}, max_at_once{0};
+  // When above 0, probes meet in groups of this many: each waits, its
+  // target held, until the group is complete. Probes that can run at once
+  // then do, whatever the scheduling, so overlaps and the concurrency are
+  // seen for certain rather than by chance. A group that does not form
+  // within 10 s (the survey runs fewer probes at once) ends the meetings.
+  int meet = 0;
+  std::condition_variable met;
+  int arrived = 0, group = 0;
+  bool gave_up = false;
 };
 
 class FakeProbingWorker : public WorkerClient {
@@ -197,10 +207,10 @@ class FakeProbingWorker : public WorkerClient {
     for (const v1::LinkTarget& t : request.targets()) {
       const std::string to = t.host() + ":" + std::to_string(t.port());
       {
-        std::lock_guard<std::mutex> lock(net_->mu);
+        std::unique_lock<std::mutex> lock(net_->mu);
         if (++net_->probing[to] > 1) ++net_->overlaps;
+        Meet(lock);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
       v1::LinkResult* r = response.add_results();
       r->set_worker_id(t.worker_id());
       if (net_->fail.count({from_, t.worker_id()}) > 0) {
@@ -217,6 +227,24 @@ class FakeProbingWorker : public WorkerClient {
   }
 
  private:
+  // Waits for the rest of this probe's group (FakeNetwork::meet).
+  void Meet(std::unique_lock<std::mutex>& lock) {
+    if (net_->meet <= 0 || net_->gave_up) return;
+    const int group = net_->group;
+    if (++net_->arrived == net_->meet) {
+      net_->arrived = 0;
+      ++net_->group;
+      net_->met.notify_all();
+      return;
+    }
+    if (!net_->met.wait_for(lock, std::chrono::seconds(10), [&] {
+          return net_->group != group || net_->gave_up;
+        })) {
+      net_->gave_up = true;
+      net_->met.notify_all();
+    }
+  }
+
   FakeNetwork* net_;
   std::string from_;
 };
@@ -241,6 +269,7 @@ WorkerClientFactory Clients(FakeNetwork* net,
 
 TEST(SurveyLinksTest, MeasuresEveryOrderedPairOneProbePerServerAtATime) {
   FakeNetwork net;
+  net.meet = 4;  // A round: every worker probes one other at once.
   const auto workers = FourWorkers();
   for (int i = 0; i < 4; ++i) {
     for (int j = 0; j < 4; ++j) {
@@ -258,8 +287,10 @@ TEST(SurveyLinksTest, MeasuresEveryOrderedPairOneProbePerServerAtATime) {
   }
   EXPECT_EQ(net.calls.load(), 12);
   EXPECT_EQ(net.overlaps.load(), 0);
-  // The sources of a round measure at once.
+  // The sources of a round measure at once: every group of 4 formed.
   EXPECT_EQ(net.max_at_once.load(), 4);
+  EXPECT_FALSE(net.gave_up);
+  EXPECT_EQ(net.group, 3);
 }
 
 TEST(SurveyLinksTest, AFailedProbeNamesBothWorkers) {

@@ -72,8 +72,14 @@ grep -q '"steps":32,' "$tmp/out.json" || fail "json steps: $(cat "$tmp/out.json"
 python3 -c 'import json,sys; json.load(sys.stdin)' <"$tmp/out.json" ||
   fail "train-local --output json is not one JSON document: $(cat "$tmp/out.json")"
 [ -s "$tmp/w.safetensors" ] || fail "no weights file"
-acc=$(sed -E 's/.*"test_accuracy":([0-9.e-]+).*/\1/' "$tmp/out.json")
-awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy $acc <= 0.5"
+# A number (not null, NaN or a string: awk would compare those as text, and
+# "null" > 0.5), finite and above 0.5.
+python3 - "$tmp/out.json" <<'PY' || fail "test accuracy not a finite number above 0.5: $(cat "$tmp/out.json")"
+import json, math, sys
+a = json.load(open(sys.argv[1])).get("test_accuracy")
+ok = type(a) in (int, float) and math.isfinite(a) and a > 0.5
+sys.exit(0 if ok else 1)
+PY
 
 # --max-steps overrides; init from the saved weights.
 "$AQ" train-local "$tmp/job.textproto" --output json --max-steps 3 \

@@ -14,7 +14,12 @@ source "$harness"
 AQ="$(realpath "$AQ")" COORDINATOR="$(realpath "$COORDINATOR")"
 WORKER="$(realpath "$WORKER")"
 fmnist=/usr/share/datasets/fashion-mnist
-[ -d "$fmnist" ] || { echo "SKIP: $fmnist missing"; exit 0; }
+# deploy/setup.sh installs it (dataset-fashion-mnist): missing is a
+# failure, not a skip.
+[ -d "$fmnist" ] || {
+  echo "FAIL: $fmnist missing (Debian's dataset-fashion-mnist; deploy/setup.sh installs it)" >&2
+  exit 1
+}
 
 mkdir -p "$tmp/coordinator-host" "$tmp/worker-host"
 ln -sfn "$fmnist" "$tmp/worker-host/fmnist"

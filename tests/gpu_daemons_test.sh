@@ -3,8 +3,10 @@
 # on GPUs (cuda:0 and cuda:1, or both on cuda:0 with one GPU) train a small
 # MLP as a 2-worker 1F1B-flush job; its per-step losses must match `aq
 # train-local` on the CPU within 1e-4 relative. With two GPUs the job runs
-# again with pipeline.transport "nccl". Without a GPU the test reports
-# itself skipped, saying why. AQ_GPU_TEST_DEVICE=cpu runs the same on CPU
+# again with pipeline.transport "nccl". Where no GPU exists (nvidia-smi is
+# absent or lists none, and the kernel driver shows none) the test reports
+# itself skipped, saying why; on a machine with a GPU, a worker that cannot
+# open it is a failure. AQ_GPU_TEST_DEVICE=cpu runs the same on CPU
 # workers, which checks the harness.
 set -uo pipefail
 AQ="$1" COORDINATOR="$2" WORKER="$3"
@@ -23,20 +25,34 @@ skip() {
     cat >"$XML_OUTPUT_FILE" <<XML
 <?xml version="1.0" encoding="UTF-8"?>
 <testsuites><testsuite name="gpu_daemons_test" tests="1" failures="0" skipped="1">
-<testcase name="GpuPipelineThroughDaemons"><skipped message="$1"/></testcase>
+<testcase name="GpuPipelineThroughDaemons"><skipped message="$(echo "$1" | tr -d '<>&"')"/></testcase>
 </testsuite></testsuites>
 XML
   fi
   exit 0
 }
 
+# The GPUs nvidia-smi lists (0 when it is absent or cannot reach a driver),
+# and whether the kernel driver shows any (a directory per GPU).
+gpus_listed() { { nvidia-smi -L 2>/dev/null || true; } | grep -c '^GPU'; }
+driver_shows_gpu() { [ -n "$(ls -A /proc/driver/nvidia/gpus 2>/dev/null)" ]; }
+
 if [ "$kind" = cuda ]; then
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-  [ "${gpus:-0}" -ge 1 ] || skip "no GPU on this machine (nvidia-smi lists none); GPU pipeline through the daemons not run"
-  # The worker opens its device before anything else: exit 2 means it cannot.
+  gpus=$(gpus_listed)
+  if [ "$gpus" -eq 0 ]; then
+    driver_shows_gpu &&
+      { echo "FAIL: the kernel driver shows a GPU ($(ls /proc/driver/nvidia/gpus)) but nvidia-smi lists none: $(nvidia-smi -L 2>&1 | head -c 300)" >&2; exit 1; }
+    skip "no GPU on this machine (nvidia-smi lists none, /proc/driver/nvidia/gpus is empty or absent); GPU pipeline through the daemons not run"
+  fi
+  # A GPU is here: the worker must open it (it opens its device before
+  # anything else, and exits 2 when it cannot).
   timeout 10 "$WORKER" --coordinator 127.0.0.1:1 --device cuda:0 \
     --measure_gemm=false >/dev/null 2>"$tmp/probe"
-  [ $? -eq 2 ] && skip "the worker cannot open cuda:0: $(head -c 300 "$tmp/probe")"
+  rc=$?
+  if [ "$rc" -eq 2 ]; then
+    echo "FAIL: $gpus GPU(s) listed, but the worker cannot open cuda:0: $(head -c 600 "$tmp/probe")" >&2
+    exit 1
+  fi
   dev0=cuda:0
   dev1=cuda:$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
 else

@@ -6,8 +6,11 @@
 # allocation) and a short 2-stage pipeline job. Asserts the batch job's exit
 # code 0, its output (SUCCEEDED, the steps) and that nothing is left
 # running; then a job spec that fails, whose status must come back nonzero.
-# Skips, saying why, when not root or when a Slurm daemon cannot start
-# (with its log's tail). Bounded in time; everything is torn down.
+# Fails, saying why, when not root, when a Slurm program is missing
+# (deploy/setup.sh installs them) or when a Slurm daemon cannot start
+# (with its log's tail): none of these is a skip. Processes left under its
+# directory at the end fail it too. Bounded in time; everything is torn
+# down.
 #
 #   slurm_test.sh AQ COORDINATOR WORKER MAKE_DEV_CA SBATCH_SCRIPT
 set -uo pipefail
@@ -17,23 +20,17 @@ harness="$(dirname "$0")/daemon_harness.sh"
 # shellcheck source=tests/daemon_harness.sh
 source "$harness"
 
-skip() {
-  echo "SKIPPED: $1"
-  if [ -n "${XML_OUTPUT_FILE:-}" ]; then
-    cat >"$XML_OUTPUT_FILE" <<XML
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="slurm_test" tests="1" failures="0" skipped="1">
-<testcase name="AqueductThroughSbatch"><skipped message="$(echo "$1" | tr -d '<>&"')"/></testcase>
-</testsuite></testsuites>
-XML
-  fi
-  exit 0
+# A prerequisite missing, or a daemon that did not start: the test fails.
+give_up() {
+  echo "FAIL: $1" >&2
+  exit 1
 }
 
 export PATH="$PATH:/usr/sbin:/sbin"
-[ "$(id -u)" -eq 0 ] || skip "not root: slurmd runs jobs as their user only when it runs as root"
+[ "$(id -u)" -eq 0 ] || give_up "not root: slurmd runs jobs as their user only when it runs as root"
 for b in munged mungekey slurmctld slurmd sbatch sinfo scontrol srun squeue scancel; do
-  command -v "$b" >/dev/null || skip "$b is missing (apt-get install munge slurmctld slurmd slurm-client)"
+  command -v "$b" >/dev/null ||
+    give_up "$b is missing (deploy/setup.sh installs munge slurmctld slurmd slurm-client)"
 done
 # Absolute binaries: the batch job runs in the spool directory.
 abs() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
@@ -50,26 +47,40 @@ ctld_port=$(free_port) slurmd_port=$(free_port) aq_port=$(free_port)
 while [ "$slurmd_port" = "$ctld_port" ]; do slurmd_port=$(free_port); done
 
 munge_pid="" ctld_pid="" slurmd_pid=""
+# Whether no process runs from or names a path under $tmp.
+none_under_tmp() { ! pgrep -f "$tmp/" >/dev/null 2>&1; }
+# Stops the jobs and the daemons; 1 when processes the batch jobs started
+# outlived them (a bug: their teardown is the sbatch script's), 0 otherwise.
 teardown() {
+  local p left=0
   # Jobs first, so that slurmd kills their steps; then the daemons.
   [ -n "$ctld_pid" ] && scancel --full --signal=KILL -u root 2>/dev/null
-  local p
   for p in $slurmd_pid $ctld_pid $munge_pid; do kill -TERM "$p" 2>/dev/null; done
   for p in $slurmd_pid $ctld_pid $munge_pid; do
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
   done
-  # Daemons the batch job started that outlived it would be a bug: report.
-  if pgrep -f "$tmp/" >/dev/null 2>&1; then
+  # The daemons are gone; anything else under $tmp gets 10 s to end.
+  if ! wait_until 10 none_under_tmp; then
     echo "FAIL: processes left under $tmp: $(pgrep -af "$tmp/")" >&2
     for p in $(pgrep -f "$tmp/"); do kill -KILL "$p" 2>/dev/null; done
-    fails=$((fails + 1))
+    left=1
   fi
-  rm -rf "$tmp"
+  return "$left"
 }
-trap 'teardown; cleanup' EXIT
+# On exit, whatever the status so far: a failed teardown or a sanitizer
+# report (cleanup, in a subshell so that it returns) turns it into 1.
+on_exit() {
+  local rc=$?
+  teardown || rc=1
+  (cleanup) || rc=1
+  rm -rf "$tmp"
+  exit "$rc"
+}
+trap on_exit EXIT
 
-# dump NAME LOG: a daemon's log tail for the skip reason.
+# dump NAME LOG: a daemon's log tail for the failure.
 dump() { tail -n 15 "$2" 2>/dev/null | tr '\n' ' ' | cut -c1-900; }
 
 # munge: its own key, socket, pid, log and seed files.
@@ -84,7 +95,7 @@ munged --foreground --force --key-file "$tmp/munge/munge.key" --socket "$munge_s
   --seed-file "$tmp/munge/munged.seed" >"$tmp/munge/stdout" 2>&1 &
 munge_pid=$!
 wait_until 10 test -S "$munge_socket" ||
-  skip "munged did not start: $(dump munged "$tmp/munge/munged.log") $(cat "$tmp/munge/stdout")"
+  give_up "munged did not start: $(dump munged "$tmp/munge/munged.log") $(cat "$tmp/munge/stdout")"
 
 mkdir -p "$tmp/ctld" "$tmp/slurmd" "$tmp/jobs"
 export SLURM_CONF="$tmp/slurm.conf"
@@ -125,16 +136,17 @@ PartitionName=debug Nodes=$node Default=YES MaxTime=30 State=UP
 CONF
 slurmctld -D -i -f "$SLURM_CONF" >"$tmp/slurmctld.out" 2>&1 &
 ctld_pid=$!
-sleep 1
-kill -0 "$ctld_pid" 2>/dev/null ||
-  skip "slurmctld did not start: $(dump slurmctld "$tmp/slurmctld.log") $(cat "$tmp/slurmctld.out")"
+# Up when it answers a ping; a slurmctld that exited will not.
+ctld_up() { kill -0 "$ctld_pid" 2>/dev/null && scontrol ping 2>/dev/null | grep -q 'is UP'; }
+wait_until 30 ctld_up ||
+  give_up "slurmctld did not start: $(dump slurmctld "$tmp/slurmctld.log") $(cat "$tmp/slurmctld.out")"
 slurmd -D -f "$SLURM_CONF" -N "$node" >"$tmp/slurmd.out" 2>&1 &
 slurmd_pid=$!
 idle() { sinfo -h -N -n "$node" -o '%T' 2>/dev/null | grep -q '^idle'; }
 if ! wait_until 60 idle; then
   kill -0 "$slurmd_pid" 2>/dev/null ||
-    skip "slurmd did not start: $(dump slurmd "$tmp/slurmd.log") $(cat "$tmp/slurmd.out")"
-  skip "node $node not idle within 60 s: $(sinfo -N 2>&1 | tail -2 | tr '\n' ' ') slurmd: $(dump slurmd "$tmp/slurmd.log")"
+    give_up "slurmd did not start: $(dump slurmd "$tmp/slurmd.log") $(cat "$tmp/slurmd.out")"
+  give_up "node $node not idle within 60 s: $(sinfo -N 2>&1 | tail -2 | tr '\n' ' ') slurmd: $(dump slurmd "$tmp/slurmd.log")"
 fi
 echo "slurm up: $(sinfo -h -N -o '%N %T %c CPUs')"
 

@@ -439,10 +439,10 @@ TEST(TextTest, SamplerDrawsTheDocumentedWindows) {
 
 TEST(TextTest, FortuneCookies) {
   const std::string cookie = "/usr/share/games/fortunes/cookie";
-  if (::access(cookie.c_str(), R_OK) != 0) {
-    GTEST_SKIP() << cookie << " is missing (Debian's fortunes package; "
-                 << "deploy/setup.sh installs it)";
-  }
+  // deploy/setup.sh installs it: missing is a failure, not a skip.
+  ASSERT_EQ(::access(cookie.c_str(), R_OK), 0)
+      << cookie << " is missing (Debian's fortunes package; "
+      << "deploy/setup.sh installs it)";
   DataSpec spec;
   *spec.mutable_text() = Text({cookie}, 64);
   auto roots = PathRoots::Make("--data_root", {"/usr/share/games/fortunes"});

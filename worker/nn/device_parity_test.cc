@@ -1,8 +1,13 @@
 // Every layer (forward and backward), the loss and the optimizers on a second
 // device against the CPU device, within fp32 tolerance. The second device is
-// cuda:0 (AQ_PARITY_DEVICE overrides); where it cannot be created (a CPU-only
-// build, or no GPU) the tests skip and say why. With AQ_PARITY_DEVICE=cpu
-// the suite runs CPU against CPU, which checks the harness itself.
+// cuda:0 (AQ_PARITY_DEVICE overrides). The tests skip, saying why, only
+// where no GPU exists (CUDA finds no device or no driver; in a CPU-only
+// build, the kernel shows no NVIDIA GPU); any other failure to create the
+// device (a bad AQ_PARITY_DEVICE, a GPU this build cannot use, a CUDA
+// error) fails them. With AQ_PARITY_DEVICE=cpu the suite runs CPU against
+// CPU, which checks the harness itself.
+#include <dirent.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -29,27 +34,64 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
+// Whether the NVIDIA kernel driver shows a GPU: it lists one directory per
+// GPU under /proc/driver/nvidia/gpus.
+bool NvidiaGpuPresent() {
+  DIR* d = opendir("/proc/driver/nvidia/gpus");
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') any = true;
+  }
+  closedir(d);
+  return any;
+}
+
+// Why no GPU exists here, when creating a CUDA device failed with `s`; empty
+// when `s` is any other error (the test then fails: a GPU is there).
+std::string NoGpuHere(const absl::Status& s) {
+  if (!BuiltWithCuda()) {
+    return NvidiaGpuPresent() ? ""
+                              : "a CPU-only build on a machine without "
+                                "an NVIDIA GPU";
+  }
+  for (const char* none :
+       {"(cudaErrorNoDevice)", "(cudaErrorInsufficientDriver)",
+        "no CUDA device on this machine"}) {
+    if (s.message().find(none) != absl::string_view::npos) {
+      return std::string(s.message());
+    }
+  }
+  return "";
+}
+
 class DeviceParity {
  public:
-  // Creates both devices; on failure `skip_reason` says why.
+  // Creates both devices. Where no GPU exists, `skip_reason` says so; on any
+  // other failure, `error` says what failed.
   DeviceParity() {
     const char* env = std::getenv("AQ_PARITY_DEVICE");
     const std::string text = env != nullptr ? env : "cuda:0";
     auto spec = ParseDeviceSpec(text);
     if (!spec.ok()) {
-      skip_reason = std::string(spec.status().message());
+      error = "AQ_PARITY_DEVICE: " + std::string(spec.status().message());
       return;
     }
     auto other = CreateDevice(*spec, 1);
     if (!other.ok()) {
-      skip_reason = text +
-                    " unavailable: " + std::string(other.status().message()) +
-                    "; device parity not checked";
+      const std::string none = NoGpuHere(other.status());
+      if (none.empty()) {
+        error = text + " could not be created: " +
+                std::string(other.status().message());
+      } else {
+        skip_reason = "no GPU (" + none + "); device parity not checked";
+      }
       return;
     }
     other_ = std::move(*other);
     cpu_ = *CreateDevice(DeviceSpec{}, 1);
   }
+  std::string error;
   std::string skip_reason;
   Device& cpu() { return *cpu_; }
   Device& other() { return *other_; }
@@ -91,6 +133,7 @@ class LayerParityTest : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(LayerParityTest, ForwardAndBackwardMatchCpu) {
   DeviceParity p;
+  if (!p.error.empty()) FAIL() << p.error;
   if (!p.skip_reason.empty()) GTEST_SKIP() << p.skip_reason;
   const LayerCase& c = GetParam();
   LayerSpec spec;
@@ -171,6 +214,7 @@ INSTANTIATE_TEST_SUITE_P(
 // that rows sum into the same table row (atomically on a GPU).
 TEST(TokenEmbeddingParityTest, ForwardAndBackwardMatchCpu) {
   DeviceParity p;
+  if (!p.error.empty()) FAIL() << p.error;
   if (!p.skip_reason.empty()) GTEST_SKIP() << p.skip_reason;
   LayerSpec spec;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
@@ -206,6 +250,7 @@ TEST(TokenEmbeddingParityTest, ForwardAndBackwardMatchCpu) {
 
 TEST(LossParityTest, SoftmaxCrossEntropyMatchesCpu) {
   DeviceParity p;
+  if (!p.error.empty()) FAIL() << p.error;
   if (!p.skip_reason.empty()) GTEST_SKIP() << p.skip_reason;
   const int64_t rows = 32, classes = 10;
   const std::vector<float> logits = Random(rows * classes, 3);
@@ -228,6 +273,7 @@ class OptimizerParityTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OptimizerParityTest, ThreeStepsMatchCpu) {
   DeviceParity p;
+  if (!p.error.empty()) FAIL() << p.error;
   if (!p.skip_reason.empty()) GTEST_SKIP() << p.skip_reason;
   OptimizerSpec spec;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(GetParam(), &spec));

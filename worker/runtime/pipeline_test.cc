@@ -2,6 +2,8 @@
 // communicator): per-step losses and final weights against train-local
 // (1F1B-flush, GPipe) and against a sequential simulation of each policy's
 // weight-version semantics (1F1B with stashing, vertical sync).
+#include <dirent.h>
+
 #include <cmath>
 #include <map>
 #include <thread>
@@ -452,17 +454,51 @@ TEST(PipelineTest, GptTiedAcrossStagesNeedsAFlush) {
               testing::HasSubstr("model.layers[5].tie_weight_to=0"));
 }
 
+// Whether the NVIDIA kernel driver shows a GPU: it lists one directory per
+// GPU under /proc/driver/nvidia/gpus.
+bool NvidiaGpuPresent() {
+  DIR* d = opendir("/proc/driver/nvidia/gpus");
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') any = true;
+  }
+  closedir(d);
+  return any;
+}
+
+// Why no GPU exists here, when creating a CUDA device failed with `s`; empty
+// when `s` is any other error (the test then fails: a GPU is there).
+std::string NoGpuHere(const absl::Status& s) {
+  if (!BuiltWithCuda()) {
+    return NvidiaGpuPresent() ? ""
+                              : "a CPU-only build on a machine without "
+                                "an NVIDIA GPU";
+  }
+  for (const char* none :
+       {"(cudaErrorNoDevice)", "(cudaErrorInsufficientDriver)",
+        "no CUDA device on this machine"}) {
+    if (s.message().find(none) != absl::string_view::npos) {
+      return std::string(s.message());
+    }
+  }
+  return "";
+}
+
 // A 2-stage 1F1B pipeline with both stages on cuda:0 (two workers sharing
 // one GPU) against `aq train-local` on the CPU: per-step losses within 1e-4
-// relative. Skips where cuda:0 cannot be opened (CPU-only build, no GPU).
+// relative. Skips only where no GPU exists; fails where cuda:0 is there
+// and cannot be opened.
 TEST(PipelineTest, TwoStagesOnGpuMatchTrainLocalOnCpu) {
   DeviceSpec gpu;
   gpu.kind = DeviceKind::kCuda;
   gpu.ordinal = 0;
   auto probe = CreateDevice(gpu, 1);
   if (!probe.ok()) {
-    GTEST_SKIP() << "cuda:0 unavailable (" << probe.status().message()
-                 << "); GPU pipeline not run";
+    const std::string none = NoGpuHere(probe.status());
+    if (none.empty())
+      FAIL() << "cuda:0 could not be opened: " << probe.status();
+    GTEST_SKIP() << "no GPU (" << none << "); GPU pipeline not run";
   }
   probe->reset();
   const JobSpec spec = *ParseJobSpec(kMlp, "test");

@@ -118,10 +118,17 @@ absl::Status RunRank(RendezvousStore* store, int rank) {
 
 namespace {
 
+// Empty where two GPUs are here; otherwise why the test skips: fewer
+// GPUs, no driver. Any other CUDA error is recorded as a failure.
 std::string NeedTwoGpus() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e == cudaSuccess && count >= 2) return "";
+  if (e != cudaSuccess && e != cudaErrorNoDevice &&
+      e != cudaErrorInsufficientDriver) {
+    ADD_FAILURE() << "cudaGetDeviceCount: " << cudaGetErrorName(e) << ": "
+                  << cudaGetErrorString(e);
+  }
   return absl::StrCat(
       "needs 2 CUDA devices, found ",
       e != cudaSuccess ? cudaGetErrorName(e) : std::to_string(count),

@@ -1,6 +1,7 @@
 // CudaDevice against CpuDevice, op by op through the Device interface, within
-// fp32 tolerance. On machines without a GPU the comparison tests skip with the
-// reason, and the test of Create()'s error still runs.
+// fp32 tolerance. On machines without a GPU (CUDA finds no device, or no
+// driver) the comparison tests skip with the reason, and the test of
+// Create()'s error still runs; any other CUDA error fails them.
 #include "common/device/cuda/cuda_device.h"
 
 #include <cmath>
@@ -14,10 +15,22 @@
 namespace aqueduct {
 namespace {
 
+// Whether `s`, of CudaDeviceCount, says no GPU exists here: CUDA finds no
+// device, or no driver. Any other error is a failure, not a reason to skip.
+bool NoGpuHere(const absl::Status& s) {
+  for (const char* none :
+       {"(cudaErrorNoDevice)", "(cudaErrorInsufficientDriver)",
+        "no CUDA device on this machine"}) {
+    if (s.message().find(none) != absl::string_view::npos) return true;
+  }
+  return false;
+}
+
 TEST(CudaDeviceCreateTest, FailsClearlyOrNamesTheDevice) {
   auto count = CudaDeviceCount();
   auto device = CudaDevice::Create();
   if (!count.ok()) {
+    ASSERT_TRUE(NoGpuHere(count.status())) << count.status();
     ASSERT_FALSE(device.ok());
     EXPECT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(device.status().message().find("CUDA"), absl::string_view::npos)
@@ -39,6 +52,7 @@ class CudaVsCpuTest : public ::testing::Test {
   void SetUp() override {
     auto count = CudaDeviceCount();
     if (!count.ok()) {
+      ASSERT_TRUE(NoGpuHere(count.status())) << count.status();
       GTEST_SKIP() << count.status().message()
                    << "; CUDA-vs-CPU comparison not run";
     }

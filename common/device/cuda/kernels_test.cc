@@ -1,6 +1,7 @@
 // The CUDA kernels against CpuDevice, op by op, within fp32 tolerance. Runs
 // wherever the toolkit is present; the device tests skip (GTEST_SKIP, with the
-// reason) on machines without a GPU. The status tests need no GPU.
+// reason) on machines without a GPU (no device, or no driver) and fail on
+// any other CUDA error. The status tests need no GPU.
 #include "common/device/cuda/kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -47,6 +48,13 @@ class KernelsTest : public ::testing::Test {
   void SetUp() override {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
+    // Skips only where no GPU exists (no device, or no driver); any other
+    // error fails.
+    if (e != cudaSuccess && e != cudaErrorNoDevice &&
+        e != cudaErrorInsufficientDriver) {
+      FAIL() << "cudaGetDeviceCount: " << cudaGetErrorName(e) << ": "
+             << cudaGetErrorString(e);
+    }
     if (e != cudaSuccess || count == 0) {
       GTEST_SKIP() << "no CUDA device on this machine ("
                    << (e != cudaSuccess ? cudaGetErrorName(e) : "0 devices")
