@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/terminal_text.h"
 #include "common/security.h"
 
 ABSL_FLAG(std::string, output, "text",
@@ -102,7 +103,7 @@ std::optional<int> ParseSubcommand(const CommandLineSpec& spec,
 bool JsonOutput() { return absl::GetFlag(FLAGS_output) == "json"; }
 
 int Fail(const std::string& message) {
-  std::cerr << "aq: " << message << "\n";
+  std::cerr << "aq: " << PrintableLines(message) << "\n";
   return kExitFailed;
 }
 

@@ -54,7 +54,9 @@ std::optional<int> ParseSubcommand(const CommandLineSpec& spec,
 // True when --output is json.
 bool JsonOutput();
 
-// Prints "aq: <message>" on stderr and returns kExitFailed.
+// Prints "aq: <message>" on stderr, its control characters but line breaks
+// as visible escapes (PrintableLines, terminal_text.h), and returns
+// kExitFailed.
 int Fail(const std::string& message);
 
 // Fails fast, before any work, if `path` cannot be written: its directory

@@ -15,7 +15,9 @@
 #include "absl/time/time.h"
 #include "client/cli.h"
 #include "client/commands.h"
+#include "client/follow.h"
 #include "client/remote.h"
+#include "client/terminal_text.h"
 #include "proto/service_types.h"
 
 ABSL_FLAG(bool, follow, false,
@@ -35,7 +37,9 @@ constexpr char kLogsDescription[] =
     "The coordinator keeps the last 20,000 lines of each job, also across\n"
     "its restarts (in its --state_dir). --follow waits for new lines until\n"
     "the job ends, reconnecting (for up to 5 minutes) if the coordinator\n"
-    "restarts.\n";
+    "restarts, and reading them every second instead when the coordinator\n"
+    "has no waiting call to spare. Control characters in a line are shown\n"
+    "as \\xNN.\n";
 
 // How long a follow tries to reach a coordinator that went away.
 constexpr absl::Duration kReconnectFor = absl::Minutes(5);
@@ -46,8 +50,13 @@ std::string FormatLine(const v1::LogLine& line) {
       absl::UTCTimeZone());
   const std::string stage =
       line.stage() < 0 ? "-" : absl::StrCat("s", line.stage());
-  return absl::StrCat(time, " ", line.level(), " ", line.worker(), " ", stage,
-                      ": ", line.text());
+  // Every string of the line came from a worker or quotes one: shown
+  // escaped, so a line cannot clear the terminal or forge other lines (a
+  // coordinator of this version keeps workers' text escaped already; aq
+  // does not rely on it).
+  return absl::StrCat(time, " ", Printable(line.level()), " ",
+                      Printable(line.worker()), " ", stage, ": ",
+                      Printable(line.text()));
 }
 
 void Print(const v1::LogLine& line) {
@@ -64,8 +73,7 @@ void Print(const v1::LogLine& line) {
 
 bool Retryable(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kDeadlineExceeded ||
-         s.code() == absl::StatusCode::kResourceExhausted;
+         s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
 // Streams the lines after `*last_seq`, advancing it.
@@ -87,8 +95,29 @@ absl::Status StreamOnce(Remote& remote, const std::string& job, bool follow,
                                     });
 }
 
+// A follow the coordinator refused (`refused`: RESOURCE_EXHAUSTED, its
+// waiting calls taken): reads the new lines every second without a
+// waiting call until the job ends (follow.h).
+absl::Status PollLines(Remote& remote, const std::string& job,
+                       const absl::Status& refused, int64_t* last_seq) {
+  FollowOptions options;
+  options.timeout = kWatchTimeout;
+  options.poll_timeout = kTraceTimeout;
+  std::cerr << "aq: the coordinator refused to follow the log of "
+            << Printable(job) << " (" << Printable(refused.message())
+            << "); reading it every "
+            << absl::FormatDuration(options.poll_every) << std::endl;
+  v1::StreamLogsRequest request;
+  request.set_job_id(job);
+  if (absl::GetFlag(FLAGS_stage) >= 0) {
+    request.set_stage(absl::GetFlag(FLAGS_stage));
+  }
+  return PollJobLogs(remote.client(), request, options, Print, last_seq);
+}
+
 // --follow: streams until the job ends, reconnecting after the last line
-// printed; the exit code by the job's final state.
+// printed, or polling when the coordinator has no waiting call to spare;
+// the exit code by the job's final state.
 int Follow(Remote& remote, const std::string& job, int64_t last_seq) {
   absl::Time give_up = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(200);
@@ -98,6 +127,11 @@ int Follow(Remote& remote, const std::string& job, int64_t last_seq) {
     absl::Status s = StreamOnce(remote, job, /*follow=*/true, &last_seq);
     std::cout.flush();
     if (s.ok()) break;
+    if (absl::IsResourceExhausted(s)) {
+      s = PollLines(remote, job, s, &last_seq);
+      if (!s.ok()) return remote.Failed(s);
+      break;
+    }
     if (!Retryable(s)) return remote.Failed(s);
     const absl::Time now = absl::Now();
     // A stream that delivered lines, or stayed up a while, was a
@@ -120,9 +154,10 @@ int Follow(Remote& remote, const std::string& job, int64_t last_seq) {
   const auto status = remote.client().GetJob(get, kQueryTimeout);
   if (!status.ok()) return remote.Failed(status.status());
   if (status->state() == v1::JOB_SUCCEEDED) return kExitOk;
-  std::cerr << "aq: job " << job << " "
+  std::cerr << "aq: job " << Printable(job) << " "
             << v1::JobState_Name(status->state()).substr(4)
-            << (status->reason().empty() ? "" : ": " + status->reason())
+            << (status->reason().empty() ? ""
+                                         : ": " + Printable(status->reason()))
             << std::endl;
   return kExitFailed;
 }

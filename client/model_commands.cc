@@ -21,6 +21,7 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/remote.h"
+#include "client/terminal_text.h"
 #include "common/checkpoint.h"
 #include "common/status.h"
 #include "proto/service_types.h"
@@ -203,7 +204,7 @@ void PrintCheckpointTable(const v1::ListCheckpointsResponse& response) {
     std::cout << absl::StrFormat("%-8s %-19s %-7d %-5d %-12d %s\n",
                                  absl::StrCat("v", m.version()),
                                  CommittedTime(m.committed_ms()), m.attempt(),
-                                 m.files_size(), bytes, m.dir());
+                                 m.files_size(), bytes, Printable(m.dir()));
   }
 }
 
@@ -251,9 +252,10 @@ void PrintVerified(const v1::CheckpointManifest& m) {
               << ",\"layers\":" << m.num_layers() << ",\"ok\":true}"
               << std::endl;
   } else {
-    std::cout << "checkpoint v" << m.version() << " of " << m.job_id() << ": "
-              << m.files_size() << " files, " << bytes << " bytes, "
-              << m.num_layers() << " layers: OK" << std::endl;
+    std::cout << "checkpoint v" << m.version() << " of "
+              << Printable(m.job_id()) << ": " << m.files_size() << " files, "
+              << bytes << " bytes, " << m.num_layers() << " layers: OK"
+              << std::endl;
   }
 }
 

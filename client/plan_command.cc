@@ -15,6 +15,7 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/remote.h"
+#include "client/terminal_text.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
 #include "pipeline/policy.h"
@@ -163,7 +164,8 @@ void PrintPlan(const PartitionPlan& plan) {
   if (JsonOutput()) {
     std::cout << ProtoJson(plan, /*print_defaults=*/true) << std::endl;
   } else {
-    std::cout << FormatPlan(plan);
+    // Node and worker ids come from profiles and workers.
+    std::cout << PrintableLines(FormatPlan(plan));
   }
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/terminal_text.h"
 
 namespace aqueduct {
 namespace {
@@ -80,8 +81,10 @@ bool HasProgressReport(const JobStatus& job) {
 }
 
 std::string JobSummary(const JobStatus& job, bool with_stages) {
+  // Names and reasons come from users and workers: shown escaped.
   std::string line =
-      absl::StrCat(job.job_id(), " ", job.name(), " ", StateName(job.state()));
+      absl::StrCat(Printable(job.job_id()), " ", Printable(job.name()), " ",
+                   StateName(job.state()));
   if (HasProgressReport(job)) {
     absl::StrAppend(&line, Figures(job, with_stages));
   } else if (const std::string waiting = Waiting(job); !waiting.empty()) {
@@ -95,7 +98,9 @@ std::string JobSummary(const JobStatus& job, bool with_stages) {
     absl::StrAppend(
         &line, absl::StrFormat(" test accuracy %.4f", job.test_accuracy()));
   }
-  if (!job.reason().empty()) absl::StrAppend(&line, ": ", job.reason());
+  if (!job.reason().empty()) {
+    absl::StrAppend(&line, ": ", Printable(job.reason()));
+  }
   return line;
 }
 
@@ -104,7 +109,7 @@ std::string JobDetails(const JobStatus& job) {
   if (!job.evals().empty()) {
     // Text: loss per token and perplexity; a test set: loss and accuracy.
     const bool text = job.eval_split() == "validation";
-    absl::StrAppend(&out, job.eval_split(), " (step: loss, ",
+    absl::StrAppend(&out, Printable(job.eval_split()), " (step: loss, ",
                     text ? "perplexity" : "accuracy", "):");
     for (const v1::EvalPoint& e : job.evals()) {
       absl::StrAppend(&out, absl::StrFormat(" %d: %.4f, ", e.step(), e.loss()),
@@ -114,21 +119,22 @@ std::string JobDetails(const JobStatus& job) {
     out.back() = '\n';
   }
   if (!job.model_path().empty()) {
-    absl::StrAppend(&out, "model: ", job.model_path(), " (", job.model_bytes(),
-                    " bytes) \u2014 fetch with: aq weights ", job.job_id(),
-                    " -o model.safetensors\n");
+    absl::StrAppend(&out, "model: ", Printable(job.model_path()), " (",
+                    job.model_bytes(), " bytes) \u2014 fetch with: aq weights ",
+                    Printable(job.job_id()), " -o model.safetensors\n");
   }
   if (job.checkpoint_version() > 0 || !job.checkpoint_path().empty()) {
     absl::StrAppend(&out, "checkpoint: v", job.checkpoint_version(), " ",
-                    job.checkpoint_path(), "\n");
+                    Printable(job.checkpoint_path()), "\n");
   }
   if (!job.resumed_from().empty()) {
-    absl::StrAppend(&out, "resumed from: ", job.resumed_from(), "\n");
+    absl::StrAppend(&out, "resumed from: ", Printable(job.resumed_from()),
+                    "\n");
   }
   for (const v1::RestartRecord& r : job.restarts()) {
     absl::StrAppend(
         &out, "restart ", r.attempt(), " at step ", r.step_at_failure(), ": ",
-        r.reason(), "; rolled back to v", r.rolled_back_to(),
+        Printable(r.reason()), "; rolled back to v", r.rolled_back_to(),
         r.rolled_back_to() == 0 ? " (the start)" : "", ", ", r.workers(),
         r.workers() == 1 ? " worker" : " workers", "\n");
   }

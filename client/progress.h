@@ -25,6 +25,8 @@ bool HasProgressReport(const JobStatus& job);
 // "job-1 mlp RUNNING step 10/32 loss 0.6931 123 samples/s | stage 0 ...";
 // before the first report, what the job is waiting for instead of figures.
 // `with_stages`: include the per-stage figures.
+// The coordinator's strings in it (and in JobDetails) are Printable()
+// (terminal_text.h): a name or reason cannot drive the terminal.
 std::string JobSummary(const JobStatus& job, bool with_stages = true);
 
 // What `aq status JOB` prints under the summary, one line each ("\n"

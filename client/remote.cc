@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "client/cli.h"
+#include "client/terminal_text.h"
 #include "common/grpc_coordinator_client.h"
 #include "common/security.h"
 #include "google/protobuf/util/json_util.h"
@@ -46,12 +47,12 @@ Remote::Remote(std::string address, std::unique_ptr<CoordinatorClient> client)
 int Remote::Failed(const absl::Status& status) const {
   if (absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) {
     std::cerr << "aq: the coordinator at " << address_
-              << " refused the call: " << status.message() << "\n";
+              << " refused the call: " << Printable(status.message()) << "\n";
     return kExitFailed;
   }
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
     std::cerr << "aq: cannot reach the coordinator at " << address_ << ": "
-              << status.message() << "\n";
+              << Printable(status.message()) << "\n";
     return kExitUnreachable;
   }
   // gRPC answers a method a server does not have with UNIMPLEMENTED and no
@@ -60,7 +61,8 @@ int Remote::Failed(const absl::Status& status) const {
   if (absl::IsUnimplemented(status)) {
     std::cerr << "aq: " << address_ << " does not serve this call ("
               << absl::StatusCodeToString(status.code())
-              << (status.message().empty() ? "" : ": ") << status.message()
+              << (status.message().empty() ? "" : ": ")
+              << Printable(status.message())
               << "): is it a coordinator's --listen address (not a "
                  "--health_listen port), and of aq's version (aq --version)?\n";
     return kExitFailed;
@@ -68,7 +70,7 @@ int Remote::Failed(const absl::Status& status) const {
   std::cerr << "aq: "
             << (status.message().empty()
                     ? absl::StatusCodeToString(status.code())
-                    : std::string(status.message()))
+                    : Printable(status.message()))
             << "\n";
   return kExitFailed;
 }

@@ -39,8 +39,9 @@ class Remote {
   CoordinatorClient& client() { return *client_; }
   const std::string& address() const { return address_; }
 
-  // Prints why the call failed on stderr; returns 3 when the coordinator
-  // could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED), else 1.
+  // Prints why the call failed on stderr (the coordinator's message
+  // Printable(), terminal_text.h); returns 3 when the coordinator could not
+  // be reached (UNAVAILABLE, DEADLINE_EXCEEDED), else 1.
   int Failed(const absl::Status& status) const;
 
  private:

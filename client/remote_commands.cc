@@ -12,9 +12,11 @@
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/commands.h"
+#include "client/follow.h"
 #include "client/list_pages.h"
 #include "client/progress.h"
 #include "client/remote.h"
+#include "client/terminal_text.h"
 #include "common/status.h"
 #include "coordinator/planner/profile_graph.h"
 #include "proto/service_types.h"
@@ -52,8 +54,10 @@ constexpr char kStatusDescription[] =
 constexpr char kWatchDescription[] =
     "Follows a job until it ends: one line redrawn in place on a terminal,\n"
     "plain lines otherwise; with --output json, the final status as one\n"
-    "JSON document (progress on stderr when it is a terminal). Exits 0 if\n"
-    "the job succeeds, 1 if it fails or is cancelled.\n";
+    "JSON document (progress on stderr when it is a terminal). When the\n"
+    "coordinator has no waiting call to spare, asks for the job's status\n"
+    "every second instead. Exits 0 if the job succeeds, 1 if it fails or\n"
+    "is cancelled.\n";
 constexpr char kJobsDescription[] =
     "Lists the coordinator's jobs, oldest first, with each job's owner when\n"
     "the coordinator authenticates its users.\n";
@@ -64,24 +68,30 @@ constexpr char kCancelDescription[] = "Cancels a job.\n";
 // "JOB_RUNNING" -> "RUNNING".
 std::string StateName(JobState s) { return v1::JobState_Name(s).substr(4); }
 
-// Follows `job_id` until it ends. Prints its final status (the JSON
-// document with --output json); returns 0 if it succeeded, else 1 (3 if
-// the coordinator cannot be reached).
+// Follows `job_id` until it ends: a watch, or GetJob every second when the
+// coordinator has no waiting call to spare (follow.h). Prints its final
+// status (the JSON document with --output json); returns 0 if it
+// succeeded, else 1 (3 if the coordinator cannot be reached).
 int FollowJob(Remote& remote, const std::string& job_id) {
   const bool json = JsonOutput();
   ProgressDisplay display(json ? stderr : stdout, /*plain_lines=*/!json);
-  v1::WatchJobRequest request;
-  request.set_job_id(job_id);
-  request.set_max_rate_hz(4);
+  FollowOptions options;
+  options.timeout = kWatchTimeout;
+  options.poll_timeout = kQueryTimeout;
+  options.on_polling = [&](const absl::Status& refused) {
+    display.Finish();
+    std::cerr << "aq: the coordinator refused a watch of " << Printable(job_id)
+              << " (" << Printable(refused.message()) << "); polling it every "
+              << absl::FormatDuration(options.poll_every) << std::endl;
+  };
   JobStatus last;
   bool any = false;
-  const absl::Status s = remote.client().WatchJob(request, kWatchTimeout,
-                                                  [&](const JobStatus& status) {
-                                                    last = status;
-                                                    any = true;
-                                                    display.Update(status);
-                                                    return true;
-                                                  });
+  const absl::Status s = FollowJobStatus(remote.client(), job_id, options,
+                                         [&](const JobStatus& status) {
+                                           last = status;
+                                           any = true;
+                                           display.Update(status);
+                                         });
   display.Finish();
   if (!s.ok()) return remote.Failed(s);
   if (!any) return Fail("the coordinator sent no status for job " + job_id);
@@ -120,7 +130,9 @@ constexpr int kWorkersPageSize = 5000;
 // jobs have one (authentication on).
 std::string JobLine(const JobStatus& job) {
   std::string line = JobSummary(job);
-  if (!job.owner().empty()) absl::StrAppend(&line, " | owner ", job.owner());
+  if (!job.owner().empty()) {
+    absl::StrAppend(&line, " | owner ", Printable(job.owner()));
+  }
   return line;
 }
 
@@ -154,12 +166,14 @@ void PrintWorkerTable(const v1::ListWorkersResponse& response) {
   std::cout << absl::StrFormat("%-24s %-8s %-22s %-12s %s\n", "worker", "state",
                                "address", "GEMM GFLOP/s", "job");
   for (const WorkerStatus& w : response.workers()) {
+    // Ids and addresses are checked at registration; shown escaped anyway.
     std::cout << absl::StrFormat(
-        "%-24s %-8s %-22s %-12.1f %s\n", w.info().worker_id(),
-        v1::WorkerState_Name(w.state()).substr(7), w.info().address(),
-        w.info().device().gemm_gflops(),
-        w.job_id().empty() ? "-"
-                           : absl::StrCat(w.job_id(), " stage ", w.stage()));
+        "%-24s %-8s %-22s %-12.1f %s\n", Printable(w.info().worker_id()),
+        v1::WorkerState_Name(w.state()).substr(7),
+        Printable(w.info().address()), w.info().device().gemm_gflops(),
+        w.job_id().empty()
+            ? "-"
+            : absl::StrCat(Printable(w.job_id()), " stage ", w.stage()));
   }
 }
 
@@ -186,10 +200,10 @@ int SubmitMain(const std::vector<std::string>& args) {
   if (!response.ok()) return remote.Failed(response.status());
   const bool wait = absl::GetFlag(FLAGS_wait);
   if (!JsonOutput()) {
-    std::cout << response->job_id() << std::endl;
+    std::cout << Printable(response->job_id()) << std::endl;
   } else if (wait) {
     // The one JSON document is the final status; the id goes to stderr.
-    std::cerr << "aq: submitted " << response->job_id() << "\n";
+    std::cerr << "aq: submitted " << Printable(response->job_id()) << "\n";
   } else {
     std::cout << ProtoJson(*response) << std::endl;
   }
@@ -213,7 +227,7 @@ int StatusMain(const std::vector<std::string>& args) {
   } else {
     std::cout << JobSummary(*status) << "\n";
     if (!status->owner().empty())
-      std::cout << "owner: " << status->owner() << "\n";
+      std::cout << "owner: " << Printable(status->owner()) << "\n";
     std::cout << JobDetails(*status) << std::flush;
   }
   return kExitOk;
@@ -280,7 +294,8 @@ int CancelMain(const std::vector<std::string>& args) {
     std::cout << "{\"job_id\":" << JsonString(job) << ",\"state\":\""
               << v1::JobState_Name(response->state()) << "\"}" << std::endl;
   } else {
-    std::cout << job << " " << StateName(response->state()) << std::endl;
+    std::cout << Printable(job) << " " << StateName(response->state())
+              << std::endl;
   }
   return kExitOk;
 }

@@ -1,6 +1,7 @@
 #include "coordinator/handler.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "coordinator/input_checks.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/model_store.h"
+#include "coordinator/progress_checks.h"
 
 namespace aqueduct {
 
@@ -54,14 +56,20 @@ absl::StatusOr<std::string> WorkerAfter(const std::string& token) {
 
 // Calls that wait hold a gRPC server thread each: at most `limit` at once,
 // and at most half of them (at least one) for one group: the store waits
-// of one job ("job <id>"), or watches ("watches"). So one job's workers
-// cannot refuse every other job's rendezvous, nor users' watches.
+// of one job ("job <id>"), watches ("watches") or log follows ("log
+// follows"). So one job's workers cannot refuse every other job's
+// rendezvous, nor users' watches. And at most a quarter (at least one) for
+// one caller (issue 22, item 10: one user's 64 watches and log follows
+// refused every other user's `aq submit --wait`); an anonymous caller ("",
+// authentication off) has no share of its own: everyone is anonymous then.
 class WaitingCalls {
  public:
   explicit WaitingCalls(int limit)
-      : limit_(limit), group_limit_(std::max(1, limit / 2)) {}
-  // OK and a slot held until Leave(group), or RESOURCE_EXHAUSTED.
-  absl::Status Enter(const std::string& group) {
+      : limit_(limit),
+        group_limit_(std::max(1, limit / 2)),
+        caller_limit_(std::max(1, limit / 4)) {}
+  // OK and a slot held until Leave(group, caller), or RESOURCE_EXHAUSTED.
+  absl::Status Enter(const std::string& group, const std::string& caller) {
     absl::MutexLock lock(&mu_);
     if (held_ >= limit_) {
       return absl::ResourceExhaustedError(
@@ -74,24 +82,52 @@ class WaitingCalls {
           "too many waiting calls of ", group, " (limit ", group_limit_,
           ", half of --max_waiting_calls); try again later"));
     }
+    if (!caller.empty() && callers_[caller] >= caller_limit_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("too many waiting calls of caller ", Shown(caller),
+                       " (limit ", caller_limit_,
+                       ", a quarter of --max_waiting_calls); try again "
+                       "later"));
+    }
     ++mine;
+    if (!caller.empty()) ++callers_[caller];
     ++held_;
     return absl::OkStatus();
   }
-  void Leave(const std::string& group) {
+  void Leave(const std::string& group, const std::string& caller) {
     absl::MutexLock lock(&mu_);
     --held_;
-    auto it = groups_.find(group);
-    if (it != groups_.end() && --it->second == 0) groups_.erase(it);
+    Release(groups_, group);
+    if (!caller.empty()) Release(callers_, caller);
   }
 
  private:
+  static void Release(std::map<std::string, int>& counts,
+                      const std::string& key) {
+    auto it = counts.find(key);
+    if (it != counts.end() && --it->second == 0) counts.erase(it);
+  }
+
   const int limit_;
   const int group_limit_;
+  const int caller_limit_;
   absl::Mutex mu_;
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int> groups_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> callers_ ABSL_GUARDED_BY(mu_);
 };
+
+// A worker's error becomes its job's reason, shown in every status and
+// written to the coordinator's log and the job's: its control characters
+// are escaped as those of its log lines are (the core keeps 4 KB of it).
+constexpr size_t kMaxEscapedErrorBytes = 16 << 10;
+
+void EscapeWorkerText(StageProgress* p) {
+  EscapeLogLines(p);
+  if (FindControl(p->error(), /*allow_tab=*/true) != absl::string_view::npos) {
+    p->set_error(EscapeControls(p->error(), kMaxEscapedErrorBytes));
+  }
+}
 
 // "JOB_RUNNING" -> "RUNNING".
 std::string StateName(v1::JobState state) {
@@ -166,6 +202,7 @@ class CoreHandler final : public CoordinatorHandler {
       const v1::ReportProgressRequest& request) override {
     std::vector<StageProgress> stages(request.stages().begin(),
                                       request.stages().end());
+    for (StageProgress& p : stages) EscapeWorkerText(&p);
     absl::Status s = core_->ReportProgress(request.worker_id(),
                                            request.incarnation(), stages);
     if (!s.ok()) return s;
@@ -174,6 +211,13 @@ class CoreHandler final : public CoordinatorHandler {
 
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
       const v1::SubmitJobRequest& request) override {
+    // The spec's and profile's strings are checked by the core
+    // (jobs/field_limits.h); `resume` is quoted in its errors.
+    if (FindControl(request.resume(), /*allow_tab=*/false) !=
+        absl::string_view::npos) {
+      return CheckText("resume", request.resume(),
+                       std::numeric_limits<size_t>::max());
+    }
     // request.owner is the caller's credential's name: the gRPC adapter
     // sets it, overwriting what the client sent.
     auto id = core_->SubmitJob(
@@ -202,8 +246,8 @@ class CoreHandler final : public CoordinatorHandler {
   }
 
   absl::Status WatchJob(
-      const v1::WatchJobRequest& request, absl::Time deadline,
-      const std::function<bool()>& cancelled,
+      const std::string& caller, const v1::WatchJobRequest& request,
+      absl::Time deadline, const std::function<bool()>& cancelled,
       const std::function<bool(const v1::JobStatus&)>& write) override;
 
   absl::StatusOr<v1::CancelJobResponse> CancelJob(
@@ -229,8 +273,8 @@ class CoreHandler final : public CoordinatorHandler {
   }
 
   absl::Status StreamLogs(
-      const v1::StreamLogsRequest& request, absl::Time deadline,
-      const std::function<bool()>& cancelled,
+      const std::string& caller, const v1::StreamLogsRequest& request,
+      absl::Time deadline, const std::function<bool()>& cancelled,
       const std::function<bool(const v1::LogLine&)>& write) override;
 
   absl::StatusOr<v1::StoreSetResponse> StoreSet(
@@ -330,8 +374,9 @@ absl::StatusOr<v1::StoreGetResponse> CoreHandler::StoreGet(
     absl::StatusOr<StoreKey> key = KvStore::ParseKey(request.key());
     const std::string group =
         absl::StrCat("job ", key.ok() ? key->job_id : request.key());
-    RETURN_IF_ERROR(waiting_.Enter(group));
-    absl::Cleanup leave = [this, &group] { waiting_.Leave(group); };
+    // Workers' waits are bounded per job, not per caller.
+    RETURN_IF_ERROR(waiting_.Enter(group, ""));
+    absl::Cleanup leave = [this, &group] { waiting_.Leave(group, ""); };
     const absl::Time now = MonotonicNow();
     const absl::Time until =
         std::min({deadline, now + core_->options().max_store_wait,
@@ -344,12 +389,12 @@ absl::StatusOr<v1::StoreGetResponse> CoreHandler::StoreGet(
 }
 
 absl::Status CoreHandler::WatchJob(
-    const v1::WatchJobRequest& request, absl::Time deadline,
-    const std::function<bool()>& cancelled,
+    const std::string& caller, const v1::WatchJobRequest& request,
+    absl::Time deadline, const std::function<bool()>& cancelled,
     const std::function<bool(const v1::JobStatus&)>& write) {
   static const std::string kWatches = "watches";
-  RETURN_IF_ERROR(waiting_.Enter(kWatches));
-  absl::Cleanup leave = [this] { waiting_.Leave(kWatches); };
+  RETURN_IF_ERROR(waiting_.Enter(kWatches, caller));
+  absl::Cleanup leave = [this, &caller] { waiting_.Leave(kWatches, caller); };
   const double rate =
       request.max_rate_hz() > 0 ? std::min(request.max_rate_hz(), 50.0) : 4.0;
   const absl::Duration min_gap = absl::Seconds(1.0 / rate);
@@ -374,8 +419,8 @@ absl::Status CoreHandler::WatchJob(
 }
 
 absl::Status CoreHandler::StreamLogs(
-    const v1::StreamLogsRequest& request, absl::Time deadline,
-    const std::function<bool()>& cancelled,
+    const std::string& caller, const v1::StreamLogsRequest& request,
+    absl::Time deadline, const std::function<bool()>& cancelled,
     const std::function<bool(const v1::LogLine&)>& write) {
   static const std::string kFollows = "log follows";
   constexpr size_t kBatch = 1000;
@@ -384,7 +429,7 @@ absl::Status CoreHandler::StreamLogs(
   if (request.has_stage()) stage = request.stage();
   bool waiting = false;
   absl::Cleanup leave = [&] {
-    if (waiting) waiting_.Leave(kFollows);
+    if (waiting) waiting_.Leave(kFollows, caller);
   };
   int64_t seen = std::max<int64_t>(0, request.since_seq());
   while (!cancelled()) {
@@ -400,7 +445,7 @@ absl::Status CoreHandler::StreamLogs(
     if (!lines.empty()) continue;
     if (!request.follow() || final) return absl::OkStatus();
     if (!waiting) {
-      RETURN_IF_ERROR(waiting_.Enter(kFollows));
+      RETURN_IF_ERROR(waiting_.Enter(kFollows, caller));
       waiting = true;
     }
     if (deadline <= MonotonicNow()) {

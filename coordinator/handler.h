@@ -10,17 +10,21 @@
 // the job's recorded model.
 //
 // Thread-safety: implementations are thread-safe. Calls that wait (StoreGet
-// with a wait, WatchJob) end by `deadline`, and each holds a server thread
-// meanwhile: at most CoordinatorOptions::max_waiting_calls of them wait at
-// once, and at most half of those for one job's store keys or for watches;
-// a further one is RESOURCE_EXHAUSTED "too many waiting calls ..." at once
-// rather than queued (a StoreGet whose key is already set answers without
-// waiting, whatever the count).
+// with a wait, WatchJob, StreamLogs with follow) end by `deadline`, and
+// each holds a server thread meanwhile: at most
+// CoordinatorOptions::max_waiting_calls of them wait at once, at most half
+// of those for one job's store keys, for watches or for log follows, and at
+// most a quarter for one caller (the authenticated caller's name the gRPC
+// adapter passes; anonymous callers share no such count); a further one is
+// RESOURCE_EXHAUSTED "too many waiting calls ..." at once rather than
+// queued (a StoreGet whose key is already set answers without waiting,
+// whatever the count).
 #ifndef AQUEDUCT_COORDINATOR_HANDLER_H_
 #define AQUEDUCT_COORDINATOR_HANDLER_H_
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -42,10 +46,16 @@ class CoordinatorHandler {
       const v1::HeartbeatRequest& request) = 0;
   virtual absl::StatusOr<v1::DeregisterWorkerResponse> DeregisterWorker(
       const v1::DeregisterWorkerRequest& request) = 0;
+  // The text of the report's log lines and its error are escaped
+  // (EscapeLogLines in progress_checks.h: a control character becomes a
+  // visible "\xNN") before the core applies the report.
   virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request) = 0;
 
   // Jobs.
+  // INVALID_ARGUMENT naming the field for a string of the spec or profile,
+  // or the resume, that is not UTF-8 or holds a control character
+  // (jobs/field_limits.h), before the core's checks.
   virtual absl::StatusOr<v1::SubmitJobResponse> SubmitJob(
       const v1::SubmitJobRequest& request) = 0;
   virtual absl::StatusOr<v1::JobStatus> GetJob(
@@ -55,11 +65,20 @@ class CoordinatorHandler {
   // Calls `write` with the job's status whenever it changes (at most
   // max_rate_hz times a second), until the job is final, `write` returns
   // false (the client went away), `cancelled` returns true, or `deadline`
-  // (DEADLINE_EXCEEDED). RESOURCE_EXHAUSTED when too many calls wait.
+  // (DEADLINE_EXCEEDED). RESOURCE_EXHAUSTED when too many calls wait, or
+  // too many of `caller`'s: the name of the caller's credential, "" when
+  // anonymous (see the top comment).
   virtual absl::Status WatchJob(
+      const std::string& caller, const v1::WatchJobRequest& request,
+      absl::Time deadline, const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::JobStatus&)>& write) = 0;
+  // WatchJob of an anonymous caller.
+  absl::Status WatchJob(
       const v1::WatchJobRequest& request, absl::Time deadline,
       const std::function<bool()>& cancelled,
-      const std::function<bool(const v1::JobStatus&)>& write) = 0;
+      const std::function<bool(const v1::JobStatus&)>& write) {
+    return WatchJob("", request, deadline, cancelled, write);
+  }
   virtual absl::StatusOr<v1::CancelJobResponse> CancelJob(
       const v1::CancelJobRequest& request) = 0;
   // Workers in id order, a page at a time: page_size (0: 500, at most 5000;
@@ -77,12 +96,19 @@ class CoordinatorHandler {
   // once they are written; with it, waits for more until the job is final
   // and its log drained (OK), `write` returns false (OK), `cancelled`
   // returns true (CANCELLED) or `deadline` (DEADLINE_EXCEEDED). A follow
-  // that waits holds a waiting-call slot (group "log follows").
-  // NOT_FOUND for an unknown job.
+  // that waits holds a waiting-call slot (group "log follows", counted
+  // for `caller` as WatchJob's are). NOT_FOUND for an unknown job.
   virtual absl::Status StreamLogs(
+      const std::string& caller, const v1::StreamLogsRequest& request,
+      absl::Time deadline, const std::function<bool()>& cancelled,
+      const std::function<bool(const v1::LogLine&)>& write) = 0;
+  // StreamLogs of an anonymous caller.
+  absl::Status StreamLogs(
       const v1::StreamLogsRequest& request, absl::Time deadline,
       const std::function<bool()>& cancelled,
-      const std::function<bool(const v1::LogLine&)>& write) = 0;
+      const std::function<bool(const v1::LogLine&)>& write) {
+    return StreamLogs("", request, deadline, cancelled, write);
+  }
 
   // The rendezvous store (CoordinatorCore::StoreSet and friends: keys of
   // the attempt a job runs). StoreGet waits at most wait_ms, at most

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "coordinator/core.h"
+#include "coordinator/input_checks.h"
 #include "coordinator/model_store.h"
 #include "gtest/gtest.h"
 #include "pipeline/spec.h"
@@ -630,6 +632,212 @@ TEST_F(HandlerTest, ListWorkersPaginatesWithinBounds) {
             "ListWorkersRequest.page_token='not-a-token' is not a token this "
             "coordinator gave");
   logging::Get()->set_level(level);
+}
+
+// ---- Issue 22, items 10 and 11 ----
+
+// Item 10: one user's 64 open watches and log follows refused every other
+// user's `aq submit --wait`. Each caller now holds at most a quarter of
+// --max_waiting_calls (16 of 64), watches and log follows together, and
+// another user still gets a slot.
+TEST_F(HandlerTest, OneUserCannotTakeEveryWaitingSlot) {
+  ASSERT_EQ(core_.options().max_waiting_calls, 64);
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  v1::WatchJobRequest watch;
+  watch.set_job_id(handler_->SubmitJob(submit)->job_id());
+  // Alice opens 32 watches (what the watches' group allowed before).
+  std::atomic<bool> release{false};
+  std::atomic<int> holding{0};
+  std::atomic<int> refused{0};
+  std::vector<absl::Status> results(32);  // Read after the joins.
+  std::vector<std::thread> alice;
+  for (int i = 0; i < 32; ++i) {
+    alice.emplace_back([&, i] {
+      bool counted = false;
+      results[i] = handler_->WatchJob(
+          "alice", watch, absl::Now() + absl::Seconds(60),
+          [&] { return release.load(); },
+          [&](const v1::JobStatus&) {
+            if (!counted) ++holding;
+            counted = true;
+            return true;
+          });
+      if (absl::IsResourceExhausted(results[i])) ++refused;
+    });
+  }
+  // Each either holds a slot (it has written the first status) or was
+  // refused at once.
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (holding.load() + refused.load() < 32 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(holding.load(), 16);
+  EXPECT_EQ(refused.load(), 16);
+  // Her log follows count in the same share.
+  v1::StreamLogsRequest follow;
+  follow.set_job_id(watch.job_id());
+  follow.set_since_seq(int64_t{1} << 40);  // No line to send: it waits.
+  follow.set_follow(true);
+  const auto no_lines = [](const v1::LogLine&) { return true; };
+  EXPECT_EQ(handler_
+                ->StreamLogs(
+                    "alice", follow, absl::Now() + absl::Seconds(5),
+                    [] { return false; }, no_lines)
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  // Bob still watches and follows: each waits until its deadline.
+  const auto status_ok = [](const v1::JobStatus&) { return true; };
+  EXPECT_EQ(handler_
+                ->WatchJob(
+                    "bob", watch, absl::Now() + absl::Milliseconds(300),
+                    [] { return false; }, status_ok)
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(handler_
+                ->StreamLogs(
+                    "bob", follow, absl::Now() + absl::Milliseconds(300),
+                    [] { return false; }, no_lines)
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  release = true;
+  for (std::thread& t : alice) t.join();
+  // 16 held until released, 16 were refused naming her share.
+  const absl::Status her_share = absl::ResourceExhaustedError(
+      "too many waiting calls of caller alice (limit 16, a quarter of "
+      "--max_waiting_calls); try again later");
+  EXPECT_EQ(std::count(results.begin(), results.end(), her_share), 16);
+  EXPECT_EQ(std::count(results.begin(), results.end(),
+                       absl::CancelledError("the client went away")),
+            16);
+  // Her slots are free again.
+  EXPECT_EQ(handler_
+                ->WatchJob(
+                    "alice", watch, absl::Now() + absl::Milliseconds(100),
+                    [] { return false; }, status_ok)
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+// Anonymous callers (authentication off) have no share of their own: the
+// groups' halves still bound them.
+TEST(HandlerWaitsTest, AnonymousCallersShareTheGroupsOnly) {
+  FakeClock clock;
+  CoordinatorOptions o;
+  o.max_waiting_calls = 4;  // Groups of 2, callers' shares of 1.
+  CoordinatorCore core(o, &clock,
+                       [](const std::string&) -> std::unique_ptr<WorkerClient> {
+                         return std::make_unique<FakeWorkerClient>();
+                       });
+  auto handler = NewCoordinatorHandler(&core);
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  v1::WatchJobRequest watch;
+  watch.set_job_id(handler->SubmitJob(submit)->job_id());
+  std::atomic<bool> release{false};
+  absl::Notification first, second;
+  std::vector<std::thread> watchers;
+  for (absl::Notification* started : {&first, &second}) {
+    watchers.emplace_back([&, started] {
+      EXPECT_TRUE(absl::IsCancelled(handler->WatchJob(
+          watch, absl::Now() + absl::Seconds(30),
+          [&] { return release.load(); },
+          [&](const v1::JobStatus&) {
+            if (!started->HasBeenNotified()) started->Notify();
+            return true;
+          })));
+    });
+  }
+  first.WaitForNotification();
+  second.WaitForNotification();
+  const absl::Status third = handler->WatchJob(
+      watch, absl::Now() + absl::Seconds(5), [] { return false; },
+      [](const v1::JobStatus&) { return true; });
+  EXPECT_EQ(third.message(),
+            "too many waiting calls of watches (limit 2, half of "
+            "--max_waiting_calls); try again later");
+  release = true;
+  for (std::thread& t : watchers) t.join();
+}
+
+// Item 11: a job named with ESC[2J or CR/LF was printed raw by `aq jobs`.
+// It is refused at submit naming the field, as is such a resume; nothing
+// is kept.
+TEST_F(HandlerTest, ControlCharactersInASubmissionAreRefused) {
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  submit.mutable_spec()->set_name("evil\x1b[2J\x1b[H\r\nINFO forged");
+  absl::Status s = handler_->SubmitJob(submit).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "invalid job spec: name='evil\\x1b[2J\\x1b[H\\r\\nINFO forged' "
+            "holds a control character (it would act on the terminals that "
+            "show it)");
+  submit.mutable_spec()->set_name("mlp");
+  submit.mutable_spec()->mutable_model()->mutable_layers(0)->set_name(
+      std::string("a\0z", 3));
+  s = handler_->SubmitJob(submit).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      std::string(s.message())
+          .rfind("invalid job spec: model.layers[0].name='a\\x00z' holds", 0),
+      0u)
+      << s;
+  *submit.mutable_spec() = *ParseJobSpec(kSpec, "test");
+  submit.set_resume("job-1\x1b]0;owned\x07");
+  s = handler_->SubmitJob(submit).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "resume='job-1\\x1b]0;owned\\x07' holds a control character");
+  EXPECT_EQ(handler_->ListJobs({})->jobs_size(), 0);
+}
+
+// Item 11: a worker's log line with ESC[2J or CR/LF reached `aq logs` raw.
+// The coordinator keeps it escaped (a tab stays), and keeps the report's
+// progress; a worker's error, which becomes the job's reason, too.
+TEST_F(HandlerTest, AWorkersLogLinesAreKeptEscaped) {
+  const std::string job = RunJob();
+  v1::ReportProgressRequest report;
+  report.set_worker_id("w1");
+  report.set_incarnation("inc-1");
+  v1::StageProgress* p = report.add_stages();
+  p->set_job_id(job);
+  p->set_committed_version(1);
+  p->set_minibatches_done(1);
+  v1::LogLine* line = p->add_log_lines();
+  line->set_level("info");
+  line->set_time_ms(1700000000000);
+  line->set_text(
+      "\x1b[2J\x1b[Hloss\t0.5\r\n2026-01-01 info coordinator -: forged");
+  ASSERT_TRUE(handler_->ReportProgress(report).ok());
+  v1::StreamLogsRequest read;
+  read.set_job_id(job);
+  std::vector<std::string> texts;
+  ASSERT_TRUE(handler_
+                  ->StreamLogs(
+                      read, absl::Now() + absl::Seconds(5),
+                      [] { return false; },
+                      [&](const v1::LogLine& l) {
+                        if (l.worker() == "w1") texts.push_back(l.text());
+                        return true;
+                      })
+                  .ok());
+  EXPECT_EQ(texts, std::vector<std::string>{
+                       "\\x1b[2J\\x1b[Hloss\t0.5\\x0d\\x0a2026-01-01 info "
+                       "coordinator -: forged"});
+  EXPECT_EQ(core_.GetJob(job)->step(), 1);
+  p->clear_log_lines();
+  p->set_error("boom\x1b]0;owned\x07\r\nreason forged");
+  p->set_error_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  ASSERT_TRUE(handler_->ReportProgress(report).ok());
+  const JobStatus failed = *core_.GetJob(job);
+  EXPECT_EQ(failed.state(), v1::JOB_FAILED);
+  EXPECT_NE(
+      failed.reason().find("boom\\x1b]0;owned\\x07\\x0d\\x0areason forged"),
+      std::string::npos)
+      << failed.reason();
+  EXPECT_EQ(FindControl(failed.reason(), /*allow_tab=*/false),
+            absl::string_view::npos);
 }
 
 TEST(HandlerWithoutModelsTest, RefusesModels) {

@@ -1,5 +1,6 @@
 #include "coordinator/input_checks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/algorithm/container.h"
@@ -26,6 +27,43 @@ bool HostChar(char c) {
 bool Ipv6Char(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == ':' ||
          c == '.' || c == '%';
+}
+
+// The length of the valid UTF-8 sequence at text[i], with its code point
+// in *cp; 0 when the bytes there are not one (a stray continuation byte, a
+// truncated, overlong or surrogate sequence, beyond U+10FFFF).
+size_t Utf8SequenceAt(absl::string_view text, size_t i, uint32_t* cp) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  if (lead < 0x80) {
+    *cp = lead;
+    return 1;
+  }
+  size_t n = 0;
+  uint32_t min = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2, min = 0x80, *cp = lead & 0x1f;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3, min = 0x800, *cp = lead & 0x0f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4, min = 0x10000, *cp = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (text.size() - i < n) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    const auto c = static_cast<unsigned char>(text[i + k]);
+    if ((c & 0xc0) != 0x80) return 0;
+    *cp = *cp << 6 | (c & 0x3f);
+  }
+  if (*cp < min || *cp > 0x10ffff || (*cp >= 0xd800 && *cp <= 0xdfff)) {
+    return 0;
+  }
+  return n;
+}
+
+bool IsControl(uint32_t cp, bool allow_tab) {
+  if (cp == '\t') return !allow_tab;
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
 }
 
 absl::Status BadAddress(absl::string_view field, absl::string_view value,
@@ -82,14 +120,48 @@ absl::Status CheckText(absl::string_view field, absl::string_view value,
         absl::StrCat(field, " has ", value.size(), " bytes; the limit is ",
                      max_bytes, " (", Quoted(value), ")"));
   }
-  for (char c : value) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, "=", Quoted(value), " holds a control character"));
-    }
+  const size_t at = FindControl(value, /*allow_tab=*/false);
+  if (at == absl::string_view::npos) return absl::OkStatus();
+  uint32_t cp = 0;
+  if (Utf8SequenceAt(value, at, &cp) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "=", Quoted(value), " is not valid UTF-8"));
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, "=", Quoted(value), " holds a control character"));
+}
+
+size_t FindControl(absl::string_view text, bool allow_tab) {
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp = 0;
+    const size_t n = Utf8SequenceAt(text, i, &cp);
+    if (n == 0 || IsControl(cp, allow_tab)) return i;
+    i += n;
+  }
+  return absl::string_view::npos;
+}
+
+std::string EscapeControls(absl::string_view text, size_t max_bytes) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp = 0;
+    size_t n = Utf8SequenceAt(text, i, &cp);
+    const bool escape = n == 0 || IsControl(cp, /*allow_tab=*/true);
+    if (n == 0) n = 1;  // One bad byte at a time.
+    if (out.size() + (escape ? 4 * n : n) > max_bytes) break;
+    if (!escape) {
+      out.append(text.data() + i, n);
+    } else {
+      for (size_t k = i; k < i + n; ++k) {
+        const auto b = static_cast<unsigned char>(text[k]);
+        out += {'\\', 'x', kHex[b >> 4], kHex[b & 0xf]};
+      }
+    }
+    i += n;
+  }
+  return out;
 }
 
 absl::Status CheckAddress(absl::string_view field, absl::string_view value) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -43,10 +44,28 @@ absl::Status JobNotFound(absl::string_view job_id);
 absl::Status CheckName(absl::string_view field, absl::string_view value,
                        size_t max_bytes);
 
-// Free text (a device's name, a version): at most `max_bytes` bytes and no
-// control characters (they would forge lines in the log). May be empty.
+// Free text (a device's name, a version): at most `max_bytes` bytes of
+// UTF-8 without control characters (FindControl with tab refused: they
+// would forge lines in the log or drive a terminal). May be empty.
 absl::Status CheckText(absl::string_view field, absl::string_view value,
                        size_t max_bytes);
+
+// Where `text` first holds what a terminal acts on or cannot show: a C0
+// control (U+0000-U+001F; tab only when `allow_tab` is false), DEL, a C1
+// control (U+0080-U+009F) or a byte that is not part of valid UTF-8
+// (truncated, overlong or surrogate sequences, beyond U+10FFFF).
+// absl::string_view::npos when it holds none.
+size_t FindControl(absl::string_view text, bool allow_tab);
+
+// `text` safe to print on a terminal or in a log line: every byte of what
+// FindControl finds (tab allowed) as a visible "\xNN" escape ("\x1b[2J",
+// "\x0d\x0a"); tab, printable ASCII and valid multi-byte UTF-8 as they
+// are. Backslashes are kept as they are, so this is for showing, not a
+// reversible encoding. At most `max_bytes` bytes: it stops before the
+// character or escape that would exceed them (never inside one).
+std::string EscapeControls(
+    absl::string_view text,
+    size_t max_bytes = std::numeric_limits<size_t>::max());
 
 // "host:port" of at most 255 bytes: a host name or IPv4 address of
 // [A-Za-z0-9._-], or an IPv6 address in brackets, and a port in 1-65535.

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -45,6 +46,56 @@ TEST(InputChecksTest, Text) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckText("info.host", "a\nINFO forged", 256).message(),
             "info.host='a\\nINFO forged' holds a control character");
+  // Issue 22, item 11: C1 controls and bytes that are not UTF-8 too.
+  EXPECT_EQ(CheckText("info.host",
+                      "a\xc2\x9b"
+                      "2J",
+                      256)
+                .message(),
+            "info.host='a\\xc2\\x9b\\x32J' holds a control character");
+  EXPECT_EQ(CheckText("info.host", "a\xff", 256).message(),
+            "info.host='a\\xff' is not valid UTF-8");
+  EXPECT_FALSE(CheckText("info.host", "a\tb", 256).ok());
+}
+
+// Issue 22, item 11: what a terminal acts on, found and made visible.
+TEST(InputChecksTest, FindControlFindsWhatATerminalActsOn) {
+  constexpr size_t npos = absl::string_view::npos;
+  EXPECT_EQ(FindControl("", false), npos);
+  EXPECT_EQ(FindControl("plain ASCII ~!", false), npos);
+  EXPECT_EQ(FindControl("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", false),
+            npos);  // é, €, an emoji.
+  EXPECT_EQ(FindControl("a\tb", true), npos);
+  EXPECT_EQ(FindControl("a\tb", false), 1u);
+  EXPECT_EQ(FindControl(std::string("ab\0c", 4), true), 2u);
+  EXPECT_EQ(FindControl("x\x1b[2J", true), 1u);
+  EXPECT_EQ(FindControl("x\r\n", true), 1u);
+  EXPECT_EQ(FindControl("xy\x7f", true), 2u);
+  EXPECT_EQ(FindControl("x\xc2\x85", true), 1u);    // U+0085, C1 NEL.
+  EXPECT_EQ(FindControl("x\xc2\xa0", true), npos);  // U+00A0 is not C1.
+  for (const char* bad :
+       {"x\x80", "x\xc2", "x\xc0\xaf", "x\xe0\x80\xaf", "x\xed\xa0\x80",
+        "x\xf4\x90\x80\x80", "x\xff", "x\xe2\x82"}) {
+    EXPECT_EQ(FindControl(bad, true), 1u) << absl::CHexEscape(bad);
+  }
+}
+
+TEST(InputChecksTest, EscapeControlsShowsEachByteAsHex) {
+  EXPECT_EQ(EscapeControls("step 3\tloss 0.5 caf\xc3\xa9"),
+            "step 3\tloss 0.5 caf\xc3\xa9");
+  EXPECT_EQ(EscapeControls("\x1b[2J\x1b]0;owned\x07"),
+            "\\x1b[2J\\x1b]0;owned\\x07");
+  EXPECT_EQ(EscapeControls("a\r\nINFO forged"), "a\\x0d\\x0aINFO forged");
+  EXPECT_EQ(EscapeControls(std::string("nul\0", 4)), "nul\\x00");
+  EXPECT_EQ(EscapeControls("del\x7f c1\xc2\x9b bad\xff\xc2"),
+            "del\\x7f c1\\xc2\\x9b bad\\xff\\xc2");
+  // Nothing a terminal acts on is left.
+  const std::string escaped = EscapeControls("\x1b\x9b\xc2\x9b\r\n\x07");
+  EXPECT_EQ(FindControl(escaped, true), absl::string_view::npos) << escaped;
+  // Cut before the character or escape that would pass the limit.
+  EXPECT_EQ(EscapeControls("ab\x1b", 5), "ab");
+  EXPECT_EQ(EscapeControls("ab\x1b", 6), "ab\\x1b");
+  EXPECT_EQ(EscapeControls("a\xe2\x82\xac", 3), "a");
 }
 
 TEST(InputChecksTest, Addresses) {

@@ -107,8 +107,9 @@ ABSL_FLAG(int64_t, max_store_bytes, int64_t{256} << 20,
 ABSL_FLAG(int32_t, max_waiting_calls, 64,
           "calls that wait at once (StoreGet with a wait, WatchJob, "
           "StreamLogs --follow: each holds a server thread), at most half "
-          "for one job's store keys, for watches or for log follows; more "
-          "are refused (RESOURCE_EXHAUSTED)");
+          "for one job's store keys, for watches or for log follows, and a "
+          "quarter for one user's watches and follows; more are refused "
+          "(RESOURCE_EXHAUSTED; aq then polls)");
 ABSL_FLAG(int64_t, max_store_wait_ms, 60000,
           "the longest a StoreGet waits for its key, whatever it asks");
 ABSL_FLAG(int64_t, worker_rpc_timeout_ms, 10000,

@@ -229,6 +229,17 @@ absl::Status CheckCheckpoints(const v1::StageProgress& p, const std::string& at,
 
 }  // namespace
 
+void EscapeLogLines(v1::StageProgress* p) {
+  for (v1::LogLine& line : *p->mutable_log_lines()) {
+    const std::string& text = line.text();
+    if (text.size() > kMaxLogLineBytes ||
+        FindControl(text, /*allow_tab=*/true) == absl::string_view::npos) {
+      continue;
+    }
+    line.set_text(EscapeControls(text, kMaxEscapedLogLineBytes));
+  }
+}
+
 absl::Status CheckProgressValues(const v1::StageProgress& p,
                                  const std::string& at,
                                  const ProgressBounds& bounds) {

@@ -36,6 +36,9 @@ inline constexpr int64_t kMaxUnknownTotalSteps = int64_t{1} << 40;
 // Entries of one repeated field of a report, and stage reports in one
 // ReportProgress call.
 inline constexpr int kMaxReportEntries = 1 << 20;
+// An escaped log line's bytes at most: more than the coordinator keeps of
+// any line (JobLogOptions::max_line_bytes, 2,048).
+inline constexpr size_t kMaxEscapedLogLineBytes = 4096;
 // Utilisation is a fraction of wall time; clocks' rounding may take it a
 // little over 1 (the core applies it as 1).
 inline constexpr double kMaxUtilization = 1.05;
@@ -61,6 +64,19 @@ struct ProgressBounds {
 absl::Status CheckProgressValues(const v1::StageProgress& p,
                                  const std::string& at,
                                  const ProgressBounds& bounds);
+
+// Makes the text of `p`'s log lines safe to show (issue 22, item 11: a
+// worker's line with ESC[2J or CR/LF was printed raw by `aq logs`, so a
+// worker could clear a user's terminal or forge lines): every control
+// character but tab, and every byte that is not UTF-8, becomes a visible
+// "\xNN" (EscapeControls in input_checks.h). Escaped rather than refused:
+// refusing the report would drop its progress (its losses, its end) over a
+// line of text, and a line quoting a file or a tool's output may hold
+// anything. An escaped line is cut to kMaxEscapedLogLineBytes, so that
+// escaping never makes a report much bigger than it came; lines without a
+// control character, and lines over CheckProgressValues' bound (which it
+// refuses), are left as they are.
+void EscapeLogLines(v1::StageProgress* p);
 
 }  // namespace aqueduct
 

@@ -151,10 +151,14 @@ grpc::Status GrpcCoordinatorService::ListJobs(
 grpc::Status GrpcCoordinatorService::WatchJob(
     grpc::ServerContext* ctx, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobStatus>* writer) {
-  if (absl::Status s = Allow(*ctx, Access::kRead); !s.ok())
+  Principal caller;
+  if (absl::Status s = Allow(*ctx, Access::kRead, "", &caller); !s.ok()) {
     return ToGrpcStatus(s);
+  }
+  // Waiting calls are counted per caller (handler.h).
   return ToGrpcStatus(handler_->WatchJob(
-      *request, MonotonicDeadline(absl::FromChrono(ctx->deadline())),
+      caller.anonymous ? "" : caller.name, *request,
+      MonotonicDeadline(absl::FromChrono(ctx->deadline())),
       [ctx] { return ctx->IsCancelled(); },
       [writer](const v1::JobStatus& s) { return writer->Write(s); }));
 }
@@ -194,10 +198,13 @@ grpc::Status GrpcCoordinatorService::GetTrace(
 grpc::Status GrpcCoordinatorService::StreamLogs(
     grpc::ServerContext* ctx, const v1::StreamLogsRequest* request,
     grpc::ServerWriter<v1::LogLine>* writer) {
-  if (absl::Status s = Allow(*ctx, Access::kRead); !s.ok())
+  Principal caller;
+  if (absl::Status s = Allow(*ctx, Access::kRead, "", &caller); !s.ok()) {
     return ToGrpcStatus(s);
+  }
   return ToGrpcStatus(handler_->StreamLogs(
-      *request, MonotonicDeadline(absl::FromChrono(ctx->deadline())),
+      caller.anonymous ? "" : caller.name, *request,
+      MonotonicDeadline(absl::FromChrono(ctx->deadline())),
       [ctx] { return ctx->IsCancelled(); },
       [writer](const v1::LogLine& line) { return writer->Write(line); }));
 }

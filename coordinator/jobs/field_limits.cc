@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/stubs/common.h"
 
 namespace aqueduct {
 
@@ -22,11 +24,49 @@ std::string FieldPath(const std::string& parent, const FieldDescriptor* f,
   return path;
 }
 
+// At most this many bytes of a refused value are quoted, escaped.
+constexpr size_t kQuotedBytes = 64;
+
+std::string Quote(const std::string& value) {
+  return absl::StrCat("'", absl::CHexEscape(value.substr(0, kQuotedBytes)),
+                      value.size() > kQuotedBytes ? "...'" : "'");
+}
+
+// Whether `value` holds a control character: C0 (tab too), DEL, or C1
+// (U+0080-U+009F, "\xc2\x80" to "\xc2\x9f" in UTF-8).
+bool HoldsControl(const std::string& value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c == 0x7f) return true;
+    if (c == 0xc2 && i + 1 < value.size() &&
+        static_cast<unsigned char>(value[i + 1]) <= 0x9f) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::Status CheckString(const std::string& path, const std::string& value,
-                         size_t limit) {
-  if (value.size() <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      path, " is ", value.size(), " bytes, more than the ", limit, " allowed"));
+                         size_t limit, bool text) {
+  if (value.size() > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is ", value.size(),
+                                                   " bytes, more than the ",
+                                                   limit, " allowed"));
+  }
+  if (!text) return absl::OkStatus();
+  // The UTF-8 check protobuf applies to string fields when it parses them
+  // (a message built in memory is not parsed).
+  if (!google::protobuf::internal::IsStructurallyValidUTF8(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, "=", Quote(value), " is not valid UTF-8"));
+  }
+  if (HoldsControl(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, "=", Quote(value),
+        " holds a control character (it would act on the terminals that "
+        "show it)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckMessage(const Message& message, const std::string& path,
@@ -37,10 +77,12 @@ absl::Status CheckField(const Message& message, const FieldDescriptor* f,
   const Reflection* r = message.GetReflection();
   const size_t limit =
       f->name() == "name" ? limits.max_name_bytes : limits.max_string_bytes;
+  // `bytes` fields hold data, not text.
+  const bool text = f->type() == FieldDescriptor::TYPE_STRING;
   if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
     if (!f->is_repeated()) {
       return CheckString(FieldPath(path, f, -1), r->GetString(message, f),
-                         limit);
+                         limit, text);
     }
     const int n = r->FieldSize(message, f);
     if (n > limits.max_repeated_strings) {
@@ -49,8 +91,9 @@ absl::Status CheckField(const Message& message, const FieldDescriptor* f,
           limits.max_repeated_strings, " allowed"));
     }
     for (int i = 0; i < n; ++i) {
-      absl::Status s = CheckString(FieldPath(path, f, i),
-                                   r->GetRepeatedString(message, f, i), limit);
+      absl::Status s =
+          CheckString(FieldPath(path, f, i),
+                      r->GetRepeatedString(message, f, i), limit, text);
       if (!s.ok()) return s;
     }
   } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
