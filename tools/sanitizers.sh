@@ -4,6 +4,8 @@
 #   clang  Debian's clang, -Wthread-safety -Werror (ABSL_GUARDED_BY checked)
 #   asan   AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan   ThreadSanitizer
+# Tests tagged "preload" LD_PRELOAD a library into a daemon (libfaketime),
+# which does not mix with the sanitizers' runtimes: gcc suite only.
 # Each is `bazel test --config=X //...` in an output base of its own (the
 # clang toolchain would otherwise replace gcc's in the default one), without
 # bazel-* symlinks of its own in the tree. Tests tagged "multihost" or
@@ -66,12 +68,12 @@ done
 
 bazel=(bazel "--output_base=$output_base")
 labels=$(mktemp)
-tag_filter=(--test_tag_filters=-multihost,-deploy)
+tag_filter=(--test_tag_filters=-multihost,-deploy,-preload)
 case " ${extra[*]-} " in *--test_tag_filters*) tag_filter=() ;; esac
 query=$(printf ' + %s' "${targets[@]}")
 query="tests(${query# + })"
 [ "${#tag_filter[@]}" -gt 0 ] &&
-  query="$query except attr(tags, 'multihost|deploy', $query)"
+  query="$query except attr(tags, 'multihost|deploy|preload', $query)"
 "${bazel[@]}" query "$query" 2>/dev/null >"$labels"
 cc_labels=$(mktemp)
 trap 'rm -f "$labels" "$cc_labels"' EXIT
