@@ -163,11 +163,9 @@ absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info,
   return s;
 }
 
-absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
-                                        const std::string& incarnation,
-                                        const std::string& job_id,
-                                        std::vector<std::string>* stop_jobs,
-                                        int attempt, int64_t* checkpoint_at) {
+absl::StatusOr<CoordinatorCore::HeartbeatReply> CoordinatorCore::Heartbeat(
+    const std::string& worker_id, const std::string& incarnation,
+    const std::string& job_id, int attempt) {
   if (!job_id.empty()) {
     RETURN_IF_ERROR(CheckName("job_id", job_id, KvStore::kMaxJobIdBytes));
   }
@@ -183,6 +181,7 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
         "again",
         worker_id, incarnation);
   }
+  HeartbeatReply reply;
   if (!job_id.empty()) {
     auto it = jobs_.find(job_id);
     auto status = registry_.Get(worker_id);
@@ -191,12 +190,12 @@ absl::Status CoordinatorCore::Heartbeat(const std::string& worker_id,
     if (it == jobs_.end() || IsFinal(it->second.state) ||
         (status.ok() && status->job_id() != job_id) ||
         attempt > it->second.attempt) {
-      stop_jobs->push_back(job_id);
-    } else if (checkpoint_at != nullptr) {
-      *checkpoint_at = it->second.checkpoint_at;
+      reply.stop_jobs.push_back(job_id);
+    } else {
+      reply.checkpoint_at = it->second.checkpoint_at;
     }
   }
-  return absl::OkStatus();
+  return reply;
 }
 
 absl::Status CoordinatorCore::DeregisterWorker(const std::string& worker_id,

@@ -119,12 +119,19 @@ class CoordinatorCore {
   // running job taken back after a restart gets its worker back.
   absl::Status RegisterWorker(const WorkerInfo& info,
                               const v1::StageClaim* running = nullptr);
-  // Fills the jobs the worker should stop.
-  absl::Status Heartbeat(const std::string& worker_id,
-                         const std::string& incarnation,
-                         const std::string& job_id,
-                         std::vector<std::string>* stop_jobs, int attempt = 0,
-                         int64_t* checkpoint_at = nullptr);
+  // What a heartbeat's answer says.
+  struct HeartbeatReply {
+    // Jobs the worker should stop (the one it named, when that is over,
+    // no longer its own, or an attempt this coordinator never started).
+    std::vector<std::string> stop_jobs;
+    // The version at which its job should checkpoint (0: none asked).
+    int64_t checkpoint_at = 0;
+  };
+  // Renews the worker's lease; `job_id` and `attempt` are what it runs.
+  absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& worker_id,
+                                           const std::string& incarnation,
+                                           const std::string& job_id,
+                                           int attempt = 0);
   absl::Status DeregisterWorker(const std::string& worker_id,
                                 const std::string& incarnation);
   // Applies the reports only when all of them pass: PERMISSION_DENIED

@@ -214,7 +214,7 @@ class CoreTest : public ::testing::Test {
     for (int i = 0; i < seconds; ++i) {
       clock_.Advance(absl::Seconds(1));
       for (const std::string& w : workers) {
-        ASSERT_TRUE(core_->Heartbeat(w, "inc-" + w, "", &stop).ok()) << w;
+        ASSERT_TRUE(Beat(w, "inc-" + w, "", &stop).ok()) << w;
       }
       core_->Tick();
     }
@@ -267,6 +267,17 @@ class CoreTest : public ::testing::Test {
     p.set_finished(finished);
     if (finished) p.set_test_accuracy(0.75);
     return p;
+  }
+
+  // A heartbeat, its reply into `stop` (and `checkpoint_at`).
+  absl::Status Beat(const std::string& worker, const std::string& incarnation,
+                    const std::string& job, std::vector<std::string>* stop,
+                    int attempt = 0, int64_t* checkpoint_at = nullptr) {
+    auto reply = core_->Heartbeat(worker, incarnation, job, attempt);
+    if (!reply.ok()) return reply.status();
+    *stop = reply->stop_jobs;
+    if (checkpoint_at != nullptr) *checkpoint_at = reply->checkpoint_at;
+    return absl::OkStatus();
   }
 
   FakeClock clock_;
@@ -369,7 +380,7 @@ TEST_F(CoreTest, JournalKeepsJobsAcrossRestarts) {
   claim.set_stage(0);
   AddWorker("w1", &claim);
   std::vector<std::string> stop;
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *running, &stop).ok());
+  ASSERT_TRUE(Beat("w1", "inc-w1", *running, &stop).ok());
   EXPECT_TRUE(stop.empty());
   ASSERT_TRUE(
       core_->ReportProgress("w1", "inc-w1", {Progress(*running, 16, true)})
@@ -457,7 +468,7 @@ TEST_F(CoreTest, ARunningJobWhoseWorkerDoesNotComeBackRestarts) {
   std::vector<std::string> stop;
   for (int i = 0; i < 16; ++i) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", "", &stop).ok());
+    ASSERT_TRUE(Beat("w2", "inc-w2", "", &stop).ok());
     core_->Tick();
   }
   const JobStatus restarted = WaitFor(*running, v1::JOB_RUNNING);
@@ -511,7 +522,7 @@ TEST_F(CoreTest, WorkerDeathRestartsTheJobNamingWorkerAndStage) {
   WaitFor(*other, v1::JOB_RUNNING);
   std::vector<std::string> stop;
   clock_.Advance(absl::Seconds(6));
-  ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", *id, &stop).ok());
+  ASSERT_TRUE(Beat("w2", "inc-w2", *id, &stop).ok());
   clock_.Advance(absl::Seconds(5));
   core_->Tick();
   EXPECT_EQ(core_->GetJob(*other)->state(), v1::JOB_FAILED);
@@ -558,7 +569,7 @@ TEST_F(CoreTest, RestartTakesASpareAndRollsBackToTheLatestCheckpoint) {
   std::vector<std::string> stop;
   for (int i = 0; i < 11; ++i) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", "", &stop).ok());
+    ASSERT_TRUE(Beat("w2", "inc-w2", "", &stop).ok());
   }
   core_->Tick();
   const JobStatus s = WaitFor(*id, v1::JOB_RUNNING);
@@ -728,18 +739,18 @@ TEST_F(CoreTest, EverySecondsAsksForAVersionAheadOfTheStages) {
   WaitFor(*id, v1::JOB_RUNNING);
   std::vector<std::string> stop;
   int64_t at = -1;
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *id, &stop, 0, &at).ok());
+  ASSERT_TRUE(Beat("w1", "inc-w1", *id, &stop, 0, &at).ok());
   EXPECT_EQ(at, 0);  // Nothing asked yet.
   for (int i = 0; i < 10; ++i) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *id, &stop, 0, &at).ok());
+    ASSERT_TRUE(Beat("w1", "inc-w1", *id, &stop, 0, &at).ok());
     ASSERT_TRUE(core_
                     ->ReportProgress("w1", "inc-w1",
                                      {Progress(*id, 10 * (i + 1), false)})
                     .ok());
     core_->Tick();
   }
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", *id, &stop, 0, &at).ok());
+  ASSERT_TRUE(Beat("w1", "inc-w1", *id, &stop, 0, &at).ok());
   // Ahead of the stage's version 100 by its steps in two heartbeats, plus
   // the pipeline's depth.
   EXPECT_GT(at, 100);
@@ -856,7 +867,7 @@ TEST_F(CoreTest, ASilentWorkerWhoseJobProgressesIsUnreachableNotDead) {
   // 14 s without a word from `cut` while stage 0 commits a version a second.
   for (int second = 1; second <= 14; ++second) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat(first, "inc-" + first, *id, &stop).ok());
+    ASSERT_TRUE(Beat(first, "inc-" + first, *id, &stop).ok());
     ASSERT_TRUE(core_
                     ->ReportProgress(first, "inc-" + first,
                                      {Progress(*id, second, false)})
@@ -873,14 +884,14 @@ TEST_F(CoreTest, ASilentWorkerWhoseJobProgressesIsUnreachableNotDead) {
   EXPECT_EQ(s.restarts_size(), 0);
   EXPECT_EQ(s.stages(1).worker_states(0), v1::WORKER_UNREACHABLE);
   // The partition heals: its heartbeat is accepted, and it is HEALTHY.
-  ASSERT_TRUE(core_->Heartbeat(cut, "inc-" + cut, *id, &stop).ok());
+  ASSERT_TRUE(Beat(cut, "inc-" + cut, *id, &stop).ok());
   EXPECT_TRUE(stop.empty());
   EXPECT_EQ(state_of(cut), v1::WORKER_HEALTHY);
   // Cut again, and now the job stalls too (stage 0 reports no new
   // version): once the last step is a lease old, the worker is DEAD.
   for (int second = 1; second <= 9; ++second) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat(first, "inc-" + first, *id, &stop).ok());
+    ASSERT_TRUE(Beat(first, "inc-" + first, *id, &stop).ok());
     ASSERT_TRUE(
         core_->ReportProgress(first, "inc-" + first, {Progress(*id, 14, false)})
             .ok());
@@ -952,9 +963,9 @@ TEST_F(CoreTest, WaitingForWorkersTimesOut) {
   auto id = core_->SubmitJob(spec_, nullptr);
   std::vector<std::string> stop;
   clock_.Advance(absl::Seconds(2));
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", "", &stop).ok());
+  ASSERT_TRUE(Beat("w1", "inc-w1", "", &stop).ok());
   clock_.Advance(absl::Seconds(2));
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", "", &stop).ok());
+  ASSERT_TRUE(Beat("w1", "inc-w1", "", &stop).ok());
   core_->Tick();
   EXPECT_EQ(core_->GetJob(*id)->state(), v1::JOB_PENDING);
   clock_.Advance(absl::Seconds(1));
@@ -1104,9 +1115,9 @@ TEST_F(CoreTest, AnAssignmentRefusedAsBusyIsAskedAgain) {
 TEST_F(CoreTest, HeartbeatTellsWorkersToStopFinishedJobs) {
   AddWorker("w1");
   std::vector<std::string> stop;
-  ASSERT_TRUE(core_->Heartbeat("w1", "inc-w1", "job-gone", &stop).ok());
+  ASSERT_TRUE(Beat("w1", "inc-w1", "job-gone", &stop).ok());
   EXPECT_EQ(stop, std::vector<std::string>{"job-gone"});
-  EXPECT_EQ(core_->Heartbeat("w1", "other", "", &stop).code(),
+  EXPECT_EQ(Beat("w1", "other", "", &stop).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -1564,7 +1575,7 @@ TEST_F(CoreTest, RegistrationFieldsAreBoundedAndDeadWorkersForgotten) {
   EXPECT_EQ(core_->RegisterWorker(info, &claim).code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<std::string> stop;
-  EXPECT_EQ(core_->Heartbeat("w1", "i", std::string(4096, 'j'), &stop).code(),
+  EXPECT_EQ(Beat("w1", "i", std::string(4096, 'j'), &stop).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(core_->ListWorkers().empty());
   // w1 runs a job and dies: the job restarts without it; ten minutes
@@ -1575,7 +1586,7 @@ TEST_F(CoreTest, RegistrationFieldsAreBoundedAndDeadWorkersForgotten) {
   AddWorker("w2");
   for (int i = 0; i < 11; ++i) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", "", &stop).ok());
+    ASSERT_TRUE(Beat("w2", "inc-w2", "", &stop).ok());
     core_->Tick();
   }
   JobStatus restarted = WaitFor(*id, v1::JOB_RUNNING);
@@ -1584,7 +1595,7 @@ TEST_F(CoreTest, RegistrationFieldsAreBoundedAndDeadWorkersForgotten) {
   ASSERT_EQ(core_->ListWorkers().size(), 2u);
   for (int i = 0; i < 600; ++i) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(core_->Heartbeat("w2", "inc-w2", *id, &stop, 1).ok());
+    ASSERT_TRUE(Beat("w2", "inc-w2", *id, &stop, 1).ok());
     core_->Tick();
   }
   const std::vector<WorkerStatus> left = core_->ListWorkers();

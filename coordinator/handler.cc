@@ -178,15 +178,15 @@ class CoreHandler final : public CoordinatorHandler {
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override {
-    std::vector<std::string> stop;
-    int64_t checkpoint_at = 0;
-    absl::Status s = core_->Heartbeat(request.worker_id(),
-                                      request.incarnation(), request.job_id(),
-                                      &stop, request.attempt(), &checkpoint_at);
-    if (!s.ok()) return s;
+    ASSIGN_OR_RETURN(
+        CoordinatorCore::HeartbeatReply reply,
+        core_->Heartbeat(request.worker_id(), request.incarnation(),
+                         request.job_id(), request.attempt()));
     v1::HeartbeatResponse response;
-    response.set_checkpoint_at(checkpoint_at);
-    for (std::string& j : stop) response.add_stop_jobs(std::move(j));
+    response.set_checkpoint_at(reply.checkpoint_at);
+    for (std::string& j : reply.stop_jobs) {
+      response.add_stop_jobs(std::move(j));
+    }
     return response;
   }
 
