@@ -398,7 +398,7 @@ TEST_F(AgentTest, AFinishedStageIsReportedAgainAfterACoordinatorRestart) {
   }
   EXPECT_EQ(client_.registrations().size(), 2u);
   ASSERT_EQ(Delivered(client_), (std::vector<int64_t>{300, 300}));
-  const StageProgress& again = client_.progress()[1];
+  const StageProgress again = client_.progress()[1];  // A copy.
   EXPECT_TRUE(again.finished());
   EXPECT_EQ(again.committed_version(), 300);
   EXPECT_EQ(again.test_accuracy(), 0.5);
