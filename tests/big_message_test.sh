@@ -28,6 +28,13 @@ grep -q '"RESOURCE_EXHAUSTED":8' "$tmp/attack.json" ||
   fail "60 MB calls not refused from their length: $(cat "$tmp/attack.json")"
 kill -0 "$pid" 2>/dev/null || fail "the coordinator died: $(tail -5 "$tmp/coordinator.log")"
 back() { [ "$(rss_mb)" -le $((start + 48)) ]; }
-wait_until 15 back || fail "resident memory $(rss_mb) MB 15 s after the calls (started at $start MB)"
+if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
+  # A sanitizer's allocator replaces malloc and keeps what is freed in its
+  # own quarantine: the memory part holds for the daemons as shipped (the
+  # gcc suite), not here.
+  echo "sanitizer build: resident memory not checked ($(rss_mb) MB)"
+else
+  wait_until 15 back || fail "resident memory $(rss_mb) MB 15 s after the calls (started at $start MB)"
+fi
 if [ "$fails" -ne 0 ]; then exit 1; fi
 echo "big_message_test: passed (start $start MB, after $(rss_mb) MB)"

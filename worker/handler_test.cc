@@ -59,10 +59,14 @@ TEST_F(WorkerHandlerTest, AProfileWaitsNoLongerThanItsDeadline) {
   auto profile = handler_.Profile(SmallProfile(), start);  // Already due.
   EXPECT_EQ(profile.status().code(), absl::StatusCode::kDeadlineExceeded)
       << profile.status();
-  // The handler serves on: the next profile runs.
-  EXPECT_TRUE(
-      handler_.Profile(SmallProfile(), MonotonicNow() + absl::Seconds(60))
-          .ok());
+  // The handler serves on: the next profile runs (once the one given up
+  // on has left the queue: until then a third is refused as busy).
+  absl::StatusOr<ModelProfile> next;
+  const absl::Time until = MonotonicNow() + absl::Seconds(60);
+  do {
+    next = handler_.Profile(SmallProfile(), until);
+  } while (absl::IsResourceExhausted(next.status()) && MonotonicNow() < until);
+  EXPECT_TRUE(next.ok()) << next.status();
 }
 
 TEST_F(WorkerHandlerTest, ABadProfileSpecIsNamed) {
