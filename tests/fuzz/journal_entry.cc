@@ -7,9 +7,10 @@
 // compacted file and must agree on the jobs and on every final state: the
 // compaction loses nothing a client was told.
 //
-// The journal's checksums stop the fuzzer at the first record it changes,
-// but files without the "AQJ2" magic are read as the older unchecksummed
-// format, so the record contents are reached that way.
+// The journal's checksums refuse a record the fuzzer changes (the AQJ3
+// reader then looks for the next sync word, so the resynchronisation is
+// fuzzed too); files without a magic are read as the older unchecksummed
+// format, so the record contents are reached that way as well.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
