@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -206,6 +207,58 @@ absl::Status OpenError(const std::string& path, absl::string_view field,
 FileSystem* DefaultFileSystem() {
   static PosixFileSystem* fs = new PosixFileSystem();
   return fs;
+}
+
+namespace {
+
+class PrivatePosixFileSystem final : public FileSystem {
+ public:
+  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    return base_->ReadFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    // The base's O_TRUNC open keeps the mode set here.
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, 0600) != 0) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("create ", path, ": ", std::strerror(err)));
+    }
+    close(fd);
+    return base_->NewWritableFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
+      const std::string& path) override {
+    return base_->NewAppendableFile(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status SyncDir(const std::string& dir) override {
+    return base_->SyncDir(dir);
+  }
+
+ private:
+  FileSystem* const base_ = DefaultFileSystem();
+};
+
+}  // namespace
+
+FileSystem* PrivateFileSystem() {
+  static PrivatePosixFileSystem* fs = new PrivatePosixFileSystem();
+  return fs;
+}
+
+std::error_code MakePrivateDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+  }
+  return ec;
 }
 
 std::string DirName(const std::string& path) {

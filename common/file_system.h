@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,16 @@ class FileSystem {
 
 // The POSIX file system. A process-wide stateless instance.
 FileSystem* DefaultFileSystem();
+
+// The POSIX file system, except that a new file is created mode 0600
+// whatever the process's umask (and a stale one is made 0600): for files
+// that show a job to whoever can read them (its log, its trace). A
+// process-wide stateless instance.
+FileSystem* PrivateFileSystem();
+
+// Creates `dir` (and missing parents) and makes it mode 0700, also when it
+// exists already (as older versions left it, 0755).
+std::error_code MakePrivateDirectory(const std::string& dir);
 
 // The directory part of `path` ("." for a bare name).
 std::string DirName(const std::string& path);

@@ -54,54 +54,6 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
   return bytes.str();
 }
 
-// The POSIX file system, except that a new file is created mode 0600
-// whatever the process's umask (and a stale one is made 0600): a trace shows a
-// job's timings and its workers' names to whoever can read it.
-class PrivateFileSystem final : public FileSystem {
- public:
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
-    return base_->ReadFile(path);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override {
-    // The base's O_TRUNC open keeps the mode set here.
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 || fchmod(fd, 0600) != 0) {
-      const int err = errno;
-      if (fd >= 0) close(fd);
-      return absl::UnavailableError(
-          absl::StrCat("create ", path, ": ", std::strerror(err)));
-    }
-    close(fd);
-    return base_->NewWritableFile(path);
-  }
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
-      const std::string& path) override {
-    return base_->NewAppendableFile(path);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  absl::Status SyncDir(const std::string& dir) override {
-    return base_->SyncDir(dir);
-  }
-
- private:
-  FileSystem* const base_ = DefaultFileSystem();
-};
-
-// Creates `dir` (and missing parents) and makes it mode 0700, also when it
-// exists already (as older versions left it, 0755).
-std::error_code MakePrivateDirectory(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (!ec) {
-    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::replace, ec);
-  }
-  return ec;
-}
-
 }  // namespace
 
 std::string TraceRecord(const v1::StageTrace& part) {
@@ -206,8 +158,8 @@ absl::Status TraceStore::CompactLocked(const std::string& job_id) {
       *bytes, std::max<int64_t>(1, options_.max_events_per_stage / 2));
   std::string out;
   for (const v1::StageTrace& st : kept.stages()) out += TraceRecord(st);
-  PrivateFileSystem files;
-  if (absl::Status s = WriteFileAtomically(&files, path, out); !s.ok()) {
+  if (absl::Status s = WriteFileAtomically(PrivateFileSystem(), path, out);
+      !s.ok()) {
     return s;
   }
   file_bytes_[job_id] = static_cast<int64_t>(out.size());
