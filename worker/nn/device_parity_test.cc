@@ -6,7 +6,6 @@
 // device (a bad AQ_PARITY_DEVICE, a GPU this build cannot use, a CUDA
 // error) fails them. With AQ_PARITY_DEVICE=cpu the suite runs CPU against
 // CPU, which checks the harness itself.
-#include <dirent.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "common/device/factory.h"
+#include "common/device/no_gpu.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "worker/nn/layer.h"
@@ -32,37 +32,6 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
-}
-
-// Whether the NVIDIA kernel driver shows a GPU: it lists one directory per
-// GPU under /proc/driver/nvidia/gpus.
-bool NvidiaGpuPresent() {
-  DIR* d = opendir("/proc/driver/nvidia/gpus");
-  if (d == nullptr) return false;
-  bool any = false;
-  while (const dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') any = true;
-  }
-  closedir(d);
-  return any;
-}
-
-// Why no GPU exists here, when creating a CUDA device failed with `s`; empty
-// when `s` is any other error (the test then fails: a GPU is there).
-std::string NoGpuHere(const absl::Status& s) {
-  if (!BuiltWithCuda()) {
-    return NvidiaGpuPresent() ? ""
-                              : "a CPU-only build on a machine without "
-                                "an NVIDIA GPU";
-  }
-  for (const char* none :
-       {"(cudaErrorNoDevice)", "(cudaErrorInsufficientDriver)",
-        "no CUDA device on this machine"}) {
-    if (s.message().find(none) != absl::string_view::npos) {
-      return std::string(s.message());
-    }
-  }
-  return "";
 }
 
 class DeviceParity {

@@ -2,7 +2,6 @@
 // communicator): per-step losses and final weights against train-local
 // (1F1B-flush, GPipe) and against a sequential simulation of each policy's
 // weight-version semantics (1F1B with stashing, vertical sync).
-#include <dirent.h>
 
 #include <cmath>
 #include <map>
@@ -13,6 +12,7 @@
 #include "common/comm/in_memory_channels.h"
 #include "common/device/cpu_device.h"
 #include "common/device/factory.h"
+#include "common/device/no_gpu.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/nn/loss.h"
@@ -452,37 +452,6 @@ TEST(PipelineTest, GptTiedAcrossStagesNeedsAFlush) {
   EXPECT_EQ(got.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(got.status.message()),
               testing::HasSubstr("model.layers[5].tie_weight_to=0"));
-}
-
-// Whether the NVIDIA kernel driver shows a GPU: it lists one directory per
-// GPU under /proc/driver/nvidia/gpus.
-bool NvidiaGpuPresent() {
-  DIR* d = opendir("/proc/driver/nvidia/gpus");
-  if (d == nullptr) return false;
-  bool any = false;
-  while (const dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') any = true;
-  }
-  closedir(d);
-  return any;
-}
-
-// Why no GPU exists here, when creating a CUDA device failed with `s`; empty
-// when `s` is any other error (the test then fails: a GPU is there).
-std::string NoGpuHere(const absl::Status& s) {
-  if (!BuiltWithCuda()) {
-    return NvidiaGpuPresent() ? ""
-                              : "a CPU-only build on a machine without "
-                                "an NVIDIA GPU";
-  }
-  for (const char* none :
-       {"(cudaErrorNoDevice)", "(cudaErrorInsufficientDriver)",
-        "no CUDA device on this machine"}) {
-    if (s.message().find(none) != absl::string_view::npos) {
-      return std::string(s.message());
-    }
-  }
-  return "";
 }
 
 // A 2-stage 1F1B pipeline with both stages on cuda:0 (two workers sharing
