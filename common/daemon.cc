@@ -8,6 +8,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -238,6 +239,10 @@ void ParseDaemonFlags(const std::string& program,
 
 void PrepareDaemonProcess() {
   umask(077);
+  // Gloo writes to its peers with writev, which cannot be told
+  // MSG_NOSIGNAL: a write to a peer that just died would kill the daemon
+  // with SIGPIPE, silently, instead of failing with EPIPE.
+  signal(SIGPIPE, SIG_IGN);
   struct rlimit limit;
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0 &&
       limit.rlim_cur < limit.rlim_max) {

@@ -36,7 +36,9 @@ void ParseDaemonFlags(const std::string& program,
 
 // What every daemon does before it opens anything: umask 077 (every file
 // and directory it creates is its user's alone: journals, logs, traces,
-// models, checkpoints), the soft RLIMIT_NOFILE raised to the hard limit,
+// models, checkpoints), SIGPIPE ignored (a write to a peer that died fails
+// with EPIPE instead of killing the process: Gloo writes with writev),
+// the soft RLIMIT_NOFILE raised to the hard limit,
 // LimitIncomingConnections(kDefaultMaxConnections), and glibc's malloc told
 // to give large freed blocks back (blocks of 1 MiB and more mapped on their
 // own, a fixed trim threshold of 8 MiB, at most 4 arenas): a burst of large

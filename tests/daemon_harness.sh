@@ -9,9 +9,19 @@ pids=()
 # the test, or whose death no check happened to notice, would go unseen.
 sanitizer_pattern='ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|runtime error: '
 cleanup() {
+  local rc=$?
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   [ -n "${tmp:-}" ] || return
   local f
+  # A failed or timed-out run keeps the daemons' logs among the test's
+  # outputs (bazel-testlogs/<test>/test.outputs/outputs.zip).
+  if [ "$rc" -ne 0 ] || [ "$fails" -ne 0 ]; then
+    if [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]; then
+      for f in "$tmp"/*.log "$tmp"/*.err; do
+        [ -f "$f" ] && cp "$f" "$TEST_UNDECLARED_OUTPUTS_DIR/" 2>/dev/null
+      done
+    fi
+  fi
   for f in "$tmp"/*; do
     [ -f "$f" ] && grep -qE "$sanitizer_pattern" "$f" || continue
     echo "FAIL: sanitizer report in $f:" >&2
@@ -20,6 +30,8 @@ cleanup() {
   done
 }
 trap cleanup EXIT
+# bazel's timeout sends SIGTERM: exit through cleanup (logs kept).
+trap 'echo "FAIL: terminated (a timeout?)" >&2; exit 143' TERM
 
 # Polls `cmd` (a function) every 0.1 s for up to $1 seconds.
 wait_until() {

@@ -1,4 +1,5 @@
-// Tests of common/daemon's process helpers (issue 22): the lock that keeps
+// Tests of common/daemon's process helpers (issue 22): SIGPIPE ignored, the
+// lock that keeps
 // a second coordinator off a state directory (item 9), and the cap on
 // accepted connections with its shedding at EMFILE (item 1), on plain
 // loopback listeners. This binary links common/daemon, so the accept4 its
@@ -12,9 +13,12 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -33,6 +37,30 @@ std::string ReadText(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// A daemon outlives a write to a peer that died: Gloo writes with writev,
+// which raises SIGPIPE (the recovery test's survivor died of it, silently,
+// when its peer was killed mid-send). In a child, since the preparation
+// changes the process.
+TEST(PrepareDaemonProcessTest, AWriteToADeadPeerFailsInsteadOfKilling) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    PrepareDaemonProcess();
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) _exit(2);
+    close(fds[1]);
+    char byte = 0;
+    struct iovec iov = {&byte, 1};
+    const ssize_t n = writev(fds[0], &iov, 1);
+    _exit(n < 0 && errno == EPIPE ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status)
+                                    << " (SIGPIPE is " << SIGPIPE << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(FileLockTest, ASecondLockFailsNamingTheHoldersPid) {
