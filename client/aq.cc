@@ -30,6 +30,8 @@ const Subcommand kSubcommands[] = {
      ProfileMain},
     {"plan", "PROFILE|JOB", "plan stages from a profile, or show a job's plan",
      PlanMain},
+    {"schedule", "NAME|FILE", "a pipeline schedule's actions, bubble, memory",
+     ScheduleMain},
     {"submit", "JOB_SPEC", "submit a job to the coordinator (--wait: follow)",
      SubmitMain},
     {"status", "[JOB]", "a job's status (every job's without JOB)", StatusMain},

@@ -15,6 +15,8 @@ int TrainLocalMain(const std::vector<std::string>& args);
 int ProfileMain(const std::vector<std::string>& args);
 // Offline from a profile, or a job's plan from the coordinator.
 int PlanMain(const std::vector<std::string>& args);
+// A pipeline schedule's actions, checked and timed (schedule_command.cc).
+int ScheduleMain(const std::vector<std::string>& args);
 
 // Through the coordinator (remote_commands.cc, trace_command.cc).
 int SubmitMain(const std::vector<std::string>& args);
