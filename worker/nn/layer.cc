@@ -28,6 +28,14 @@ int64_t RowsOf(const Tensor& t, int64_t cols) { return t.numel() / cols; }
 
 // ---------------------------------------------------------------- Linear
 
+void WeightGradNow(Device& dev, const DeferredLinearGrad& g) {
+  const float beta = g.accumulate ? 1.0f : 0.0f;
+  // dW[out, in] = dy^T x.
+  dev.Gemm(true, false, g.out, g.in, g.rows, 1.0f, g.dy.f32(), g.out, g.x.f32(),
+           g.in, beta, g.dw.f32(), g.in);
+  if (g.has_bias) dev.SumRows(g.dy.f32(), g.rows, g.out, beta, g.db.f32());
+}
+
 class LinearLayer final : public Layer {
  public:
   LinearLayer(int index, Shape in, Shape out, int64_t in_features,
@@ -71,16 +79,22 @@ class LinearLayer final : public Layer {
 
   absl::Status Backward(Device& dev, absl::Span<const Tensor> params,
                         const LayerCache& cache, const Tensor& dy,
-                        const PassContext&, Tensor* dx,
+                        const PassContext& ctx, Tensor* dx,
                         absl::Span<const Tensor> grads,
                         bool accumulate) const override {
+    return BackwardInput(dev, params, cache, dy, ctx, dx, grads, accumulate,
+                         nullptr);
+  }
+
+  absl::Status BackwardInput(Device& dev, absl::Span<const Tensor> params,
+                             const LayerCache& cache, const Tensor& dy,
+                             const PassContext&, Tensor* dx,
+                             absl::Span<const Tensor> grads, bool accumulate,
+                             DeferredGrads* deferred) const override {
     const Tensor& x = cache.tensors[0];
     const int64_t rows = RowsOf(x, in_);
-    const float beta = accumulate ? 1.0f : 0.0f;
-    // dW[out, in] = dy^T x.
-    dev.Gemm(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x.f32(), in_,
-             beta, grads[0].f32(), in_);
-    if (bias_) dev.SumRows(dy.f32(), rows, out_, beta, grads[1].f32());
+    LinearWeightGrad(dev, x, dy, rows, in_, out_, grads[0],
+                     bias_ ? &grads[1] : nullptr, accumulate, deferred);
     if (dx != nullptr) {
       ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
       dev.Gemm(false, false, rows, in_, out_, 1.0f, dy.f32(), out_,
@@ -549,6 +563,24 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
       SymbolicShape out,
       InferLayerShape(spec, index, SymbolicShape::Known(in.dims())));
   return Make(spec, index, in, Shape(out.dims), seed);
+}
+
+void RunDeferredGrads(Device& device, const DeferredGrads& deferred) {
+  for (const DeferredLinearGrad& g : deferred.linears) WeightGradNow(device, g);
+}
+
+void LinearWeightGrad(Device& device, const Tensor& x, const Tensor& dy,
+                      int64_t rows, int64_t in, int64_t out, const Tensor& dw,
+                      const Tensor* db, bool accumulate,
+                      DeferredGrads* deferred) {
+  DeferredLinearGrad g{
+      x,  dy,  dw,        db != nullptr ? *db : Tensor(), db != nullptr, rows,
+      in, out, accumulate};
+  if (deferred != nullptr) {
+    deferred->linears.push_back(std::move(g));
+  } else {
+    WeightGradNow(device, g);
+  }
 }
 
 }  // namespace aqueduct

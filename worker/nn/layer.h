@@ -50,6 +50,33 @@ struct LayerCache {
   std::vector<Tensor> tensors;
 };
 
+// One linear map's weight gradient left for later: dW[out, in] (+)=
+// dy^T x and db (+)= the sum of dy's rows, with x [rows, in] and dy
+// [rows, out] (the W of a split backward; Megatron's WeightGradStore).
+// Holds its tensors, so they live until it runs.
+struct DeferredLinearGrad {
+  Tensor x, dy, dw, db;
+  bool has_bias = false;
+  int64_t rows = 0, in = 0, out = 0;
+  bool accumulate = false;
+};
+
+// What a split backward's input half left for its weight half.
+struct DeferredGrads {
+  std::vector<DeferredLinearGrad> linears;
+};
+
+// The weight half of a split backward: each deferred gradient, with the
+// same kernels (and so the same bits) as the fused backward.
+void RunDeferredGrads(Device& device, const DeferredGrads& deferred);
+
+// dW (+)= dy^T x and db (+)= sum of dy's rows for a linear map, now when
+// `deferred` is null, else left in it.
+void LinearWeightGrad(Device& device, const Tensor& x, const Tensor& dy,
+                      int64_t rows, int64_t in, int64_t out, const Tensor& dw,
+                      const Tensor* db, bool accumulate,
+                      DeferredGrads* deferred);
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -84,6 +111,24 @@ class Layer {
                                 const PassContext& ctx, Tensor* dx,
                                 absl::Span<const Tensor> grads,
                                 bool accumulate) const = 0;
+
+  // The split backward (B = I + W, the zero-bubble schedules): as
+  // Backward, but the weight-gradient GEMMs of the layer's linear maps go to
+  // `deferred` instead of running (RunDeferredGrads runs them later, to the
+  // same bits); the other parameter gradients (LayerNorm's, embeddings',
+  // convolutions') are written here. Until then the tensors `deferred`
+  // holds, dy and the inputs the forward saved, must not be written. The
+  // default defers nothing.
+  virtual absl::Status BackwardInput(Device& device,
+                                     absl::Span<const Tensor> params,
+                                     const LayerCache& cache, const Tensor& dy,
+                                     const PassContext& ctx, Tensor* dx,
+                                     absl::Span<const Tensor> grads,
+                                     bool accumulate,
+                                     DeferredGrads* deferred) const {
+    (void)deferred;
+    return Backward(device, params, cache, dy, ctx, dx, grads, accumulate);
+  }
 
   // Floating point operations of one forward pass per sample (for planning
   // and benchmarks); backward is counted as twice this where it has weights.

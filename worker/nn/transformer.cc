@@ -87,19 +87,26 @@ void LinearForward(Device& dev, const float* x, int64_t rows, int64_t in,
 }
 
 // The backward of LinearForward: dW = dy^T x and db = sum of dy's rows
-// (written, or added when accumulating), then dx = dy W when dx is not
-// null. dx may alias x: it is written after the last read of x.
-void LinearBackward(Device& dev, const float* x, const float* dy, int64_t rows,
-                    int64_t in, int64_t out, const Tensor& w, const Tensor& dw,
-                    const Tensor* db, bool accumulate, float* dx) {
-  const float beta = accumulate ? 1.0f : 0.0f;
-  dev.Gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, beta, dw.f32(),
-           in);
-  if (db != nullptr) dev.SumRows(dy, rows, out, beta, db->f32());
+// (written, or added when accumulating; left in `deferred` when it is not
+// null), then dx = dy W when dx is not null. dx may alias x when nothing
+// is deferred: it is written after the last read of x.
+void LinearBackward(Device& dev, const Tensor& x, const Tensor& dy,
+                    int64_t rows, int64_t in, int64_t out, const Tensor& w,
+                    const Tensor& dw, const Tensor* db, bool accumulate,
+                    float* dx, DeferredGrads* deferred) {
+  LinearWeightGrad(dev, x, dy, rows, in, out, dw, db, accumulate, deferred);
   if (dx != nullptr) {
-    dev.Gemm(false, false, rows, in, out, 1.0f, dy, out, w.f32(), in, 0.0f, dx,
-             in);
+    dev.Gemm(false, false, rows, in, out, 1.0f, dy.f32(), out, w.f32(), in,
+             0.0f, dx, in);
   }
+}
+
+// Where a linear map's dx goes: over its input x when nothing is deferred
+// (x is not needed after), else a buffer of its own (x is W's).
+absl::StatusOr<Tensor> InputGradBuffer(Device& dev, const Tensor& x,
+                                       const DeferredGrads* deferred) {
+  if (deferred == nullptr) return x;
+  return dev.Allocate(x.shape(), DType::kF32);
 }
 
 // One operand of the per-head GEMMs: head h's matrix for sample s starts at
@@ -159,11 +166,13 @@ class Attention {
                        AttentionSaved* saved) const;
 
   // From dy (left unchanged), dh (allocated and written when not null) and
-  // the parameter gradients (written, or added to when accumulating).
+  // the parameter gradients (written, or added to when accumulating; the
+  // projections' left in `deferred` when it is not null).
   absl::Status Backward(Device& dev, const AttentionTensors& w,
                         const AttentionSaved& saved, const Tensor& h,
                         const Tensor& dy, const PassContext& ctx, Tensor* dh,
-                        const AttentionTensors& grads, bool accumulate) const;
+                        const AttentionTensors& grads, bool accumulate,
+                        DeferredGrads* deferred) const;
 
   // The projections' 2 * params * T, plus q k^T and att v over the causal
   // half of the [T, T] scores.
@@ -237,7 +246,8 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
                                  const AttentionSaved& saved, const Tensor& h,
                                  const Tensor& dy, const PassContext& ctx,
                                  Tensor* dh, const AttentionTensors& grads,
-                                 bool accumulate) const {
+                                 bool accumulate,
+                                 DeferredGrads* deferred) const {
   const int64_t batch = h.shape()[0], len = h.shape()[1];
   const int64_t rows = batch * len;
   Tensor dout = dy;
@@ -247,9 +257,9 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
                    rows * dim_, len * dim_);
   }
   ASSIGN_OR_RETURN(Tensor dmerged, dev.Allocate(h.shape(), DType::kF32));
-  LinearBackward(dev, saved.merged.f32(), dout.f32(), rows, dim_, dim_,
-                 *w.proj_w, *grads.proj_w, grads.proj_b, accumulate,
-                 dmerged.f32());
+  LinearBackward(dev, saved.merged, dout, rows, dim_, dim_, *w.proj_w,
+                 *grads.proj_w, grads.proj_b, accumulate, dmerged.f32(),
+                 deferred);
   ASSIGN_OR_RETURN(Tensor dqkv, dev.Allocate(saved.qkv.shape(), DType::kF32));
   ASSIGN_OR_RETURN(Tensor scratch,
                    dev.Allocate(saved.probs.shape(), DType::kF32));
@@ -259,8 +269,8 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
     ASSIGN_OR_RETURN(*dh, dev.Allocate(h.shape(), DType::kF32));
     dh_data = dh->f32();
   }
-  LinearBackward(dev, h.f32(), dqkv.f32(), rows, dim_, 3 * dim_, *w.attn_w,
-                 *grads.attn_w, grads.attn_b, accumulate, dh_data);
+  LinearBackward(dev, h, dqkv, rows, dim_, 3 * dim_, *w.attn_w, *grads.attn_w,
+                 grads.attn_b, accumulate, dh_data, deferred);
   return absl::OkStatus();
 }
 
@@ -475,10 +485,19 @@ class CausalSelfAttentionLayer final : public Layer {
                         const PassContext& ctx, Tensor* dx,
                         absl::Span<const Tensor> grads,
                         bool accumulate) const override {
+    return BackwardInput(dev, params, cache, dy, ctx, dx, grads, accumulate,
+                         nullptr);
+  }
+
+  absl::Status BackwardInput(Device& dev, absl::Span<const Tensor> params,
+                             const LayerCache& cache, const Tensor& dy,
+                             const PassContext& ctx, Tensor* dx,
+                             absl::Span<const Tensor> grads, bool accumulate,
+                             DeferredGrads* deferred) const override {
     const std::vector<Tensor>& c = cache.tensors;
     const AttentionSaved saved{c[1], c[2], c[3]};
     return attention_.Backward(dev, Tensors(params), saved, c[0], dy, ctx, dx,
-                               Tensors(grads), accumulate);
+                               Tensors(grads), accumulate, deferred);
   }
 
   double ForwardFlopsPerSample() const override {
@@ -539,7 +558,15 @@ class TransformerBlockLayer final : public Layer {
                         const LayerCache& cache, const Tensor& dy,
                         const PassContext& ctx, Tensor* dx,
                         absl::Span<const Tensor> grads,
-                        bool accumulate) const override;
+                        bool accumulate) const override {
+    return BackwardInput(dev, params, cache, dy, ctx, dx, grads, accumulate,
+                         nullptr);
+  }
+  absl::Status BackwardInput(Device& dev, absl::Span<const Tensor> params,
+                             const LayerCache& cache, const Tensor& dy,
+                             const PassContext& ctx, Tensor* dx,
+                             absl::Span<const Tensor> grads, bool accumulate,
+                             DeferredGrads* deferred) const override;
 
   double ForwardFlopsPerSample() const override {
     const double t = static_cast<double>(input_shape()[0]);
@@ -574,7 +601,8 @@ class TransformerBlockLayer final : public Layer {
                                      const Tensor& x2, const Tensor& f,
                                      const Tensor& dy, const PassContext& ctx,
                                      absl::Span<const Tensor> grads,
-                                     bool accumulate) const;
+                                     bool accumulate,
+                                     DeferredGrads* deferred) const;
 
   Config config_;
   BlockSlots slots_;
@@ -672,7 +700,8 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
 absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
     Device& dev, absl::Span<const Tensor> params, const Tensor& x2,
     const Tensor& f, const Tensor& dy, const PassContext& ctx,
-    absl::Span<const Tensor> grads, bool accumulate) const {
+    absl::Span<const Tensor> grads, bool accumulate,
+    DeferredGrads* deferred) const {
   const int64_t rows = x2.numel() / config_.dim, n = x2.numel();
   const int64_t c = config_.dim, hidden = config_.hidden;
   Tensor dm = dy;
@@ -682,24 +711,27 @@ absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
                    n / x2.shape()[0]);
   }
   // c_proj, with its input gelu(f) recomputed; the gradient of that input
-  // then overwrites it, and GELU's backward turns it into df in place.
+  // then overwrites it (unless W needs it: deferred), and GELU's backward
+  // turns it into df in place.
   ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
   dev.Gelu(f.f32(), g.f32(), f.numel());
-  LinearBackward(dev, g.f32(), dm.f32(), rows, hidden, c, params[slots_.mlp_w],
+  ASSIGN_OR_RETURN(Tensor dg, InputGradBuffer(dev, g, deferred));
+  LinearBackward(dev, g, dm, rows, hidden, c, params[slots_.mlp_w],
                  grads[slots_.mlp_w], At(grads, slots_.mlp_b), accumulate,
-                 g.f32());
-  dev.GeluBackward(f.f32(), g.f32(), g.f32(), f.numel());
+                 dg.f32(), deferred);
+  dev.GeluBackward(f.f32(), dg.f32(), dg.f32(), f.numel());
   // c_fc, with its input ln_2(x2) recomputed and then overwritten by its
-  // gradient.
+  // gradient (or not, as above).
   Tensor mean, rstd;
   ASSIGN_OR_RETURN(Tensor h2,
                    Norm(dev, params, slots_.ln2_w, x2, &mean, &rstd));
-  LinearBackward(dev, h2.f32(), g.f32(), rows, c, hidden, params[slots_.fc_w],
+  ASSIGN_OR_RETURN(Tensor dh2, InputGradBuffer(dev, h2, deferred));
+  LinearBackward(dev, h2, dg, rows, c, hidden, params[slots_.fc_w],
                  grads[slots_.fc_w], At(grads, slots_.fc_b), accumulate,
-                 h2.f32());
+                 dh2.f32(), deferred);
   // ln_2, then the residual: dx2 = dy + ln_2'(dh2).
   ASSIGN_OR_RETURN(Tensor dx2, dev.Allocate(x2.shape(), DType::kF32));
-  dev.LayerNormBackward(h2.f32(), x2.f32(), params[slots_.ln2_w].f32(),
+  dev.LayerNormBackward(dh2.f32(), x2.f32(), params[slots_.ln2_w].f32(),
                         mean.f32(), rstd.f32(), rows, c, dx2.f32(),
                         grads[slots_.ln2_w].f32(), grads[slots_.ln2_b].f32(),
                         accumulate);
@@ -707,22 +739,23 @@ absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
   return dx2;
 }
 
-absl::Status TransformerBlockLayer::Backward(
+absl::Status TransformerBlockLayer::BackwardInput(
     Device& dev, absl::Span<const Tensor> params, const LayerCache& cache,
     const Tensor& dy, const PassContext& ctx, Tensor* dx,
-    absl::Span<const Tensor> grads, bool accumulate) const {
+    absl::Span<const Tensor> grads, bool accumulate,
+    DeferredGrads* deferred) const {
   const std::vector<Tensor>& c = cache.tensors;
   const Tensor& x = c[0];
   const Tensor& x2 = c[1];
   const AttentionSaved saved{c[2], c[3], c[4]};
   ASSIGN_OR_RETURN(Tensor dx2, MlpBackward(dev, params, x2, c[5], dy, ctx,
-                                           grads, accumulate));
+                                           grads, accumulate, deferred));
   Tensor mean, rstd;
   ASSIGN_OR_RETURN(Tensor h1, Norm(dev, params, slots_.ln1_w, x, &mean, &rstd));
   Tensor dh1;
   RETURN_IF_ERROR(attention_.Backward(dev, AttnTensors(params), saved, h1, dx2,
-                                      ctx, &dh1, AttnTensors(grads),
-                                      accumulate));
+                                      ctx, &dh1, AttnTensors(grads), accumulate,
+                                      deferred));
   // ln_1 (its parameter gradients are needed even without dx), then the
   // residual: dx = dx2 + ln_1'(dh1).
   float* dx_data = nullptr;
