@@ -36,7 +36,8 @@ ABSL_FLAG(double, activation_compression_ratio, 1,
 ABSL_FLAG(std::vector<std::string>, worker_speeds, {},
           "relative speed of each worker, e.g. 1,1,0.5 (aqueduct model)");
 ABSL_FLAG(std::string, schedule, "1f1b_stashed",
-          "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush or gpipe (aqueduct "
+          "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1 or "
+          "zb_h2 (aqueduct "
           "model)");
 ABSL_FLAG(double, allreduce_overlap, 0,
           "fraction of backward that hides the all-reduce, in [0, 1] "

@@ -24,8 +24,11 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
   if (name == "1f1b_vertical_sync") return v1::SCHEDULE_1F1B_VERTICAL_SYNC;
   if (name == "1f1b_flush") return v1::SCHEDULE_1F1B_FLUSH;
   if (name == "gpipe") return v1::SCHEDULE_GPIPE;
+  if (name == "zb_h1") return v1::SCHEDULE_ZB_H1;
+  if (name == "zb_h2") return v1::SCHEDULE_ZB_H2;
   return NotOneOf("schedule", name,
-                  "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe");
+                  "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, "
+                  "zb_h1, zb_h2");
 }
 
 absl::StatusOr<Transport> ParseTransport(const std::string& name) {
@@ -57,6 +60,10 @@ const char* ScheduleName(Schedule schedule) {
       return "1f1b_flush";
     case v1::SCHEDULE_GPIPE:
       return "gpipe";
+    case v1::SCHEDULE_ZB_H1:
+      return "zb_h1";
+    case v1::SCHEDULE_ZB_H2:
+      return "zb_h2";
     default:
       return "?";
   }
@@ -105,7 +112,12 @@ bool StashesWeights(Schedule schedule) {
 }
 
 bool SplitsMinibatches(Schedule schedule) {
-  return schedule == v1::SCHEDULE_1F1B_FLUSH || schedule == v1::SCHEDULE_GPIPE;
+  return schedule == v1::SCHEDULE_1F1B_FLUSH ||
+         schedule == v1::SCHEDULE_GPIPE || SplitsBackward(schedule);
+}
+
+bool SplitsBackward(Schedule schedule) {
+  return schedule == v1::SCHEDULE_ZB_H1 || schedule == v1::SCHEDULE_ZB_H2;
 }
 
 absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {

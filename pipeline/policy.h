@@ -52,8 +52,12 @@ const char* TopologyName(Topology topology);
 // live, so stages are not replicated (the planner plans a straight
 // pipeline) and a minibatch is not split into microbatches.
 bool StashesWeights(Schedule schedule);
-// PipeDream-Flush and GPipe: microbatches, one step per minibatch.
+// The schedules that flush (PipeDream-Flush, GPipe, the zero-bubble ones):
+// microbatches, one step per minibatch, one weight version.
 bool SplitsMinibatches(Schedule schedule);
+// The zero-bubble schedules: each backward split into its input gradient
+// (I) and its weight gradient (W, run later; worker/nn/layer.h).
+bool SplitsBackward(Schedule schedule);
 
 // A job's pipeline section with every default applied.
 struct PipelinePolicy {

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "pipeline/ir/generate.h"
 
 namespace aqueduct {
 
@@ -18,6 +20,10 @@ const char* OpKindName(OpKind kind) {
       return "RecvGradient";
     case OpKind::kBackward:
       return "B";
+    case OpKind::kBackwardInput:
+      return "I";
+    case OpKind::kBackwardWeight:
+      return "W";
     case OpKind::kSendGradient:
       return "SendGradient";
     case OpKind::kAllReduce:
@@ -45,11 +51,45 @@ struct Builder {
     ops.push_back({OpKind::kBackward, m, j});
     if (!first()) ops.push_back({OpKind::kSendGradient, m, j});
   }
+  void BackwardInput(int64_t m, int j) {
+    if (!last()) ops.push_back({OpKind::kRecvGradient, m, j});
+    ops.push_back({OpKind::kBackwardInput, m, j});
+    if (!first()) ops.push_back({OpKind::kSendGradient, m, j});
+  }
   void Step(int64_t m) {
     if (c.replicas > 1) ops.push_back({OpKind::kAllReduce, m, 0});
     ops.push_back({OpKind::kOptimizerStep, m, 0});
   }
 };
+
+// This stage's F, I and W of one minibatch of a zero-bubble schedule, in
+// the order of `rank` (the stage's list of ir::ComputeSchedule for these
+// microbatches: the k-th of `mine`).
+void ZeroBubble(const std::vector<ir::Action>& rank, int64_t m,
+                const std::vector<int>& mine, Builder* b) {
+  for (const ir::Action& a : rank) {
+    const int j = mine[a.microbatch];
+    if (a.kind == ir::Kind::kF) {
+      b->Forward(m, j);
+    } else if (a.kind == ir::Kind::kI) {
+      b->BackwardInput(m, j);
+    } else if (a.kind == ir::Kind::kW) {
+      b->ops.push_back({OpKind::kBackwardWeight, m, j});
+    }
+  }
+}
+
+// The zero-bubble program's list for config `c`'s stage, over `count`
+// microbatches.
+absl::StatusOr<std::vector<ir::Action>> ZeroBubbleRank(const ScheduleConfig& c,
+                                                       int count) {
+  const ir::ScheduleKind kind = c.policy == v1::SCHEDULE_ZB_H2
+                                    ? ir::ScheduleKind::kZbH2
+                                    : ir::ScheduleKind::kZbH1;
+  ASSIGN_OR_RETURN(ir::Program program,
+                   ir::ComputeSchedule(kind, {c.num_stages, count, 1}));
+  return program.ranks[c.stage];
+}
 
 }  // namespace
 
@@ -92,14 +132,21 @@ absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
     }
     return b.ops;
   }
-  // Flush and GPipe: per minibatch, this replica's microbatches.
+  // Flush, GPipe and zero bubble: per minibatch, this replica's
+  // microbatches.
+  std::vector<int> mine;
+  for (int j = 0; j < c.microbatches; ++j) {
+    if (ReplicaFor(j, c.replicas) == c.replica) mine.push_back(j);
+  }
+  const int count = static_cast<int>(mine.size());
+  std::vector<ir::Action> zero_bubble;
+  if (SplitsBackward(c.policy)) {
+    ASSIGN_OR_RETURN(zero_bubble, ZeroBubbleRank(c, count));
+  }
   for (int64_t m = 0; m < c.num_minibatches; ++m) {
-    std::vector<int> mine;
-    for (int j = 0; j < c.microbatches; ++j) {
-      if (ReplicaFor(j, c.replicas) == c.replica) mine.push_back(j);
-    }
-    const int count = static_cast<int>(mine.size());
-    if (c.policy == v1::SCHEDULE_GPIPE) {
+    if (SplitsBackward(c.policy)) {
+      ZeroBubble(zero_bubble, m, mine, &b);
+    } else if (c.policy == v1::SCHEDULE_GPIPE) {
       for (int j : mine) b.Forward(m, j);
       for (int k = count - 1; k >= 0; --k) b.Backward(m, mine[k]);
     } else {

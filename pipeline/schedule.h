@@ -14,6 +14,9 @@
 //   and one optimizer step per minibatch at the flush; one weight version.
 // - gpipe: all forwards of a minibatch's microbatches, then all backwards,
 //   then the step.
+// - zb_h1, zb_h2: the zero-bubble schedules of pipeline/ir/generate.h (its
+//   list scheduling), each backward split into I and W; a flush per
+//   minibatch as 1f1b_flush.
 // Replicated stages (flush and GPipe only) take microbatches round robin:
 // microbatch j of a minibatch goes to replica j mod replicas.
 //
@@ -36,6 +39,10 @@ enum class OpKind {
   kSendActivation,
   kRecvGradient,
   kBackward,
+  // The zero-bubble schedules' split backward: the input gradient (sent on
+  // at once), and later the weight gradient.
+  kBackwardInput,
+  kBackwardWeight,
   kSendGradient,
   kAllReduce,
   kOptimizerStep,

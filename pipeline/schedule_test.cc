@@ -115,6 +115,51 @@ TEST(ScheduleTest, FlushAndGpipeWithReplicas) {
   EXPECT_EQ(order, "F1F3B3B1RS F1F3B3B1RS ");
 }
 
+// The zero-bubble schedules split every backward: per minibatch each
+// microbatch of this replica has one F, one I and one W, I before W, W's in
+// I's order (the gradients accumulate in 1F1B's order), every receive and
+// send around F and I, and one step at the end.
+TEST(ScheduleTest, ZeroBubbleSplitsEveryBackward) {
+  for (Schedule policy : {v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2}) {
+    for (int stage = 0; stage < 4; ++stage) {
+      ScheduleConfig c;
+      c.policy = policy;
+      c.num_stages = 4;
+      c.stage = stage;
+      c.replicas = 2;
+      c.replica = 1;
+      c.microbatches = 8;
+      c.num_minibatches = 2;
+      auto ops = BuildSchedule(c);
+      ASSERT_TRUE(ops.ok()) << ops.status();
+      std::map<std::pair<int64_t, int>, std::string> seen;
+      std::vector<int> input_order, weight_order;
+      int steps = 0;
+      for (const Op& op : *ops) {
+        std::string& s = seen[{op.minibatch, op.microbatch}];
+        if (op.kind == OpKind::kForward) s += "F";
+        if (op.kind == OpKind::kBackwardInput) {
+          s += "I";
+          if (op.minibatch == 0) input_order.push_back(op.microbatch);
+        }
+        if (op.kind == OpKind::kBackwardWeight) {
+          s += "W";
+          if (op.minibatch == 0) weight_order.push_back(op.microbatch);
+        }
+        EXPECT_NE(op.kind, OpKind::kBackward);
+        if (op.kind == OpKind::kOptimizerStep) ++steps;
+      }
+      EXPECT_EQ(steps, 2);
+      EXPECT_EQ(seen.size(), 2u * 4 + 2);  // Odd microbatches, and 2 steps.
+      for (const auto& [key, s] : seen) {
+        if (key.second % 2 == 1) EXPECT_EQ(s, "FIW") << key.second;
+      }
+      EXPECT_EQ(input_order, weight_order);
+      EXPECT_EQ(input_order, (std::vector<int>{1, 3, 5, 7}));
+    }
+  }
+}
+
 TEST(ScheduleTest, RejectsInconsistentConfigs) {
   ScheduleConfig c;
   c.num_stages = 2;

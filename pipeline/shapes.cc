@@ -225,13 +225,18 @@ SymbolicShape Flatten(const SymbolicShape& in) {
 }
 
 absl::Status CheckDelay(const DelaySpec& s, int index) {
-  if (s.forward_ms() >= 0 && s.forward_ms() <= 60000 && s.backward_ms() >= 0 &&
-      s.backward_ms() <= 60000) {
-    return absl::OkStatus();
+  if (!(s.forward_ms() >= 0 && s.forward_ms() <= 60000 &&
+        s.backward_ms() >= 0 && s.backward_ms() <= 60000)) {
+    return Invalid(absl::StrCat(
+        Field(index, "delay"), ": forward_ms=", s.forward_ms(),
+        " and backward_ms=", s.backward_ms(), " must be in [0, 60000]"));
   }
-  return Invalid(absl::StrCat(
-      Field(index, "delay"), ": forward_ms=", s.forward_ms(),
-      " and backward_ms=", s.backward_ms(), " must be in [0, 60000]"));
+  if (!(s.weight_ms() >= 0 && s.weight_ms() <= s.backward_ms())) {
+    return Invalid(
+        absl::StrCat(Field(index, "delay"), ".weight_ms=", s.weight_ms(),
+                     " must be in [0, backward_ms=", s.backward_ms(), "]"));
+  }
+  return absl::OkStatus();
 }
 
 // Sizes from a spec are bounded before anything is allocated: no tensor of

@@ -400,8 +400,7 @@ absl::Status CheckLogits(const SpecSummary& summary, const DataSpec& data,
 // apply their steps to the shared weight at different versions.
 absl::Status CheckTiesAndSchedule(const ModelSpec& model,
                                   const PipelinePolicy& pipeline) {
-  const bool flushes = pipeline.schedule == v1::SCHEDULE_1F1B_FLUSH ||
-                       pipeline.schedule == v1::SCHEDULE_GPIPE;
+  const bool flushes = SplitsMinibatches(pipeline.schedule);
   if (flushes || pipeline.workers <= 1) return absl::OkStatus();
   for (int l = 0; l < model.layers_size(); ++l) {
     if (!model.layers(l).has_tie_weight_to()) continue;

@@ -228,8 +228,11 @@ double StageMemoryBytes(Schedule schedule, int microbatches, double w,
   const int m = std::max(1, microbatches);
   if (schedule == v1::SCHEDULE_GPIPE) {
     in_flight = 1;  // Every microbatch of the minibatch.
-  } else if (schedule == v1::SCHEDULE_1F1B_FLUSH) {
+  } else if (schedule == v1::SCHEDULE_1F1B_FLUSH ||
+             schedule == v1::SCHEDULE_ZB_H1) {
     in_flight = static_cast<double>(std::min(m, depth + 1)) / m;
+  } else if (schedule == v1::SCHEDULE_ZB_H2) {
+    in_flight = static_cast<double>(std::min(m, 2 * depth + 1)) / m;
   }
   return w * (versions + 1 + optimizer_state_factor) + act * in_flight;
 }

@@ -47,7 +47,7 @@ struct AqueductModelOptions {
   // Allow plans that leave workers idle.
   bool use_fewer_machines = false;
   std::optional<double> memory_limit_bytes;
-  // 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush or gpipe.
+  // 1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1 or zb_h2.
   Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
   // Optimizer state per parameter byte (SGD with momentum 1, Adam 2).
   double optimizer_state_factor = 1;

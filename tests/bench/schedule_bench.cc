@@ -1,12 +1,16 @@
 // Schedule efficiency with the Delay layer: 4 stage workers (threads, an
 // in-memory communicator), each stage one Delay layer (forward 5 ms,
-// backward 10 ms) behind a tiny Linear. Reports, per policy, the steady
-// state time per minibatch against the analytic bound: 1F1B runs one
-// minibatch per max stage time (15 ms); flush and GPipe with m microbatches
-// and p stages lose the bubble fraction (p-1)/(m+p-1).
+// backward 10 ms of which 5 ms stand for the weight gradient) behind a tiny
+// Linear. Reports, per policy, the steady state time per minibatch against
+// the analytic bound: 1F1B runs one minibatch per max stage time (15 ms);
+// the flushing schedules (1f1b_flush, gpipe, zb_h1, zb_h2) with m
+// microbatches and p stages against the action IR's simulator
+// (pipeline/ir/replay.h) at the configured costs: its predicted time per
+// minibatch and bubble (idle over busy time: (p-1)/m for 1F1B at F = B/2 =
+// W... see docs/benchmarks.md).
 //
 //   schedule_bench [--minibatches 96] [--microbatches 8] [--forward-ms 5]
-//                  [--backward-ms 10]
+//                  [--backward-ms 10] [--weight-ms 5]
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -21,22 +25,25 @@
 #include "absl/synchronization/mutex.h"
 #include "common/comm/in_memory.h"
 #include "common/device/cpu_device.h"
+#include "pipeline/ir/generate.h"
+#include "pipeline/ir/lower.h"
+#include "pipeline/ir/replay.h"
 #include "worker/nn/spec.h"
 #include "worker/runtime/pipeline_stage.h"
 
 namespace aqueduct {
 namespace {
 
-double kForwardMs = 5, kBackwardMs = 10;
+double kForwardMs = 5, kBackwardMs = 10, kWeightMs = 5;
 constexpr int kStages = 4;
 
 JobSpec Spec(int64_t minibatches) {
   std::string layers = "layers { flatten {} }";
   for (int s = 0; s < kStages; ++s) {
-    absl::StrAppend(&layers,
-                    " layers { linear { in_features: 8 out_features: 8 } }",
-                    " layers { delay { forward_ms: ", kForwardMs,
-                    " backward_ms: ", kBackwardMs, " } }");
+    absl::StrAppend(
+        &layers, " layers { linear { in_features: 8 out_features: 8 } }",
+        " layers { delay { forward_ms: ", kForwardMs,
+        " backward_ms: ", kBackwardMs, " weight_ms: ", kWeightMs, " } }");
   }
   const std::string text = absl::StrCat(
       "model { ", layers,
@@ -81,6 +88,7 @@ RunResult Run(Schedule policy, int64_t minibatches, int micro) {
   std::vector<absl::Time> steps;
   std::vector<std::vector<double>> forward_ms(kStages), backward_ms(kStages),
       step_ms(kStages);
+  std::vector<size_t> weight_count(kStages, 0);
   std::vector<std::thread> threads;
   for (int s = 0; s < kStages; ++s) {
     threads.emplace_back([&, s] {
@@ -96,6 +104,15 @@ RunResult Run(Schedule policy, int64_t minibatches, int micro) {
         absl::MutexLock lock(&mu);
         if (e.kind == OpKind::kForward) forward_ms[s].push_back(ms);
         if (e.kind == OpKind::kBackward) backward_ms[s].push_back(ms);
+        if (e.kind == OpKind::kBackwardInput ||
+            e.kind == OpKind::kBackwardWeight) {
+          // I then W of the same microbatch: their sum is its backward.
+          if (e.kind == OpKind::kBackwardInput) {
+            backward_ms[s].push_back(ms);
+          } else {
+            backward_ms[s][weight_count[s]++] += ms;
+          }
+        }
         if (e.kind == OpKind::kOptimizerStep) {
           step_ms[s].push_back(ms);
           if (s == kStages - 1) steps.push_back(e.end);
@@ -123,6 +140,23 @@ RunResult Run(Schedule policy, int64_t minibatches, int micro) {
   return result;
 }
 
+// The action IR's prediction for `policy` at the configured delays.
+ir::Simulation Predict(Schedule policy, int micro) {
+  const ir::ScheduleKind kind =
+      policy == v1::SCHEDULE_GPIPE   ? ir::ScheduleKind::kGpipe
+      : policy == v1::SCHEDULE_ZB_H1 ? ir::ScheduleKind::kZbH1
+      : policy == v1::SCHEDULE_ZB_H2 ? ir::ScheduleKind::kZbH2
+                                     : ir::ScheduleKind::k1F1B;
+  ir::ActionCosts costs;
+  costs.f = kForwardMs;
+  costs.b = kBackwardMs;
+  costs.i = kBackwardMs - kWeightMs;
+  costs.w = kWeightMs;
+  auto program = ir::ComputeSchedule(kind, {kStages, micro, 1});
+  auto sim = ir::Simulate(ir::Lower(*program), costs);
+  return sim.ok() ? *sim : ir::Simulation{};
+}
+
 // Median gap between consecutive steps over the middle of the run.
 double SteadyMsPerMinibatch(const std::vector<absl::Time>& steps) {
   // (steps are the last stage's optimizer steps, one per minibatch)
@@ -148,6 +182,7 @@ int Main(int argc, char** argv) {
     if (flag == "--backward-ms") {
       (void)absl::SimpleAtod(argv[i + 1], &kBackwardMs);
     }
+    if (flag == "--weight-ms") (void)absl::SimpleAtod(argv[i + 1], &kWeightMs);
   }
   const double nominal = kForwardMs + kBackwardMs;
   {
@@ -161,23 +196,28 @@ int Main(int argc, char** argv) {
         kStages, static_cast<long long>(minibatches), ms, nominal, nominal / ms,
         r.measured_stage_ms, r.measured_stage_ms / ms);
   }
-  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
+  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE,
+                          v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2}) {
     const int64_t n = std::max<int64_t>(8, minibatches / micro);
     const RunResult r = Run(policy, n, micro);
     const double ms = SteadyMsPerMinibatch(r.steps);
-    const double predicted =
-        static_cast<double>(kStages - 1) / (micro + kStages - 1);
-    const double bubble_nominal = 1.0 - micro * nominal / ms;
-    const double bubble_measured = 1.0 - micro * r.measured_stage_ms / ms;
+    const ir::Simulation predicted = Predict(policy, micro);
+    // Bubble as the zero-bubble paper measures it: idle over busy time.
+    const double bubble_nominal = ms / (micro * nominal) - 1.0;
+    const double bubble_measured = ms / (micro * r.measured_stage_ms) - 1.0;
     std::printf(
         "{\"policy\":\"%s\",\"stages\":%d,\"microbatches\":%d,"
         "\"minibatches\":%lld,\"steady_ms_per_minibatch\":%.3f,"
-        "\"predicted_bubble\":%.4f,\"bubble_vs_nominal\":%.4f,"
-        "\"measured_stage_ms\":%.3f,\"bubble_vs_measured\":%.4f,"
-        "\"difference_points_vs_measured\":%.2f}\n",
+        "\"predicted_ms_per_minibatch\":%.3f,\"predicted_bubble\":%.4f,"
+        "\"bubble_vs_nominal\":%.4f,\"measured_stage_ms\":%.3f,"
+        "\"bubble_vs_measured\":%.4f,"
+        "\"difference_points_vs_measured\":%.2f,"
+        "\"simulator_error\":%.4f}\n",
         ScheduleName(policy), kStages, micro, static_cast<long long>(n), ms,
-        predicted, bubble_nominal, r.measured_stage_ms, bubble_measured,
-        100 * (bubble_measured - predicted));
+        predicted.step_time, predicted.bubble, bubble_nominal,
+        r.measured_stage_ms, bubble_measured,
+        100 * (bubble_measured - predicted.bubble),
+        ms / predicted.step_time - 1.0);
   }
   return 0;
 }

@@ -432,18 +432,35 @@ class LayerNormLayer final : public Layer {
 
 // ---------------------------------------------------------------- Delay
 
+// Holds the thread for `ms`, as a compute layer of that cost would: a
+// sleep wakes late by a scheduler-dependent margin (0.2 ms on average for
+// 5 ms on the development VM), so sleep until 1 ms before the end and
+// yield-spin through the rest.
+void HoldThreadFor(double ms) {
+  if (ms <= 0) return;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double, std::milli>(ms));
+  const Clock::duration slack = std::chrono::milliseconds(1);
+  if (Clock::now() + slack < end) std::this_thread::sleep_until(end - slack);
+  while (Clock::now() < end) std::this_thread::yield();
+}
+
 class DelayLayer final : public Layer {
  public:
-  DelayLayer(int index, Shape shape, double forward_ms, double backward_ms)
+  DelayLayer(int index, Shape shape, double forward_ms, double backward_ms,
+             double weight_ms)
       : Layer(index, shape, shape),
         forward_ms_(forward_ms),
-        backward_ms_(backward_ms) {}
+        backward_ms_(backward_ms),
+        weight_ms_(weight_ms) {}
   std::string kind() const override { return "delay"; }
 
   absl::Status Forward(Device&, absl::Span<const Tensor>, const Tensor& x,
                        const PassContext&, Tensor* y,
                        LayerCache*) const override {
-    Sleep(forward_ms_);
+    HoldThreadFor(forward_ms_);
     *y = x;
     return absl::OkStatus();
   }
@@ -451,27 +468,26 @@ class DelayLayer final : public Layer {
   absl::Status Backward(Device&, absl::Span<const Tensor>, const LayerCache&,
                         const Tensor& dy, const PassContext&, Tensor* dx,
                         absl::Span<const Tensor>, bool) const override {
-    Sleep(backward_ms_);
+    HoldThreadFor(backward_ms_);
+    if (dx != nullptr) *dx = dy;
+    return absl::OkStatus();
+  }
+
+  // The weight gradient's part of the backward waits for W.
+  absl::Status BackwardInput(Device&, absl::Span<const Tensor>,
+                             const LayerCache&, const Tensor& dy,
+                             const PassContext&, Tensor* dx,
+                             absl::Span<const Tensor>, bool,
+                             DeferredGrads* deferred) const override {
+    const double later = deferred != nullptr ? weight_ms_ : 0;
+    HoldThreadFor(backward_ms_ - later);
+    if (deferred != nullptr) deferred->delay_ms += later;
     if (dx != nullptr) *dx = dy;
     return absl::OkStatus();
   }
 
  private:
-  // Holds the thread for `ms`, as a compute layer of that cost would: a
-  // sleep wakes late by a scheduler-dependent margin (0.2 ms on average for
-  // 5 ms on the development VM), so sleep until 1 ms before the end and
-  // yield-spin through the rest.
-  static void Sleep(double ms) {
-    if (ms <= 0) return;
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point end =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double, std::milli>(ms));
-    const Clock::duration slack = std::chrono::milliseconds(1);
-    if (Clock::now() + slack < end) std::this_thread::sleep_until(end - slack);
-    while (Clock::now() < end) std::this_thread::yield();
-  }
-  double forward_ms_, backward_ms_;
+  double forward_ms_, backward_ms_, weight_ms_;
 };
 
 // ---------------------------------------------------------------- Factories
@@ -539,7 +555,8 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
       return MakeLayerNorm(spec.layer_norm(), index, in);
     case LayerSpec::kDelay:
       return std::unique_ptr<Layer>(std::make_unique<DelayLayer>(
-          index, in, spec.delay().forward_ms(), spec.delay().backward_ms()));
+          index, in, spec.delay().forward_ms(), spec.delay().backward_ms(),
+          spec.delay().weight_ms()));
     case LayerSpec::kTokenEmbedding:
     case LayerSpec::kPositionEmbedding:
     case LayerSpec::kCausalSelfAttention:
@@ -567,6 +584,7 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
 
 void RunDeferredGrads(Device& device, const DeferredGrads& deferred) {
   for (const DeferredLinearGrad& g : deferred.linears) WeightGradNow(device, g);
+  HoldThreadFor(deferred.delay_ms);
 }
 
 void LinearWeightGrad(Device& device, const Tensor& x, const Tensor& dy,

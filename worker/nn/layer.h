@@ -64,6 +64,8 @@ struct DeferredLinearGrad {
 // What a split backward's input half left for its weight half.
 struct DeferredGrads {
   std::vector<DeferredLinearGrad> linears;
+  // The Delay layers' weight_ms (they stand for compute in benchmarks).
+  double delay_ms = 0;
 };
 
 // The weight half of a split backward: each deferred gradient, with the

@@ -183,7 +183,8 @@ absl::Status ForwardRange(const Model& model, Device& device,
 absl::Status BackwardRange(const Model& model, Device& device,
                            const ParameterSet& params, const RangeCache& cache,
                            const Tensor& dy, const PassContext& ctx, Tensor* dx,
-                           const ParameterSet& grads, bool accumulate) {
+                           const ParameterSet& grads, bool accumulate,
+                           DeferredGrads* deferred) {
   // Layer l needs to produce its input gradient only if someone below it
   // uses it: a layer with parameters in the range, or the caller.
   std::vector<bool> want(params.end - params.begin, dx != nullptr);
@@ -196,9 +197,10 @@ absl::Status BackwardRange(const Model& model, Device& device,
   for (int l = params.end - 1; l >= params.begin; --l) {
     const bool want_dx = want[l - params.begin];
     Tensor next;
-    RETURN_IF_ERROR(model.layer(l).Backward(
+    RETURN_IF_ERROR(model.layer(l).BackwardInput(
         device, params.ForLayer(l), cache.layers[l - params.begin], current,
-        ctx, want_dx ? &next : nullptr, grads.ForLayer(l), accumulate));
+        ctx, want_dx ? &next : nullptr, grads.ForLayer(l), accumulate,
+        deferred));
     current = std::move(next);
     if (!want_dx) break;
   }

@@ -113,11 +113,14 @@ absl::Status ForwardRange(const Model& model, Device& device,
 
 // Backward through the same range: gradients into `grads` (written, or added
 // to when `accumulate`); dx (if not null) receives the gradient of the
-// range's input. `params` must be the version the forward used.
+// range's input. `params` must be the version the forward used. With
+// `deferred`, the split backward's input half (Layer::BackwardInput): the
+// linear maps' weight gradients are left in it for RunDeferredGrads.
 absl::Status BackwardRange(const Model& model, Device& device,
                            const ParameterSet& params, const RangeCache& cache,
                            const Tensor& dy, const PassContext& ctx, Tensor* dx,
-                           const ParameterSet& grads, bool accumulate);
+                           const ParameterSet& grads, bool accumulate,
+                           DeferredGrads* deferred = nullptr);
 
 }  // namespace aqueduct
 

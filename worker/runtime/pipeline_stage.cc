@@ -33,6 +33,16 @@ int64_t CacheBytes(const RangeCache& cache) {
   return bytes;
 }
 
+// What a split backward's W still holds (a buffer shared by two entries,
+// such as one linear's dy that is another's, counts twice).
+int64_t DeferredBytes(const DeferredGrads& deferred) {
+  int64_t bytes = 0;
+  for (const DeferredLinearGrad& g : deferred.linears) {
+    bytes += static_cast<int64_t>(g.x.nbytes() + g.dy.nbytes());
+  }
+  return bytes;
+}
+
 }  // namespace
 
 uint64_t ActivationTag(int64_t minibatch, int microbatch) {
@@ -251,6 +261,10 @@ absl::Status PipelineStage::Execute(const Op& op) {
       return Forward(op.minibatch, op.microbatch);
     case OpKind::kBackward:
       return Backward(op.minibatch, op.microbatch);
+    case OpKind::kBackwardInput:
+      return Backward(op.minibatch, op.microbatch, /*split=*/true);
+    case OpKind::kBackwardWeight:
+      return BackwardWeight(op.minibatch, op.microbatch);
     case OpKind::kAllReduce:
       return AllReduce(op.minibatch);
     case OpKind::kOptimizerStep:
@@ -360,7 +374,7 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   return absl::OkStatus();
 }
 
-absl::Status PipelineStage::Backward(int64_t m, int j) {
+absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
   const int rows = MicroRows();
   const int S = layout_.num_stages();
   const int begin = layout_.layer_begin[stage_];
@@ -372,6 +386,10 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
                                             " without its forward"));
   }
   InFlight& f = it->second;
+  if (f.input_done) {
+    return absl::InternalError(absl::StrCat(
+        Who(), ": a second backward of minibatch ", m, " microbatch ", j));
+  }
   Tensor dy;
   if (stage_ == S - 1) {
     dy = f.dlogits;
@@ -391,18 +409,40 @@ absl::Status PipelineStage::Backward(int64_t m, int j) {
   ctx.minibatch = static_cast<uint64_t>(m);
   ctx.sample_offset = static_cast<uint64_t>(j) * rows;
   Tensor dx;
-  const bool accumulate =
-      accumulated_ && (layout_.policy == v1::SCHEDULE_1F1B_FLUSH ||
-                       layout_.policy == v1::SCHEDULE_GPIPE);
+  const bool accumulate = accumulated_ && SplitsMinibatches(layout_.policy);
   const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(BackwardRange(*model_, *device_, range, f.cache, dy, ctx,
-                                stage_ > 0 ? &dx : nullptr, grads, accumulate));
+                                stage_ > 0 ? &dx : nullptr, grads, accumulate,
+                                split ? &f.deferred : nullptr));
   last_compute_ = absl::Now() - compute_start;
   accumulated_ = true;
   if (stage_ > 0) {
     const FrameInfo info{FrameKind::kGradient, m, j, comm_->rank(), f.version};
     RETURN_IF_ERROR(PostSend(PeerRank(stage_ - 1, j), info, dx, nullptr));
   }
+  if (split) {
+    // W needs only what `deferred` holds (the linear maps' inputs and
+    // output gradients): the rest of the activations go now.
+    f.input_done = true;
+    f.cache = RangeCache();
+    f.activation_bytes = DeferredBytes(f.deferred);
+    return absl::OkStatus();
+  }
+  in_flight_.erase(it);
+  DropUnneededVersions();
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::BackwardWeight(int64_t m, int j) {
+  auto it = in_flight_.find({m, j});
+  if (it == in_flight_.end() || !it->second.input_done) {
+    return absl::InternalError(
+        absl::StrCat(Who(), ": the weight gradient of minibatch ", m,
+                     " microbatch ", j, " before its input gradient"));
+  }
+  const absl::Time compute_start = absl::Now();
+  RunDeferredGrads(*device_, it->second.deferred);
+  last_compute_ = absl::Now() - compute_start;
   in_flight_.erase(it);
   DropUnneededVersions();
   return absl::OkStatus();
@@ -439,8 +479,7 @@ int PipelineStage::StageOf(int layer) const {
 }
 
 absl::Status PipelineStage::CheckTies() const {
-  const bool flushes = layout_.policy == v1::SCHEDULE_1F1B_FLUSH ||
-                       layout_.policy == v1::SCHEDULE_GPIPE;
+  const bool flushes = SplitsMinibatches(layout_.policy);
   for (const auto& [owner, tied] : model_->ties()) {
     if (StageOf(owner) != StageOf(tied) && !flushes) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -122,11 +122,18 @@ class PipelineStage {
     Tensor labels;   // Output stage: for the loss; others: to pass on.
     Tensor dlogits;  // Output stage.
     int64_t activation_bytes = 0;
+    // Zero-bubble schedules: what the input gradient (I) left for the
+    // weight gradient (W), once I ran.
+    DeferredGrads deferred;
+    bool input_done = false;
   };
 
   absl::Status Execute(const Op& op);
   absl::Status Forward(int64_t m, int j);
-  absl::Status Backward(int64_t m, int j);
+  // The whole backward, or (split) its input half, I: the weight half, W,
+  // is BackwardWeight's.
+  absl::Status Backward(int64_t m, int j, bool split = false);
+  absl::Status BackwardWeight(int64_t m, int j);
   absl::Status Step(int64_t m);
   absl::Status AllReduce(int64_t m);
   // Tied weights (Model::ties): the gradients of both copies become their

@@ -359,12 +359,16 @@ std::vector<double> LocalLosses(const JobSpec& spec) {
   return r->losses;
 }
 
+// Every schedule that flushes: one weight version, microbatches.
+constexpr Schedule kFlushing[] = {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE,
+                                  v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2};
+
 struct Split {
   std::vector<int> begin;
   std::vector<int> replicas;
 };
 
-TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
+TEST(PipelineTest, FlushingSchedulesEqualTrainLocal) {
   for (const char* text : {kMlp, kCnn}) {
     const JobSpec spec = *ParseJobSpec(text, "test");
     const int layers = spec.model().layers_size();
@@ -375,7 +379,7 @@ TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
         {{0, mlp ? 3 : 2, mlp ? 7 : 5}, {1, 1, 1}},
         {{0, 2, mlp ? 5 : 4, mlp ? 8 : 6}, {1, 1, 1, 1}},
     };
-    for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
+    for (Schedule policy : kFlushing) {
       for (const Split& split : splits) {
         const PipelineLayout layout = Layout(
             policy, split.begin, split.replicas, spec.max_steps(), 4, layers);
@@ -400,11 +404,11 @@ TEST(PipelineTest, FlushAndGpipeEqualTrainLocal) {
 // The GPT with its head tied to its embedding across the first and last
 // stage (Megatron's embedding group): equal to train-local per step and in
 // every final weight (both copies of the tied one included).
-TEST(PipelineTest, GptFlushAndGpipeEqualTrainLocal) {
+TEST(PipelineTest, GptFlushingSchedulesEqualTrainLocal) {
   const JobSpec spec = GptSpec(/*tied=*/true);
   const std::vector<double> local = LocalLosses(spec);
   ASSERT_EQ(local.size(), 8u);
-  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
+  for (Schedule policy : kFlushing) {
     for (const std::vector<int>& begin :
          {std::vector<int>{0, 3}, std::vector<int>{0, 2, 3, 4}}) {
       const PipelineLayout layout =
@@ -499,14 +503,13 @@ TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
       {v1::SCHEDULE_1F1B_VERTICAL_SYNC, {{0, 5}, {1, 1}}},
       {v1::SCHEDULE_1F1B_FLUSH, {{0, 5}, {2, 1}}},
       {v1::SCHEDULE_GPIPE, {{0, 2, 5, 8}, {1, 1, 1, 1}}},
+      {v1::SCHEDULE_ZB_H1, {{0, 3, 7}, {1, 2, 1}}},
+      {v1::SCHEDULE_ZB_H2, {{0, 2, 5, 8}, {1, 1, 1, 1}}},
   };
   for (const Case& c : cases) {
-    const PipelineLayout layout = Layout(
-        c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
-        c.policy == v1::SCHEDULE_1F1B_FLUSH || c.policy == v1::SCHEDULE_GPIPE
-            ? 4
-            : 1,
-        10);
+    const PipelineLayout layout =
+        Layout(c.policy, c.split.begin, c.split.replicas, spec.max_steps(),
+               SplitsMinibatches(c.policy) ? 4 : 1, 10);
     const std::string what = absl::StrCat(ScheduleName(c.policy), " ",
                                           c.split.begin.size(), " stages");
     const Result plain = RunPipeline(spec, layout);
@@ -525,7 +528,7 @@ TEST(PipelineTest, DeviceChannelsCarryTheSameTraining) {
 TEST(PipelineTest, ReplicatedStageEqualsTrainLocal) {
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   const std::vector<double> local = LocalLosses(spec);
-  for (Schedule policy : {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_GPIPE}) {
+  for (Schedule policy : kFlushing) {
     const PipelineLayout layout =
         Layout(policy, {0, 5}, {2, 1}, spec.max_steps(), 4, 10);
     const Result got = RunPipeline(spec, layout);

@@ -100,6 +100,7 @@ void ProgressAccumulator::OnStageEvent(const StageEvent& e, int stage,
                                        const StageStats& stats) {
   absl::MutexLock lock(&mu_);
   if (e.kind == OpKind::kForward || e.kind == OpKind::kBackward ||
+      e.kind == OpKind::kBackwardInput || e.kind == OpKind::kBackwardWeight ||
       e.kind == OpKind::kOptimizerStep) {
     busy_ += e.compute;
   }
@@ -205,14 +206,20 @@ void ProgressAccumulator::RecordTraceLocked(const StageEvent& e, int stage) {
                    e.microbatch > 0 ? absl::StrCat(".", e.microbatch) : "");
   switch (e.kind) {
     case OpKind::kForward:
-    case OpKind::kBackward: {
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput: {
       const bool forward = e.kind == OpKind::kForward;
       RecordTransfersLocked(e, stage, forward, /*receive=*/true);
-      AddTraceLocked(absl::StrCat(forward ? "F " : "B ", mb, " v=", e.version),
-                     "compute", e.end - e.compute, e.compute);
+      AddTraceLocked(
+          absl::StrCat(OpKindName(e.kind), " ", mb, " v=", e.version),
+          "compute", e.end - e.compute, e.compute);
       RecordTransfersLocked(e, stage, forward, /*receive=*/false);
       break;
     }
+    case OpKind::kBackwardWeight:
+      AddTraceLocked(absl::StrCat("W ", mb, " v=", e.version), "compute",
+                     e.end - e.compute, e.compute);
+      break;
     case OpKind::kOptimizerStep:
       AddTraceLocked(absl::StrCat("step v=", e.version), "compute", e.start,
                      e.end - e.start);
