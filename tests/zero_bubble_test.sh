@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Process-level test of the zero-bubble schedules through the real daemons:
+# a small GPT with its head tied to its embedding across the first and last
+# stage, trained by 4 worker daemons under zb_h1 and by 2 under zb_h2 (both
+# split every backward into I and W), has the per-step losses of
+# `aq train-local` within 1e-5 (relative); each job's trace shows its W's.
+set -uo pipefail
+AQ="$1" COORDINATOR="$2" WORKER="$3"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+harness="$(dirname "$0")/daemon_harness.sh"
+[ -f "$harness" ] || harness="tests/daemon_harness.sh"
+# shellcheck source=tests/daemon_harness.sh
+source "$harness"
+
+"$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" \
+  --state_dir "$tmp/cstate" --heartbeat_interval_ms 100 >"$tmp/coordinator.log" 2>&1 &
+pids+=("$!")
+wait_until 10 test -s "$tmp/port" || { cat "$tmp/coordinator.log"; exit 1; }
+addr="127.0.0.1:$(cat "$tmp/port")"
+aq() { "$AQ" "$@" --coordinator "$addr"; }
+for w in z1 z2 z3 z4; do
+  "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
+    --threads 1 --measure_gemm=false --peer_timeout_ms 20000 >"$tmp/$w.log" 2>&1 &
+  pids+=("$!")
+done
+wait_until 20 eval '[ "$(healthy_count)" -eq 4 ]' || { fail "workers: $(aq workers)"; exit 1; }
+
+# 6 layers: 4 stages of 2, 1, 2, 1 or 2 of 3, with the tie across them.
+cat >"$tmp/gpt.textproto" <<'SPEC'
+name: "zero-bubble"
+model {
+  layers { token_embedding { vocab_size: 128 dim: 16 } }
+  layers { position_embedding { context: 8 dim: 16 } }
+  layers { transformer_block { dim: 16 heads: 2 dropout: 0.1 } }
+  layers { transformer_block { dim: 16 heads: 2 } }
+  layers { layer_norm { normalized_shape: 16 } }
+  layers { linear { in_features: 16 out_features: 128 bias: false } tie_weight_to: 0 }
+}
+data { text { files: "/usr/share/games/fortunes/cookie" context: 8 tokenizer: "chars" } }
+optimizer { adam { lr: 0.003 } }
+batch_size: 8
+max_steps: 12
+seed: 3
+SPEC
+"$AQ" train-local "$tmp/gpt.textproto" --output json >"$tmp/local.json" 2>"$tmp/local.err" ||
+  { fail "train-local: $(cat "$tmp/local.err")"; exit 1; }
+
+# run SCHEDULE WORKERS: the job's losses against train-local's.
+run() {
+  local schedule=$1 workers=$2 id
+  sed "s/^seed: 3$/seed: 3\npipeline { workers: $workers schedule: \"$schedule\" microbatches: 4 bandwidth_bytes_per_s: 1e6 }/" \
+    "$tmp/gpt.textproto" >"$tmp/$schedule.textproto"
+  if ! aq submit "$tmp/$schedule.textproto" --wait >"$tmp/$schedule.out" 2>&1; then
+    fail "$schedule job: $(cat "$tmp/$schedule.out")"
+    return
+  fi
+  id=$(grep -o 'job-[0-9a-f-]*' "$tmp/$schedule.out" | head -1)
+  aq status "$id" --output json >"$tmp/$schedule.json"
+  python3 - "$tmp/local.json" "$tmp/$schedule.json" "$schedule" "$workers" <<'PY' ||
+import json, sys
+local = json.load(open(sys.argv[1]))["loss"]
+job = json.load(open(sys.argv[2]))
+stages = len(job["plan"]["stages"])
+assert stages == int(sys.argv[4]), f"{stages} stages, not {sys.argv[4]}: {job['plan']}"
+curve = sorted(job["loss_curve"], key=lambda p: int(p.get("minibatch", 0)))
+got = [p["loss"] for p in curve]
+assert len(got) == len(local), (len(got), len(local))
+worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, local))
+print(f"{sys.argv[3]}: {stages} stages, {len(got)} steps, worst relative difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+    fail "$schedule: the losses differ from train-local's"
+  aq trace "$id" -o "$tmp/$schedule.trace.json" >/dev/null 2>&1 ||
+    fail "$schedule: no trace"
+  grep -q '"name":"W mb=' "$tmp/$schedule.trace.json" ||
+    fail "$schedule: the trace shows no W"
+}
+run zb_h1 4
+run zb_h2 2
+
+[ "$fails" -eq 0 ] && echo "zero_bubble_test: passed"
+exit $((fails > 0))
