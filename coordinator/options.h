@@ -16,8 +16,8 @@ struct CoordinatorOptions {
   RegistryOptions registry;
   // Where checkpoints may be (--checkpoint_root): a job's checkpoint.dir,
   // the manifests committed and the versions pruned, and the manifests
-  // --resume reads, only under these (checkpoints.cc). The default allows
-  // none: a job with a checkpoint.dir is refused.
+  // --resume reads, only under these (checkpoint_committer.h). The default
+  // allows none: a job with a checkpoint.dir is refused.
   PathRoots checkpoint_roots;
   // The rendezvous store's limits (kv_store.h).
   KvStoreOptions store;
