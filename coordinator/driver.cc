@@ -1,11 +1,5 @@
-// The job driver: what happens to a job between PENDING and RUNNING, on
-// the coordinator's executor (one task per job). Profile the model on the
-// first reserved worker (unless the job came with a profile), plan, record
-// the plan and the assignment, assign the stages, start them. The job may
-// be cancelled or failed meanwhile: every step that touches the table
-// checks it is still PLANNING. A worker that refuses an assignment because
-// it still ends an earlier attempt of the job is asked again for up to
-// worker_rpc_timeout before the refusal counts as the attempt's failure.
+#include "coordinator/driver.h"
+
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -14,7 +8,6 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "coordinator/core.h"
 #include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
@@ -23,48 +16,6 @@
 #include "pipeline/policy.h"
 
 namespace aqueduct {
-
-void CoordinatorCore::FailJob(const std::string& job_id,
-                              const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it != jobs_.end()) FinishLocked(it->second, JobEvent::kFailed, reason);
-}
-
-bool CoordinatorCore::StillPlanningLocked(const std::string& job_id,
-                                          int attempt) const {
-  auto it = jobs_.find(job_id);
-  return !shutting_down_ && it != jobs_.end() &&
-         it->second.state == v1::JOB_PLANNING && it->second.attempt == attempt;
-}
-
-bool CoordinatorCore::ReadDriveInput(const std::string& job_id,
-                                     DriveInput* in) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (shutting_down_ || it == jobs_.end() ||
-      it->second.state != v1::JOB_PLANNING) {
-    return false;
-  }
-  in->attempt = it->second.attempt;
-  in->ready_plans = it->second.ready_plans;
-  if (const v1::CheckpointManifest* restore = RestorePointLocked(it->second)) {
-    in->restore = *restore;
-  }
-  in->spec = it->second.spec;
-  in->has_profile = it->second.has_profile;
-  in->profile = it->second.profile;
-  in->reserved = it->second.reserved;
-  for (const std::string& w : in->reserved) {
-    auto status = registry_.Get(w);
-    in->addresses.push_back(status.ok() ? status->info().address() : "");
-    in->memory_bytes.push_back(
-        status.ok() ? status->info().device().memory_bytes() : 0);
-    in->link_probe_ports.push_back(
-        status.ok() ? status->info().link_probe_port() : 0);
-  }
-  return true;
-}
 
 namespace {
 
@@ -164,7 +115,69 @@ void Reorder(std::vector<T>& v, const std::vector<int>& order) {
 
 }  // namespace
 
-absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
+JobDriver::JobDriver(const CoordinatorOptions& options, absl::Mutex& mu,
+                     Registry& registry, JobTable& jobs, JobEvents& events,
+                     const WorkerClientFactory& worker_clients,
+                     JournalAccessor journal, BoundedExecutor& executor)
+    : options_(options),
+      mu_(mu),
+      registry_(registry),
+      jobs_(jobs),
+      events_(events),
+      worker_clients_(worker_clients),
+      journal_(std::move(journal)),
+      executor_(executor) {}
+
+Job* JobDriver::PlanningLocked(const std::string& job_id, int attempt) {
+  Job* job = jobs_.Get(job_id);
+  if (events_.ShuttingDown() || job == nullptr ||
+      job->state != v1::JOB_PLANNING || job->attempt != attempt) {
+    return nullptr;
+  }
+  return job;
+}
+
+void JobDriver::Fail(const std::string& job_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (Job* job = jobs_.Get(job_id)) {
+    events_.Transition(*job, JobEvent::kFailed, reason);
+  }
+}
+
+void JobDriver::Restart(const std::string& job_id, int attempt,
+                        const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (Job* job = PlanningLocked(job_id, attempt)) events_.Probe(*job, reason);
+}
+
+bool JobDriver::ReadInput(const std::string& job_id, Input* in) {
+  absl::MutexLock lock(&mu_);
+  const Job* job = jobs_.Get(job_id);
+  if (events_.ShuttingDown() || job == nullptr ||
+      job->state != v1::JOB_PLANNING) {
+    return false;
+  }
+  in->attempt = job->attempt;
+  in->ready_plans = job->ready_plans;
+  if (const v1::CheckpointManifest* restore = RestorePoint(*job)) {
+    in->restore = *restore;
+  }
+  in->spec = job->spec;
+  in->has_profile = job->has_profile;
+  in->profile = job->profile;
+  in->reserved = job->reserved;
+  for (const std::string& w : in->reserved) {
+    auto status = registry_.Get(w);
+    in->addresses.push_back(status.ok() ? status->info().address() : "");
+    in->memory_bytes.push_back(
+        status.ok() ? status->info().device().memory_bytes() : 0);
+    in->link_probe_ports.push_back(
+        status.ok() ? status->info().link_probe_port() : 0);
+  }
+  return true;
+}
+
+absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
   if (!in.has_profile) {
     auto measured = worker_clients_(in.addresses[0])
                         ->Profile(in.spec, options_.profile_timeout);
@@ -188,13 +201,13 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::ProfileAndPlan(DriveInput& in) {
   return PlanFor(in.spec, in.profile, workers);
 }
 
-absl::StatusOr<PartitionPlan> CoordinatorCore::PlanFor(
-    const JobSpec& spec, const ModelProfile& profile, int workers) {
+absl::StatusOr<PartitionPlan> JobDriver::PlanFor(const JobSpec& spec,
+                                                 const ModelProfile& profile,
+                                                 int workers) {
   return PlanOn(spec, profile, workers, {});
 }
 
-absl::StatusOr<PartitionPlan> CoordinatorCore::PlanOnMeasuredLinks(
-    DriveInput& in) {
+absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {
   const int n = static_cast<int>(in.reserved.size());
   std::vector<SurveyWorker> survey;
   std::vector<std::string> hosts;
@@ -235,8 +248,7 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::PlanOnMeasuredLinks(
   return plan;
 }
 
-void CoordinatorCore::PlanAhead(const std::string& job_id,
-                                const DriveInput& in) {
+void JobDriver::PlanAhead(const std::string& job_id, const Input& in) {
   // A measured plan is made when the job restarts, for its new workers.
   if (MeasuresTopology(in.spec)) return;
   std::map<int, PartitionPlan> plans;
@@ -246,18 +258,16 @@ void CoordinatorCore::PlanAhead(const std::string& job_id,
     if (plan.ok()) plans.emplace(n, *std::move(plan));
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  it->second.ready_plans.merge(plans);
+  if (Job* job = jobs_.Get(job_id)) job->ready_plans.merge(plans);
 }
 
-bool CoordinatorCore::RecordPlan(const std::string& job_id,
-                                 const DriveInput& in,
-                                 const PartitionPlan& plan,
-                                 Assignments* assignments) {
+bool JobDriver::RecordPlan(const std::string& job_id, const Input& in,
+                           const PartitionPlan& plan,
+                           Assignments* assignments) {
   absl::MutexLock lock(&mu_);
-  if (!StillPlanningLocked(job_id, in.attempt)) return false;
-  Job& job = jobs_.at(job_id);
+  Job* planning = PlanningLocked(job_id, in.attempt);
+  if (planning == nullptr) return false;
+  Job& job = *planning;
   job.plan = plan;
   job.has_plan = true;
   // Restarts re-plan from the same measurements.
@@ -307,9 +317,8 @@ bool CoordinatorCore::RecordPlan(const std::string& job_id,
   return true;
 }
 
-absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
-                                             int attempt,
-                                             const Assignments& assignments) {
+absl::Status JobDriver::AssignAndStart(const std::string& job_id, int attempt,
+                                       const Assignments& assignments) {
   for (const auto& [address, a] : assignments) {
     const absl::Status s = AssignUnlessStillBusy(*worker_clients_(address), a,
                                                  options_.worker_rpc_timeout,
@@ -324,7 +333,7 @@ absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
   for (const auto& [address, a] : assignments) {
     {
       absl::MutexLock lock(&mu_);
-      if (!StillPlanningLocked(job_id, attempt)) return absl::OkStatus();
+      if (PlanningLocked(job_id, attempt) == nullptr) return absl::OkStatus();
     }
     const absl::Status s =
         worker_clients_(address)->StartJob(job_id, options_.worker_rpc_timeout);
@@ -337,37 +346,47 @@ absl::Status CoordinatorCore::AssignAndStart(const std::string& job_id,
   return absl::OkStatus();
 }
 
-void CoordinatorCore::Drive(const std::string& job_id) {
-  DriveInput in;
-  if (!ReadDriveInput(job_id, &in)) return;
+void JobDriver::Drive(const std::string& job_id) {
+  Input in;
+  if (!ReadInput(job_id, &in)) return;
   auto plan = ProfileAndPlan(in);
-  if (!plan.ok()) return FailJob(job_id, std::string(plan.status().message()));
+  if (!plan.ok()) return Fail(job_id, std::string(plan.status().message()));
   // A plan its workers cannot hold fails here, naming the stage, rather
   // than on a worker that cannot allocate it.
   if (absl::Status fits = CheckPlanFits(*plan, in.memory_bytes, in.reserved);
       !fits.ok()) {
-    return FailJob(job_id, std::string(fits.message()));
+    return Fail(job_id, std::string(fits.message()));
   }
   Assignments assignments;
   if (!RecordPlan(job_id, in, *plan, &assignments)) return;
   if (absl::Status s = AssignAndStart(job_id, in.attempt, assignments);
       !s.ok()) {
-    return RestartJob(job_id, in.attempt, std::string(s.message()));
+    return Restart(job_id, in.attempt, std::string(s.message()));
   }
-  absl::MutexLock lock(&mu_);
-  if (!StillPlanningLocked(job_id, in.attempt)) return;
-  Job& job = jobs_.at(job_id);
-  if (!TransitionLocked(job, JobEvent::kStarted, "")) return;
-  AQ_LOG_INFO("job {} attempt {} running on {} stage(s) from version {}",
-              job_id, in.attempt, job.plan.stages_size(), in.restore.version());
-  if (!job.restarts.empty()) {
-    job.restarts.back().set_workers(job.plan.workers_used());
+  MarkRunning(job_id, in);
+}
+
+void JobDriver::MarkRunning(const std::string& job_id, const Input& in) {
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = PlanningLocked(job_id, in.attempt);
+    if (job == nullptr || !events_.Transition(*job, JobEvent::kStarted, "")) {
+      return;
+    }
+    AQ_LOG_INFO("job {} attempt {} running on {} stage(s) from version {}",
+                job_id, in.attempt, job->plan.stages_size(),
+                in.restore.version());
+    if (!job->restarts.empty()) {
+      job->restarts.back().set_workers(job->plan.workers_used());
+    }
+    if (const std::shared_ptr<JobJournal> journal = journal_()) {
+      journal->AppendAsync(StartRecord(*job));
+    }
   }
-  JournalStartLocked(job);
   // The plans a restart onto fewer workers needs, made while the job
   // trains (milliseconds each), so that recovery does not wait for them.
   if (absl::Status s =
-          executor_->Submit([this, job_id, in] { PlanAhead(job_id, in); });
+          executor_.Submit([this, job_id, in] { PlanAhead(job_id, in); });
       !s.ok()) {
     AQ_LOG_DEBUG("job {}: {}", job_id, s.ToString());
   }

@@ -21,27 +21,21 @@
 
 namespace aqueduct {
 
-const v1::CheckpointManifest* CoordinatorCore::RestorePointLocked(
-    const Job& job) const {
-  if (!job.checkpoints.empty()) return &job.checkpoints.rbegin()->second;
-  if (job.resume.version() > 0) return &job.resume;
-  return nullptr;
-}
-
 void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
   if (job.state != v1::JOB_PLANNING && job.state != v1::JOB_RUNNING) return;
   job.probing = false;
   const int used = static_cast<int>(job.restarts.size());
   if (used >= job.max_restarts) {
-    FinishLocked(job, JobEvent::kFailed,
-                 job.max_restarts == 0
-                     ? reason
-                     : absl::StrCat(reason, " (after ", used,
-                                    " restart(s), the most "
-                                    "fault_tolerance.max_restarts allows)"));
+    TransitionLocked(
+        job, JobEvent::kFailed,
+        job.max_restarts == 0
+            ? reason
+            : absl::StrCat(reason, " (after ", used,
+                           " restart(s), the most "
+                           "fault_tolerance.max_restarts allows)"));
     return;
   }
-  const v1::CheckpointManifest* restore = RestorePointLocked(job);
+  const v1::CheckpointManifest* restore = RestorePoint(job);
   v1::RestartRecord record;
   record.set_attempt(job.attempt + 1);
   record.set_at_ms(ToUnixMillisOr0(clock_->WallNow()));
@@ -88,18 +82,18 @@ void CoordinatorCore::ProbeLocked(Job& job, const std::string& error) {
   const std::string id = job.id;
   const int attempt = job.attempt;
   absl::Status s = executor_->Submit(
-      [this, id, attempt, error] { Probe(id, attempt, error); });
+      [this, id, attempt, error] { ProbeWorkers(id, attempt, error); });
   if (!s.ok()) RestartOrFailLocked(job, error);
 }
 
-void CoordinatorCore::Probe(const std::string& job_id, int attempt,
-                            const std::string& error) {
+void CoordinatorCore::ProbeWorkers(const std::string& job_id, int attempt,
+                                   const std::string& error) {
   std::vector<std::pair<std::string, std::string>> workers;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end() || it->second.attempt != attempt) return;
-    for (const std::string& w : it->second.reserved) {
+    Job* job = jobs_.Get(job_id);
+    if (job == nullptr || job->attempt != attempt) return;
+    for (const std::string& w : job->reserved) {
       auto status = registry_.Get(w);
       if (status.ok() && status->job_id() == job_id) {
         workers.emplace_back(w, status->info().address());
@@ -107,11 +101,10 @@ void CoordinatorCore::Probe(const std::string& job_id, int attempt,
         // Not registered again since the coordinator restarted (or again
         // without its stage): the process that ran the stage is gone.
         return RestartOrFailLocked(
-            it->second,
-            absl::StrCat("worker ", w, " (", WhereInJob(it->second, w),
-                         ") did not come back with its stage after the "
-                         "coordinator restarted (",
-                         error, ")"));
+            *job, absl::StrCat("worker ", w, " (", WhereInJob(*job, w),
+                               ") did not come back with its stage after the "
+                               "coordinator restarted (",
+                               error, ")"));
       }
     }
   }
@@ -132,24 +125,17 @@ void CoordinatorCore::Probe(const std::string& job_id, int attempt,
   for (const auto& [id, why] : dead) {
     HandleTransitionsLocked(registry_.MarkDead(id, why));
   }
-  auto it = jobs_.find(job_id);
-  if (it != jobs_.end() && it->second.attempt == attempt) {
-    RestartOrFailLocked(it->second, error);  // Nobody died: the stage did.
+  Job* job = jobs_.Get(job_id);
+  if (job != nullptr && job->attempt == attempt) {
+    RestartOrFailLocked(*job, error);  // Nobody died: the stage did.
   }
-}
-
-void CoordinatorCore::RestartJob(const std::string& job_id, int attempt,
-                                 const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  if (StillPlanningLocked(job_id, attempt))
-    ProbeLocked(jobs_.at(job_id), reason);
 }
 
 void CoordinatorCore::AdoptClaimLocked(const WorkerInfo& info,
                                        const v1::StageClaim& claim) {
-  auto it = jobs_.find(claim.job_id());
-  if (it == jobs_.end() || IsFinal(it->second.state)) return;
-  Job& job = it->second;
+  Job* found = jobs_.Get(claim.job_id());
+  if (found == nullptr || IsFinal(found->state)) return;
+  Job& job = *found;
   const auto& stages = job.stage_workers;
   if (claim.attempt() != job.attempt || claim.stage() < 0 ||
       claim.stage() >= static_cast<int>(stages.size()) || claim.replica() < 0 ||
@@ -185,10 +171,10 @@ void CoordinatorCore::ForgetAwaitedLocked(const std::string& worker_id) {
 void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
   const absl::Duration limit =
       options_.adoption_grace + options_.registry.dead_after;
-  for (const std::string& id : job_order_) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second.awaiting.empty()) continue;
-    Job& job = it->second;
+  for (const std::string& id : jobs_.order()) {
+    Job* found = jobs_.Get(id);
+    if (found == nullptr || found->awaiting.empty()) continue;
+    Job& job = *found;
     if (IsFinal(job.state) || now - job.adopted_at < limit) continue;
     const std::string missing = absl::StrJoin(job.awaiting, ", ");
     job.awaiting.clear();
@@ -197,24 +183,6 @@ void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
                              "%.1f s of the coordinator's restart",
                              missing, absl::ToDoubleSeconds(limit)));
   }
-}
-
-void CoordinatorCore::JournalStartLocked(const Job& job) {
-  const std::shared_ptr<JobJournal> journal = Journal();
-  if (journal == nullptr) return;
-  v1::JournalRecord record;
-  v1::JobStarted* started = record.mutable_started();
-  started->set_job_id(job.id);
-  started->set_attempt(job.attempt);
-  *started->mutable_plan() = job.plan;
-  for (const auto& replicas : job.stage_workers) {
-    v1::StagePeers* stage = started->add_stages();
-    for (const std::string& w : replicas) stage->add_worker_ids(w);
-  }
-  if (job.has_profile) *started->mutable_profile() = job.profile;
-  if (!job.restarts.empty()) *started->mutable_restart() = job.restarts.back();
-  started->set_started_ms(ToUnixMillisOr0(job.started));
-  journal->AppendAsync(std::move(record));
 }
 
 }  // namespace aqueduct

@@ -1,31 +1,51 @@
-// Checkpoints, the coordinator's half of the two-phase commit
-// (docs/protocol.md, "Checkpoints"): each stage's replica 0 writes its file
-// durably and reports it; once every stage of the current attempt has
-// reported its file of a version, the committer thread writes the
-// version's manifest (the commit point: an atomic rename), journals it,
-// records it in the job, and removes the versions beyond keep_last. A
-// version whose files never all arrive (a worker died while writing, a
-// full disk) is never committed, and is removed with the older versions.
-//
-// Every directory and manifest touched here lies under the coordinator's
-// --checkpoint_root (options_.checkpoint_roots): a job's checkpoint.dir is
-// checked when it is submitted, a worker's reported directory when its
-// manifest is committed, and --resume before anything is read.
+#include "coordinator/checkpoint_committer.h"
+
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/logging.h"
-#include "common/status.h"
-#include "coordinator/core.h"
 #include "coordinator/input_checks.h"
 #include "pipeline/policy.h"
 #include "pipeline/spec.h"
 
 namespace aqueduct {
 
-void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
+CheckpointCommitter::CheckpointCommitter(const CoordinatorOptions& options,
+                                         const Clock* clock, absl::Mutex& mu,
+                                         JobTable& jobs, JobLogStore& logs,
+                                         JournalAccessor journal,
+                                         BoundedExecutor& executor)
+    : options_(options),
+      clock_(clock),
+      mu_(mu),
+      jobs_(jobs),
+      logs_(logs),
+      journal_(std::move(journal)),
+      executor_(executor) {}
+
+v1::CheckpointManifest CheckpointCommitter::ManifestOf(
+    const Job& job, int64_t version,
+    const std::map<int, v1::CheckpointWritten>& files) const {
+  v1::CheckpointManifest m;
+  m.set_job_id(job.id);
+  m.set_version(version);
+  m.set_schedule(ScheduleName(ParseSchedule(job.spec.pipeline().schedule())
+                                  .value_or(v1::SCHEDULE_UNSPECIFIED)));
+  *m.mutable_plan() = job.plan;
+  m.set_total_steps(job.total_steps);
+  m.set_num_layers(job.spec.model().layers_size());
+  m.set_attempt(job.attempt);
+  m.set_dir(files.begin()->second.dir());
+  for (const auto& [stage, written] : files) *m.add_files() = written.file();
+  m.set_committed_ms(ToUnixMillisOr0(clock_->WallNow()));
+  return m;
+}
+
+void CheckpointCommitter::ApplyLocked(Job& job, const StageProgress& p) {
+  mu_.AssertHeld();
   if (p.checkpoints_size() == 0 || !job.has_plan || p.replica() != 0) return;
   const int64_t committed =
       job.checkpoints.empty() ? 0 : job.checkpoints.rbegin()->first;
@@ -38,37 +58,26 @@ void CoordinatorCore::ApplyCheckpointsLocked(Job& job, const StageProgress& p) {
       ++it;
       continue;
     }
-    v1::CheckpointManifest m;
-    m.set_job_id(job.id);
-    m.set_version(it->first);
-    m.set_schedule(ScheduleName(ParseSchedule(job.spec.pipeline().schedule())
-                                    .value_or(v1::SCHEDULE_UNSPECIFIED)));
-    *m.mutable_plan() = job.plan;
-    m.set_total_steps(job.total_steps);
-    m.set_num_layers(job.spec.model().layers_size());
-    m.set_attempt(job.attempt);
-    m.set_dir(it->second.begin()->second.dir());
-    for (const auto& [stage, written] : it->second) {
-      *m.add_files() = written.file();
-    }
-    m.set_committed_ms(ToUnixMillisOr0(clock_->WallNow()));
+    const v1::CheckpointManifest m = ManifestOf(job, it->first, it->second);
     const std::string job_dir =
         CheckpointJobDir(job.spec.checkpoint().dir(), job.id);
     const int keep = CheckpointsKept(job.spec);
-    absl::Status s = committer_->Submit(
+    absl::Status s = executor_.Submit(
         [this, m, job_dir, keep] { Commit(m, job_dir, keep); });
     if (!s.ok()) AQ_LOG_WARN("job {}: {}", job.id, s.ToString());
     it = job.pending_files.erase(it);
   }
 }
 
-void CoordinatorCore::RequestCheckpointsLocked(absl::Time now) {
+void CheckpointCommitter::RequestByTimeLocked(
+    absl::Time now, const std::function<JobStatus(const Job&)>& status_of) {
+  mu_.AssertHeld();
   for (auto& [id, job] : jobs_) {
     const double every = job.spec.checkpoint().every_seconds();
     if (every <= 0 || job.state != v1::JOB_RUNNING || !job.has_plan) continue;
     // Set when the job started running (or was adopted), then at each ask.
     if (now - job.checkpoint_asked < absl::Seconds(every)) continue;
-    const JobStatus s = StatusOfLocked(job);
+    const JobStatus s = status_of(job);
     int64_t ahead = 0;  // The version of the stage furthest on.
     for (const v1::StageStatus& stage : s.stages()) {
       ahead = std::max(ahead, stage.committed_version());
@@ -90,15 +99,31 @@ void CoordinatorCore::RequestCheckpointsLocked(absl::Time now) {
   }
 }
 
-void CoordinatorCore::Commit(v1::CheckpointManifest m,
-                             const std::string& job_dir, int keep_last) {
+std::optional<std::set<int64_t>> CheckpointCommitter::RecordLocked(
+    const v1::CheckpointManifest& m, int keep_last) {
+  Job* job = jobs_.Get(m.job_id());
+  if (job == nullptr) return std::nullopt;
+  job->checkpoints[m.version()] = m;
+  while (static_cast<int>(job->checkpoints.size()) > keep_last) {
+    job->checkpoints.erase(job->checkpoints.begin());
+  }
+  std::set<int64_t> keep;
+  for (const auto& [version, manifest] : job->checkpoints) {
+    keep.insert(version);
+  }
+  ++job->version;
+  return keep;
+}
+
+void CheckpointCommitter::Commit(const v1::CheckpointManifest& m,
+                                 const std::string& job_dir, int keep_last) {
   const PathRoots& roots = options_.checkpoint_roots;
   if (absl::Status s = CommitManifest(roots, m); !s.ok()) {
     AQ_LOG_WARN("job {}: checkpoint version {} not committed: {}", m.job_id(),
                 m.version(), s.ToString());
     return;
   }
-  if (const std::shared_ptr<JobJournal> journal = Journal()) {
+  if (const std::shared_ptr<JobJournal> journal = journal_()) {
     v1::JournalRecord record;
     *record.mutable_checkpoint() = m;
     if (absl::Status s = journal->Append(record); !s.ok()) {
@@ -108,27 +133,18 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
           m.job_id(), m.version(), m.dir(), s.ToString());
     }
   }
-  std::set<int64_t> keep;
+  std::optional<std::set<int64_t>> keep;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(m.job_id());
-    if (it == jobs_.end()) return;
-    Job& job = it->second;
-    job.checkpoints[m.version()] = m;
-    while (static_cast<int>(job.checkpoints.size()) > keep_last) {
-      job.checkpoints.erase(job.checkpoints.begin());
-    }
-    for (const auto& [version, manifest] : job.checkpoints) {
-      keep.insert(version);
-    }
-    ++job.version;
+    keep = RecordLocked(m, keep_last);
   }
+  if (!keep.has_value()) return;
   AQ_LOG_INFO("job {}: checkpoint version {} committed in {}", m.job_id(),
               m.version(), m.dir());
   logs_.AppendEvent(m.job_id(), absl::ToUnixMillis(clock_->WallNow()), "info",
                     absl::StrCat("checkpoint version ", m.version(),
                                  " committed in ", m.dir()));
-  if (absl::Status s = PruneCheckpoints(roots, job_dir, keep, m.version());
+  if (absl::Status s = PruneCheckpoints(roots, job_dir, *keep, m.version());
       !s.ok()) {
     AQ_LOG_WARN("job {}: removing old checkpoints: {}", m.job_id(),
                 s.ToString());
@@ -138,21 +154,20 @@ void CoordinatorCore::Commit(v1::CheckpointManifest m,
   }
 }
 
-void CoordinatorCore::RemoveUncommittedLocked(const Job& job) {
+void CheckpointCommitter::RemoveUncommittedLocked(const Job& job) {
+  mu_.AssertHeld();
   if (job.spec.checkpoint().dir().empty()) return;
   const std::string job_dir =
       CheckpointJobDir(job.spec.checkpoint().dir(), job.id);
   const std::string id = job.id;
   // After the commits queued before it, which it must keep.
-  absl::Status s = committer_->Submit([this, job_dir, id] {
+  absl::Status s = executor_.Submit([this, job_dir, id] {
     std::set<int64_t> keep;
     {
       absl::MutexLock lock(&mu_);
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) return;
-      for (const auto& [version, m] : it->second.checkpoints) {
-        keep.insert(version);
-      }
+      const Job* job = jobs_.Get(id);
+      if (job == nullptr) return;
+      for (const auto& [version, m] : job->checkpoints) keep.insert(version);
     }
     if (absl::Status s =
             PruneCheckpoints(options_.checkpoint_roots, job_dir, keep);
@@ -164,15 +179,14 @@ void CoordinatorCore::RemoveUncommittedLocked(const Job& job) {
   if (!s.ok()) AQ_LOG_DEBUG("job {}: {}", id, s.ToString());
 }
 
-absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
+absl::StatusOr<v1::CheckpointManifest> CheckpointCommitter::ResolveResume(
     const JobSpec& spec, const std::string& resume) const {
   v1::CheckpointManifest m;
   bool found = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(resume);
-    if (it != jobs_.end()) {
-      const v1::CheckpointManifest* latest = RestorePointLocked(it->second);
+    if (const Job* job = jobs_.Get(resume)) {
+      const v1::CheckpointManifest* latest = RestorePoint(*job);
       if (latest == nullptr) {
         return absl::NotFoundError(absl::StrCat(
             "job ", Quoted(resume), " has no committed checkpoint"));
@@ -207,57 +221,12 @@ absl::StatusOr<v1::CheckpointManifest> CoordinatorCore::ResolveResume(
   return m;
 }
 
-absl::Status CoordinatorCore::CheckCheckpointDir(const JobSpec& spec) const {
+absl::Status CheckpointCommitter::CheckDir(const JobSpec& spec) const {
   const std::string& dir = spec.checkpoint().dir();
   if (dir.empty()) return absl::OkStatus();
   // It may not exist yet: the first stage to write a file creates it.
   return options_.checkpoint_roots.ResolveForCreate(dir, "checkpoint.dir")
       .status();
-}
-
-absl::StatusOr<std::vector<v1::CheckpointManifest>>
-CoordinatorCore::ListCheckpoints(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(auto* job, FindJobLocked(job_id));
-  std::vector<v1::CheckpointManifest> out;
-  for (const auto& [version, m] : job->checkpoints) out.push_back(m);
-  return out;
-}
-
-absl::Status CoordinatorCore::CheckModelUpload(const std::string& worker_id,
-                                               const std::string& incarnation,
-                                               const std::string& job_id,
-                                               int attempt) const {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(registry_.CheckLive(worker_id, incarnation));
-  ASSIGN_OR_RETURN(const Job* found, FindJobLocked(job_id));
-  const Job& job = *found;
-  auto worker = registry_.Get(worker_id);
-  const bool output =
-      job.has_plan && worker.ok() && worker->job_id() == job_id &&
-      worker->stage() == job.plan.stages_size() - 1 && worker->replica() == 0;
-  if (IsFinal(job.state) || attempt != job.attempt || !output) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker_id, " may not upload the model of job ",
-                     job_id, " (attempt ", attempt,
-                     "): only the output stage's replica 0 of the "
-                     "running attempt ",
-                     job.attempt, " may"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
-                                          const std::string& path,
-                                          int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Job * job, FindJobLocked(job_id));
-  job->model_path = path;
-  job->model_bytes = bytes;
-  ++job->version;
-  AQ_LOG_INFO("job {}: trained model stored as {} ({} bytes)", job_id, path,
-              bytes);
-  return absl::OkStatus();
 }
 
 }  // namespace aqueduct
