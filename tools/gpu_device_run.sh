@@ -7,7 +7,8 @@
 # step into $OUT/summary.txt. docs/gpu.md records what ran.
 #
 # Usage (from the repository root there): bash tools/gpu_device_run.sh [STEP...]
-#   STEP: tests daemons bench gpt_gpu gpt_cpu (default: all, in that order)
+#   STEP: tests daemons bench gpt_gpu gpt_cpu schedules (default: the first
+#   five, in that order)
 set -uo pipefail
 OUT="${OUT:-/tmp/aq-out}"
 mkdir -p "$OUT"
@@ -74,39 +75,69 @@ for name, tf32 in (("fp32", False), ("tf32", True)):
   step nccl_bench 30 "$bin/nccl_bench" --iters 20
 }
 
-# The README's GPT (examples/gpt_fortunes.textproto) as a 2-worker 1F1B
-# pipeline, both workers on device $1, 500 steps; the job's status (loss,
-# throughput) in gpt-$1.json.
+# The README's GPT (examples/gpt_fortunes.textproto) as a pipeline on device
+# $1: by default 2 workers of 8 threads, 1f1b_flush, 500 steps ($GPT_WORKERS,
+# $GPT_THREADS, $GPT_SCHEDULE, $GPT_STEPS, $GPT_MICROBATCHES change them);
+# the job's status (loss, throughput) in gpt-$1[-schedule].json.
 gpt_job() {
-  local dev=$1 tmp="/tmp/aq-gpt-$1"
+  local dev=$1 name=$1${GPT_SCHEDULE:+-$GPT_SCHEDULE}
+  local workers=${GPT_WORKERS:-2} threads=${GPT_THREADS:-8}
+  local steps=${GPT_STEPS:-500} schedule=${GPT_SCHEDULE:-1f1b_flush}
+  local tmp="/tmp/aq-gpt-$name"
   rm -rf "$tmp" && mkdir -p "$tmp"
   "$bin/coordinator" --listen 127.0.0.1:0 --port_file "$tmp/port" \
     --state_dir "$tmp/state" >"$tmp/coordinator.log" 2>&1 &
   local pids=($!)
   for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.2; done
   local addr="127.0.0.1:$(cat "$tmp/port")"
-  for n in 1 2; do
+  for n in $(seq "$workers"); do
     "$bin/worker" --coordinator "$addr" --worker_id "w$n" --listen 127.0.0.1:0 \
-      --device "$dev" --threads 8 >"$tmp/w$n.log" 2>&1 &
+      --device "$dev" --threads "$threads" >"$tmp/w$n.log" 2>&1 &
     pids+=($!)
   done
-  sed -e 's/^max_steps: 4000/max_steps: 500/' -e 's/^eval_every: 1000/eval_every: 500/' \
-    -e 's/^  workers: 4/  workers: 2/' examples/gpt_fortunes.textproto >"$tmp/gpt.textproto"
+  sed -e "s/^max_steps: 4000/max_steps: $steps/" -e "s/^eval_every: 1000/eval_every: $steps/" \
+    -e "s/^  workers: 4/  workers: $workers/" \
+    -e "s/^  schedule: \"1f1b_flush\"/  schedule: \"$schedule\"${GPT_MICROBATCHES:+ microbatches: $GPT_MICROBATCHES}${GPT_BANDWIDTH:+ bandwidth_bytes_per_s: $GPT_BANDWIDTH}/" \
+    examples/gpt_fortunes.textproto >"$tmp/gpt.textproto"
   sleep 3
   local t0=$(date +%s%N)
-  "$bin/aq" submit "$tmp/gpt.textproto" --wait --coordinator "$addr"
+  "$bin/aq" submit "$tmp/gpt.textproto" --wait --coordinator "$addr" \
+    ${GPT_PROFILE:+--profile "$GPT_PROFILE"}
   local rc=$?
   echo "wall ms: $((($(date +%s%N) - t0) / 1000000))"
   local id=$("$bin/aq" jobs --coordinator "$addr" --output json | grep -o 'job-[0-9a-f-]*' | head -1)
-  "$bin/aq" status "$id" --coordinator "$addr" --output json >"$logs/gpt-$dev.json"
+  "$bin/aq" status "$id" --coordinator "$addr" --output json >"$logs/gpt-$name.json"
+  "$bin/aq" status "$id" --coordinator "$addr" | head -2
   kill "${pids[@]}" 2>/dev/null
   wait
-  for f in "$tmp"/*.log; do cp "$f" "$logs/gpt-$dev-$(basename "$f")"; done
+  for f in "$tmp"/*.log; do cp "$f" "$logs/gpt-$name-$(basename "$f")"; done
   return $rc
 }
 
 gpt_gpu() { step gpt_cuda0 200 bash -c 'gpt_job cuda:0'; }
 gpt_cpu() { step gpt_cpu 200 bash -c 'gpt_job cpu'; }
+
+# The schedules side by side on this machine's quiet CPUs: schedule_bench
+# (Delay layers, F:I:W 1:1:1, p = 4, m = 8), then the GPT on 4 CPU workers
+# of 4 threads under each flushing schedule: one profile for all (the same
+# plan), a bandwidth of 1e8 B/s so that the plan is a straight 4-stage
+# pipeline, 4 microbatches, $GPT_STEPS (default 200) steps.
+schedules() {
+  step schedule_bench 120 "$bin/schedule_bench"
+  grep -h '^{' "$logs/schedule_bench.log" >>"$OUT/summary.txt"
+  gpt_schedules
+}
+
+gpt_schedules() {
+  local s profile=/tmp/aq-gpt-profile.json
+  sed -e 's/^max_steps: 4000/max_steps: 10/' examples/gpt_fortunes.textproto >/tmp/aq-gpt-profile.textproto
+  step gpt_profile 60 "$bin/aq" profile /tmp/aq-gpt-profile.textproto --threads 4 -o "$profile"
+  for s in 1f1b_flush gpipe zb_h1 zb_h2; do
+    step "gpt_cpu4_$s" 150 env GPT_WORKERS=4 GPT_THREADS=${GPT_THREADS:-4} GPT_STEPS=${GPT_STEPS:-200} \
+      GPT_MICROBATCHES=4 GPT_BANDWIDTH=1e8 GPT_PROFILE=$profile GPT_SCHEDULE=$s \
+      bash -c 'gpt_job cpu'
+  done
+}
 
 export -f gpt_job
 export bin logs

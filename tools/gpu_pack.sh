@@ -17,7 +17,7 @@ tests=(//common/device/cuda:kernels_test //common/device/cuda:cuda_device_test
   //common/comm/nccl:nccl_test //worker:device_parity_test
   //worker:pipeline_test)
 binaries=(//tests/bench:mlp_bench //tests/bench:nccl_bench //client:aq
-  //coordinator:coordinator //worker:worker)
+  //coordinator:coordinator //worker:worker //tests/bench:schedule_bench)
 bazel build "${tests[@]}" "${binaries[@]}"
 
 stage=/tmp/aq-gpu-stage
