@@ -69,15 +69,19 @@ absl::Status SyncDir(const std::string& dir) {
   return s;
 }
 
-// mkdir -p with mode 0755; the parent of every directory created is synced
-// so that the new entry is durable too.
+// mkdir -p with mode 0700 (a job's checkpoints are its user's alone,
+// whatever the umask; issue 22, item 13); the parent of every directory
+// created is synced so that the new entry is durable too.
 absl::Status MakeDirs(const std::string& path) {
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = path.find('/', pos + 1);
     const std::string prefix = path.substr(0, pos);
     if (prefix.empty()) continue;
-    if (mkdir(prefix.c_str(), 0755) == 0) {
+    if (mkdir(prefix.c_str(), 0700) == 0) {
+      // mkdir's mode is masked by the umask; chmod's is not (a umask that
+      // took the owner's bits would leave a directory nobody can enter).
+      if (chmod(prefix.c_str(), 0700) != 0) return Errno("chmod", prefix);
       RETURN_IF_ERROR(SyncDir(DirName(prefix)));
       continue;
     }
@@ -97,7 +101,7 @@ absl::Status MakeDirs(const std::string& path) {
 absl::Status WriteSyncClose(int fd, absl::string_view data,
                             const std::string& path) {
   absl::Status s;
-  if (fchmod(fd, 0644) != 0) s = Errno("chmod", path);
+  if (fchmod(fd, 0600) != 0) s = Errno("chmod", path);
   size_t done = 0;
   while (s.ok() && done < data.size()) {
     const ssize_t n = write(fd, data.data() + done, data.size() - done);

@@ -53,8 +53,9 @@ std::string StageFileName(int stage, int attempt);
 uint32_t Crc32(absl::string_view bytes);
 
 // Writes `file` (serialized with SerializeSafetensors) as
-// <version_dir>/<name>: creates the directories as needed (mode 0755, like
-// mkdir -p), writes a temporary file in the same directory, fsyncs it,
+// <version_dir>/<name> (mode 0600): creates the directories as needed (mode
+// 0700, like mkdir -p), writes a temporary file in the same directory,
+// fsyncs it,
 // renames it into place, fsyncs the directory. Returns the CheckpointFile
 // with name, stage, layer_begin, layer_end, bytes and crc32 filled.
 // INVALID_ARGUMENT for a `name` that is not a plain file name, a bad layer

@@ -2,7 +2,8 @@
 // alone whatever the process's umask: their directories 0700 (also those
 // older versions left 0755), their files 0600, also after a trace is
 // compacted or a log rewritten (both go through a temporary file that
-// replaces the old one), and log files older versions left 0644.
+// replaces the old one), and log files older versions left 0644. So are
+// the checkpoints' directories, files and manifests.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/checkpoint.h"
+#include "common/file_system.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/trace_store.h"
 #include "gtest/gtest.h"
@@ -107,6 +110,31 @@ TEST_F(FileModesTest, LogsStayPrivateThroughARewrite) {
   // Rewritten with the two lines kept (well under 20 lines' worth).
   EXPECT_LT(Size(file), 600);
   EXPECT_EQ(store.LastSeq("job-1"), 20);
+}
+
+TEST_F(FileModesTest, CheckpointsArePrivate) {
+  const std::string root = ::testing::TempDir() + "/modes-ckpt";
+  const std::string dir = root + "/job-1/v00000010";
+  PathRoots roots = PathRoots::Anywhere();
+  SafetensorsFile file;
+  HostTensor t;
+  t.shape = Shape({2});
+  t.data.assign(2 * sizeof(float), 0);
+  file.tensors["layers.0.weight"] = t;
+  auto written =
+      WriteCheckpointFile(roots, dir, StageFileName(0, 0), file, 0, 0, 1);
+  ASSERT_TRUE(written.ok()) << written.status();
+  v1::CheckpointManifest m;
+  m.set_dir(dir);
+  m.set_version(10);
+  m.set_num_layers(1);
+  *m.add_files() = *written;
+  ASSERT_TRUE(CommitManifest(roots, m).ok());
+  EXPECT_EQ(Mode(root), "700");
+  EXPECT_EQ(Mode(root + "/job-1"), "700");
+  EXPECT_EQ(Mode(dir), "700");
+  EXPECT_EQ(Mode(dir + "/" + StageFileName(0, 0)), "600");
+  EXPECT_EQ(Mode(dir + "/manifest.json"), "600");
 }
 
 }  // namespace

@@ -94,6 +94,12 @@ ABSL_FLAG(std::string, http_tokens_file, "",
           "token file (the coordinator's --tokens_file format, mode 600) "
           "whose tokens --http_listen requires; empty: no token needed "
           "(loopback only unless --insecure)");
+ABSL_FLAG(int32_t, max_connections, aqueduct::kDefaultMaxConnections,
+          "most TCP connections accepted and kept open at once, all "
+          "listening ports together (gRPC, the data plane's peers, "
+          "--health_listen, --http_listen), and at most half the descriptor "
+          "limit (RLIMIT_NOFILE, raised to its hard limit at start); one "
+          "beyond is closed at once");
 ABSL_FLAG(std::string, health_listen, "",
           "host:port of a plaintext gRPC server carrying grpc.health.v1 "
           "alone, for probes that cannot do TLS (Kubernetes' gRPC probe); "
@@ -135,6 +141,7 @@ bool FlagsInRange() {
       {"peer_timeout_ms", 1, kDayMs},
       {"model_upload_deadline_ms", 0, 7 * kDayMs},
       {"max_text_bytes", 1, int64_t{1} << 40},
+      {"max_connections", 16, 1 << 20},
   });
   if (!s.ok()) AQ_LOG_ERROR("{}", std::string(s.message()));
   return s.ok();
@@ -412,6 +419,9 @@ void StopOnSignal(StageRuntime* runtime, WorkerAgent* agent,
 
 int Main() {
   if (!SetUpLogging() || !FlagsInRange()) return 2;
+  AQ_LOG_INFO("descriptor limit {}: at most {} connections at once",
+              DescriptorLimit(),
+              LimitIncomingConnections(absl::GetFlag(FLAGS_max_connections)));
   const std::optional<DeviceSpec> device_spec = DeviceSpecFromFlags();
   if (!device_spec.has_value()) return 2;
   const int threads = ThreadsFromFlags();
