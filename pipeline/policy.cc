@@ -164,7 +164,17 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
 absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
                                     int64_t batch_size, int workers) {
   if (!SplitsMinibatches(policy.schedule)) return 1;
-  const int micro = policy.microbatches > 0 ? policy.microbatches : workers;
+  if (policy.microbatches <= 0 && batch_size > 0) {
+    // Unset: the smallest divisor of the batch that gives every worker a
+    // microbatch (the batch itself when it has fewer samples than
+    // workers), so that a restart onto fewer workers never fails on a
+    // number the user did not set.
+    for (int64_t micro = std::max(1, workers); micro < batch_size; ++micro) {
+      if (batch_size % micro == 0) return static_cast<int>(micro);
+    }
+    return static_cast<int>(std::min<int64_t>(batch_size, kMaxJobWorkers));
+  }
+  const int micro = policy.microbatches;
   if (micro <= 0 || batch_size % micro != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.microbatches=", micro,

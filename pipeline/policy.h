@@ -85,9 +85,10 @@ inline constexpr int kMaxJobWorkers = 100000;
 absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec);
 
 // Microbatches per minibatch a job runs with on `workers` workers: 1 for
-// the stashing schedules; otherwise the spec's value, or the number of
-// workers of the plan when it sets none. INVALID_ARGUMENT if it does not
-// divide the batch.
+// the stashing schedules; otherwise the spec's value (INVALID_ARGUMENT if
+// it does not divide the batch), or when it sets none the smallest divisor
+// of the batch that is at least `workers` (the batch size when none is):
+// 4 for a batch of 8 on 3 workers.
 absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
                                     int64_t batch_size, int workers);
 

@@ -97,7 +97,16 @@ TEST(PolicyTest, MicrobatchesPerSchedule) {
   EXPECT_EQ(*MicrobatchesFor(p, 64, 4), 8);
   EXPECT_FALSE(MicrobatchesFor(p, 60, 4).ok());
   p.microbatches = 0;
-  EXPECT_FALSE(MicrobatchesFor(p, 64, 3).ok());
+  // Unset: the smallest divisor of the batch that is at least the workers
+  // (a restart onto 3 of 4 workers must not fail on a number nobody set).
+  EXPECT_EQ(*MicrobatchesFor(p, 64, 3), 4);
+  EXPECT_EQ(*MicrobatchesFor(p, 8, 3), 4);
+  EXPECT_EQ(*MicrobatchesFor(p, 6, 4), 6);
+  EXPECT_EQ(*MicrobatchesFor(p, 2, 4), 2);
+  EXPECT_EQ(*MicrobatchesFor(p, 9, 1), 1);
+  // Set: it must divide the batch.
+  p.microbatches = 3;
+  EXPECT_FALSE(MicrobatchesFor(p, 8, 3).ok());
 }
 
 TEST(PolicyTest, TotalStepsIsEpochsTimesFullBatchesCappedByMaxSteps) {

@@ -70,7 +70,7 @@ TEST(LayoutTest, FromAssignment) {
   EXPECT_EQ(layout->evaluator_rank(), 2);
 }
 
-TEST(LayoutTest, MicrobatchesDefaultToTheJobsWorkers) {
+TEST(LayoutTest, MicrobatchesDefaultToADivisorFromTheJobsWorkers) {
   StageAssignment a = Assignment(1, 0, 2);
   a.mutable_spec()->mutable_pipeline()->clear_microbatches();
   a.mutable_spec()->set_batch_size(12);
@@ -78,7 +78,14 @@ TEST(LayoutTest, MicrobatchesDefaultToTheJobsWorkers) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->pipeline.microbatches, 3);
   EXPECT_EQ(layout->loss_samples_per_minibatch(), 12);
-  a.mutable_spec()->set_batch_size(16);  // Not divisible into 3.
+  // Not divisible into 3: the smallest divisor above, 4 (a job re-planned
+  // onto 3 workers keeps training; pipeline/policy.h).
+  a.mutable_spec()->set_batch_size(16);
+  layout = LayoutFromAssignment(a, 5, 1000);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->pipeline.microbatches, 4);
+  // Set by the user and not dividing: refused.
+  a.mutable_spec()->mutable_pipeline()->set_microbatches(3);
   EXPECT_EQ(LayoutFromAssignment(a, 5, 1000).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
