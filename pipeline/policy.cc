@@ -26,9 +26,10 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
   if (name == "gpipe") return v1::SCHEDULE_GPIPE;
   if (name == "zb_h1") return v1::SCHEDULE_ZB_H1;
   if (name == "zb_h2") return v1::SCHEDULE_ZB_H2;
+  if (name == "2bw") return v1::SCHEDULE_2BW;
   return NotOneOf("schedule", name,
                   "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, "
-                  "zb_h1, zb_h2");
+                  "zb_h1, zb_h2, 2bw");
 }
 
 absl::StatusOr<Transport> ParseTransport(const std::string& name) {
@@ -64,6 +65,8 @@ const char* ScheduleName(Schedule schedule) {
       return "zb_h1";
     case v1::SCHEDULE_ZB_H2:
       return "zb_h2";
+    case v1::SCHEDULE_2BW:
+      return "2bw";
     default:
       return "?";
   }
@@ -108,10 +111,14 @@ const char* TopologyName(Topology topology) {
 bool StashesWeights(Schedule schedule) {
   return schedule == v1::SCHEDULE_1F1B_STASHED ||
          schedule == v1::SCHEDULE_1F1B_VERTICAL_SYNC ||
-         schedule == v1::SCHEDULE_UNSPECIFIED;
+         schedule == v1::SCHEDULE_UNSPECIFIED || schedule == v1::SCHEDULE_2BW;
 }
 
 bool SplitsMinibatches(Schedule schedule) {
+  return Flushes(schedule) || schedule == v1::SCHEDULE_2BW;
+}
+
+bool Flushes(Schedule schedule) {
   return schedule == v1::SCHEDULE_1F1B_FLUSH ||
          schedule == v1::SCHEDULE_GPIPE || SplitsBackward(schedule);
 }

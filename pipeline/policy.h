@@ -48,13 +48,18 @@ const char* TransportName(Transport transport);
 const char* CostModelName(CostModel cost_model);
 const char* TopologyName(Topology topology);
 
-// 1F1B with weight stashing or vertical sync: several weight versions are
-// live, so stages are not replicated (the planner plans a straight
-// pipeline) and a minibatch is not split into microbatches.
+// 1F1B with weight stashing or vertical sync, and PipeDream-2BW: several
+// weight versions are live, so stages are not replicated (the planner
+// plans a straight pipeline).
 bool StashesWeights(Schedule schedule);
-// The schedules that flush (PipeDream-Flush, GPipe, the zero-bubble ones):
-// microbatches, one step per minibatch, one weight version.
+// Microbatches, gradients accumulated over a minibatch, one step per
+// minibatch, and every stage on the same weight version for a minibatch
+// (so a weight tied across stages stays one): the flushing schedules and
+// 2BW.
 bool SplitsMinibatches(Schedule schedule);
+// The schedules that flush (PipeDream-Flush, GPipe, the zero-bubble ones):
+// one weight version; a minibatch ends before the next begins.
+bool Flushes(Schedule schedule);
 // The zero-bubble schedules: each backward split into its input gradient
 // (I) and its weight gradient (W, run later; worker/nn/layer.h).
 bool SplitsBackward(Schedule schedule);

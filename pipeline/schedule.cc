@@ -91,9 +91,7 @@ absl::StatusOr<std::vector<ir::Action>> ZeroBubbleRank(const ScheduleConfig& c,
   return program.ranks[c.stage];
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
+absl::Status CheckConfig(const ScheduleConfig& c) {
   if (c.num_stages < 1 || c.stage < 0 || c.stage >= c.num_stages ||
       c.replicas < 1 || c.replica < 0 || c.replica >= c.replicas ||
       c.num_minibatches < 0 || c.microbatches < 1) {
@@ -102,38 +100,53 @@ absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
                      ", replica ", c.replica, " of ", c.replicas, " with ",
                      c.microbatches, " microbatches is inconsistent"));
   }
-  const bool stashing = StashesWeights(c.policy);
-  if (stashing && (c.replicas > 1 || c.microbatches > 1)) {
+  const bool two_bw = c.policy == v1::SCHEDULE_2BW;
+  if (StashesWeights(c.policy) &&
+      (c.replicas > 1 || (c.microbatches > 1 && !two_bw))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        ScheduleName(c.policy),
-        " runs unreplicated stages on whole minibatches; replicated stages "
-        "need 1f1b_flush or gpipe"));
+        ScheduleName(c.policy), " runs unreplicated stages",
+        two_bw ? "" : " on whole minibatches",
+        "; replicated stages need a flushing schedule (1f1b_flush, gpipe, "
+        "zb_h1, zb_h2)"));
+  }
+  if (two_bw && c.microbatches < c.num_stages - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "2bw needs at least as many microbatches as stages less one (",
+        c.num_stages - 1, "), got ", c.microbatches,
+        ": the first stage's warm-up must not outrun the version a "
+        "minibatch uses"));
   }
   if (c.microbatches < c.replicas) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a stage with ", c.replicas, " replicas needs at least ", c.replicas,
         " microbatches per minibatch, got ", c.microbatches));
   }
-  const int depth =
-      c.warmup_depth >= 0 ? c.warmup_depth : c.num_stages - c.stage - 1;
-  Builder b{c, {}};
-  if (stashing) {
-    const int64_t n = c.num_minibatches;
-    const int64_t warm = std::min<int64_t>(depth, n);
-    for (int64_t i = 0; i < warm; ++i) b.Forward(i, 0);
-    for (int64_t i = warm; i < n; ++i) {
-      b.Forward(i, 0);
-      b.Backward(i - warm, 0);
-      b.Step(i - warm);
-    }
-    for (int64_t i = std::max<int64_t>(0, n - warm); i < n; ++i) {
-      b.Backward(i, 0);
-      b.Step(i);
-    }
-    return b.ops;
+  return absl::OkStatus();
+}
+
+// 1F1B over the stream of every minibatch's `micro` microbatches, never
+// flushing: `depth` warm-up forwards, then one forward and one backward,
+// then the drain; a step after the backward of each minibatch's last
+// microbatch (1f1b_stashed and vertical sync: micro = 1; 2bw).
+void OneFOneBStream(const ScheduleConfig& c, int depth, int micro, Builder* b) {
+  const int64_t n = c.num_minibatches * micro;
+  const int64_t warm = std::min<int64_t>(depth, n);
+  auto backward = [&](int64_t g) {
+    b->Backward(g / micro, static_cast<int>(g % micro));
+    if (g % micro == micro - 1) b->Step(g / micro);
+  };
+  for (int64_t g = 0; g < warm; ++g) {
+    b->Forward(g / micro, static_cast<int>(g % micro));
   }
-  // Flush, GPipe and zero bubble: per minibatch, this replica's
-  // microbatches.
+  for (int64_t g = warm; g < n; ++g) {
+    b->Forward(g / micro, static_cast<int>(g % micro));
+    backward(g - warm);
+  }
+  for (int64_t g = std::max<int64_t>(0, n - warm); g < n; ++g) backward(g);
+}
+
+// The flushing schedules: per minibatch, this replica's microbatches.
+absl::Status Flushing(const ScheduleConfig& c, int depth, Builder* b) {
   std::vector<int> mine;
   for (int j = 0; j < c.microbatches; ++j) {
     if (ReplicaFor(j, c.replicas) == c.replica) mine.push_back(j);
@@ -145,20 +158,36 @@ absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
   }
   for (int64_t m = 0; m < c.num_minibatches; ++m) {
     if (SplitsBackward(c.policy)) {
-      ZeroBubble(zero_bubble, m, mine, &b);
+      ZeroBubble(zero_bubble, m, mine, b);
     } else if (c.policy == v1::SCHEDULE_GPIPE) {
-      for (int j : mine) b.Forward(m, j);
-      for (int k = count - 1; k >= 0; --k) b.Backward(m, mine[k]);
+      for (int j : mine) b->Forward(m, j);
+      for (int k = count - 1; k >= 0; --k) b->Backward(m, mine[k]);
     } else {
       const int warm = std::min(depth, count);
-      for (int k = 0; k < warm; ++k) b.Forward(m, mine[k]);
+      for (int k = 0; k < warm; ++k) b->Forward(m, mine[k]);
       for (int k = warm; k < count; ++k) {
-        b.Forward(m, mine[k]);
-        b.Backward(m, mine[k - warm]);
+        b->Forward(m, mine[k]);
+        b->Backward(m, mine[k - warm]);
       }
-      for (int k = count - warm; k < count; ++k) b.Backward(m, mine[k]);
+      for (int k = count - warm; k < count; ++k) b->Backward(m, mine[k]);
     }
-    b.Step(m);
+    b->Step(m);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
+  RETURN_IF_ERROR(CheckConfig(c));
+  const int depth =
+      c.warmup_depth >= 0 ? c.warmup_depth : c.num_stages - c.stage - 1;
+  Builder b{c, {}};
+  if (StashesWeights(c.policy)) {
+    OneFOneBStream(c, depth, c.policy == v1::SCHEDULE_2BW ? c.microbatches : 1,
+                   &b);
+  } else {
+    RETURN_IF_ERROR(Flushing(c, depth, &b));
   }
   return b.ops;
 }

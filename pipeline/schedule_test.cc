@@ -160,6 +160,45 @@ TEST(ScheduleTest, ZeroBubbleSplitsEveryBackward) {
   }
 }
 
+// PipeDream-2BW: 1F1B over the microbatches of consecutive minibatches
+// without a flush; a step after each minibatch's last backward; stage 0's
+// forwards of minibatch k+1 start before minibatch k's backwards end.
+TEST(ScheduleTest, TwoBwStreamsMicrobatchesAndStepsPerMinibatch) {
+  ScheduleConfig c;
+  c.policy = v1::SCHEDULE_2BW;
+  c.num_stages = 3;
+  c.stage = 0;
+  c.microbatches = 2;
+  c.num_minibatches = 3;
+  auto ops = BuildSchedule(c);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  std::string s;
+  for (const Op& op : *ops) {
+    if (op.kind == OpKind::kForward) {
+      s += "F" + std::to_string(op.minibatch) + "." +
+           std::to_string(op.microbatch) + " ";
+    } else if (op.kind == OpKind::kBackward) {
+      s += "B" + std::to_string(op.minibatch) + "." +
+           std::to_string(op.microbatch) + " ";
+    } else if (op.kind == OpKind::kOptimizerStep) {
+      s += "S" + std::to_string(op.minibatch) + " ";
+    }
+  }
+  EXPECT_EQ(s,
+            "F0.0 F0.1 F1.0 B0.0 F1.1 B0.1 S0 F2.0 B1.0 F2.1 B1.1 S1 B2.0 "
+            "B2.1 S2 ");
+  // Too few microbatches for the first stage's warm-up: refused by rule.
+  c.num_stages = 4;
+  auto refused = BuildSchedule(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("2bw needs at least"),
+            std::string::npos)
+      << refused.status();
+  c.microbatches = 3;
+  c.replicas = 2;
+  EXPECT_FALSE(BuildSchedule(c).ok());
+}
+
 TEST(ScheduleTest, RejectsInconsistentConfigs) {
   ScheduleConfig c;
   c.num_stages = 2;

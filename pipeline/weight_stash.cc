@@ -13,6 +13,8 @@ int64_t WeightVersionFor(Schedule schedule, int /*stage*/, int /*num_stages*/,
       return std::max<int64_t>(0, minibatch - warmup_depth_of_stage);
     case v1::SCHEDULE_1F1B_VERTICAL_SYNC:
       return std::max<int64_t>(0, minibatch - warmup_depth_of_stage0);
+    case v1::SCHEDULE_2BW:
+      return std::max<int64_t>(0, minibatch - 1);
     default:
       return minibatch;
   }
@@ -37,6 +39,8 @@ int WeightStashRules::MaxStashedVersions() const {
       return depth_;
     case v1::SCHEDULE_1F1B_VERTICAL_SYNC:
       return std::max(depth_, depth0_);
+    case v1::SCHEDULE_2BW:
+      return 1;
     default:
       return 0;
   }

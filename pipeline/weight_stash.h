@@ -6,8 +6,9 @@
 // version it has, max(0, m - depth_s) (depth_s = warm-up forwards), and the
 // backward of m uses that same version, so a stage keeps every version a
 // minibatch in flight used. 1f1b_vertical_sync uses stage 0's version on
-// every stage. The flush schedules (1f1b_flush, gpipe) have one version:
-// minibatch m uses version m.
+// every stage. 2bw (PipeDream-2BW) runs minibatch m on version max(0, m-1)
+// at every stage: two versions at most. The flush schedules (1f1b_flush,
+// gpipe, zb_h1, zb_h2) have one version: minibatch m uses version m.
 //
 // Thread-safety: immutable after construction.
 #ifndef AQUEDUCT_PIPELINE_WEIGHT_STASH_H_

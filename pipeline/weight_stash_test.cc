@@ -19,6 +19,11 @@ TEST(WeightVersionForTest, EachScheduleRule) {
             2);
   EXPECT_EQ(WeightVersionFor(v1::SCHEDULE_1F1B_FLUSH, 2, 4, 1, 3, 5), 5);
   EXPECT_EQ(WeightVersionFor(v1::SCHEDULE_GPIPE, 2, 4, 1, 3, 5), 5);
+  // 2BW: a uniform one-step delay, whatever the stage.
+  EXPECT_EQ(WeightVersionFor(v1::SCHEDULE_2BW, 2, 4, 1, 3, 0), 0);
+  EXPECT_EQ(WeightVersionFor(v1::SCHEDULE_2BW, 2, 4, 1, 3, 1), 0);
+  EXPECT_EQ(WeightVersionFor(v1::SCHEDULE_2BW, 0, 4, 3, 3, 5), 4);
+  EXPECT_EQ(WeightVersionFor(v1::SCHEDULE_2BW, 3, 4, 0, 3, 5), 4);
 }
 
 TEST(WeightStashRulesTest, KeepsWhatInFlightOrFutureMinibatchesUse) {

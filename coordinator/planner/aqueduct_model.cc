@@ -222,14 +222,16 @@ absl::StatusOr<AqueductSolution> SolveAqueductModel(
 double StageMemoryBytes(Schedule schedule, int microbatches, double w,
                         double act, int depth, double optimizer_state_factor) {
   const bool stashed = StashesWeights(schedule);
-  const int versions = stashed ? depth + 1 : 1;
+  const int versions = schedule == v1::SCHEDULE_2BW ? 2
+                       : stashed                    ? depth + 1
+                                                    : 1;
   // Activations in flight, in minibatches (act is a minibatch's).
   double in_flight = depth + 1;
   const int m = std::max(1, microbatches);
   if (schedule == v1::SCHEDULE_GPIPE) {
     in_flight = 1;  // Every microbatch of the minibatch.
   } else if (schedule == v1::SCHEDULE_1F1B_FLUSH ||
-             schedule == v1::SCHEDULE_ZB_H1) {
+             schedule == v1::SCHEDULE_ZB_H1 || schedule == v1::SCHEDULE_2BW) {
     in_flight = static_cast<double>(std::min(m, depth + 1)) / m;
   } else if (schedule == v1::SCHEDULE_ZB_H2) {
     in_flight = static_cast<double>(std::min(m, 2 * depth + 1)) / m;

@@ -300,7 +300,9 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   const int end = layout_.layer_begin[stage_ + 1];
   InFlight f;
   Tensor x;
-  int64_t version = version_;
+  // 2BW: the one-step delay, also where a newer version exists already.
+  int64_t version =
+      layout_.policy == v1::SCHEDULE_2BW ? VersionFor(m) : version_;
   ASSIGN_OR_RETURN(f.labels,
                    device_->Allocate(LabelShape(*model_, rows), DType::kI32));
   const Shape in_shape = model_->layer(begin).input_shape().WithLeading(rows);
@@ -364,7 +366,12 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   }
   f.activation_bytes = CacheBytes(f.cache);
   in_flight_[{m, j}] = std::move(f);
-  next_forward_ = std::max(next_forward_, m + 1);
+  // The next minibatch with a forward to come: this one until the last of
+  // its microbatches this replica runs (2BW's later microbatches use the
+  // version the first did, which must stay kept).
+  const int replicas = static_cast<int>(layout_.ranks[stage_].size());
+  const bool last = j + replicas >= layout_.microbatches;
+  next_forward_ = std::max(next_forward_, last ? m + 1 : m);
   stats_.peak_in_flight =
       std::max(stats_.peak_in_flight, static_cast<int>(in_flight_.size()));
   int64_t bytes = 0;

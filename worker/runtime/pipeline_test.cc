@@ -447,6 +447,38 @@ TEST(PipelineTest, GptStashingPoliciesMatchTheirReference) {
   }
 }
 
+// PipeDream-2BW against its sequential reference (every stage runs
+// minibatch k on version max(0, k-1), the step applied to the newest),
+// with the GPT's head tied across stages too (one version per minibatch
+// everywhere keeps the copies equal): two weight versions at most.
+TEST(PipelineTest, TwoBwMatchesItsReference) {
+  for (bool tied : {false, true}) {
+    const JobSpec spec = GptSpec(tied);
+    for (const std::vector<int>& begin :
+         {std::vector<int>{0, 3}, std::vector<int>{0, 2, 3, 4}}) {
+      const int stages = static_cast<int>(begin.size());
+      const PipelineLayout layout =
+          Layout(v1::SCHEDULE_2BW, begin, std::vector<int>(stages, 1),
+                 spec.max_steps(), 4, 6);
+      const std::string what =
+          absl::StrCat(tied ? "tied " : "", "gpt 2bw ", stages, " stages");
+      const Result got = RunPipeline(spec, layout);
+      ASSERT_TRUE(got.status.ok()) << what << ": " << got.status;
+      ExpectClose(got, Reference(spec, layout), 1e-5, what);
+      for (const StageStats& st : got.stats) {
+        EXPECT_LE(st.peak_stashed_versions, 1) << what;
+        EXPECT_EQ(st.committed_version, spec.max_steps()) << what;
+      }
+      if (tied) EXPECT_EQ(got.weights.front(), got.weights.back()) << what;
+    }
+  }
+  const JobSpec mlp = *ParseJobSpec(kMlp, "test");
+  const PipelineLayout layout =
+      Layout(v1::SCHEDULE_2BW, {0, 3, 7}, {1, 1, 1}, mlp.max_steps(), 2, 10);
+  ExpectClose(RunPipeline(mlp, layout), Reference(mlp, layout), 1e-5,
+              "mlp 2bw 3 stages");
+}
+
 // Tied across stages under weight stashing: refused, naming the field.
 TEST(PipelineTest, GptTiedAcrossStagesNeedsAFlush) {
   const JobSpec spec = GptSpec(/*tied=*/true);
