@@ -155,14 +155,22 @@ void CoordinatorCore::AdoptClaimLocked(const WorkerInfo& info,
 }
 
 void CoordinatorCore::ForgetAwaitedLocked(const std::string& worker_id) {
+  // Ids first: failing a job trims the table being iterated over.
+  std::vector<std::string> lost;
   for (auto& [id, job] : jobs_) {
-    if (job.awaiting.erase(worker_id) == 0 || IsFinal(job.state)) continue;
+    if (job.awaiting.erase(worker_id) > 0 && !IsFinal(job.state)) {
+      lost.push_back(id);
+    }
+  }
+  for (const std::string& id : lost) {
+    Job* job = jobs_.Get(id);
+    if (job == nullptr || IsFinal(job->state)) continue;
     // Awaited, and registered without (a claim to) its stage: a new process
     // of that worker (the one that ran the stage died). The job cannot go on
     // as it was.
     RestartOrFailLocked(
-        job,
-        absl::StrCat("worker ", worker_id, " (", WhereInJob(job, worker_id),
+        *job,
+        absl::StrCat("worker ", worker_id, " (", WhereInJob(*job, worker_id),
                      ") came back without its stage: its process was "
                      "restarted while the coordinator was down"));
   }
@@ -171,17 +179,26 @@ void CoordinatorCore::ForgetAwaitedLocked(const std::string& worker_id) {
 void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
   const absl::Duration limit =
       options_.adoption_grace + options_.registry.dead_after;
+  // Ids first: failing a job trims the table, which order() lists.
+  std::vector<std::string> overdue;
   for (const std::string& id : jobs_.order()) {
-    Job* found = jobs_.Get(id);
-    if (found == nullptr || found->awaiting.empty()) continue;
-    Job& job = *found;
-    if (IsFinal(job.state) || now - job.adopted_at < limit) continue;
-    const std::string missing = absl::StrJoin(job.awaiting, ", ");
-    job.awaiting.clear();
+    const Job& job = jobs_.At(id);
+    if (!job.awaiting.empty() && !IsFinal(job.state) &&
+        now - job.adopted_at >= limit) {
+      overdue.push_back(id);
+    }
+  }
+  for (const std::string& id : overdue) {
+    Job* job = jobs_.Get(id);
+    if (job == nullptr || job->awaiting.empty() || IsFinal(job->state)) {
+      continue;
+    }
+    const std::string missing = absl::StrJoin(job->awaiting, ", ");
+    job->awaiting.clear();
     RestartOrFailLocked(
-        job, absl::StrFormat("worker(s) %s did not register again within "
-                             "%.1f s of the coordinator's restart",
-                             missing, absl::ToDoubleSeconds(limit)));
+        *job, absl::StrFormat("worker(s) %s did not register again within "
+                              "%.1f s of the coordinator's restart",
+                              missing, absl::ToDoubleSeconds(limit)));
   }
 }
 
