@@ -1,7 +1,6 @@
 #include "coordinator/core.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,18 +37,19 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       registry_(options.registry, clock),
       jobs_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->WallNow())),
             NewRunTag(clock->WallNow())),
+      journal_(clock, mu_, jobs_, *this),
       executor_(std::make_unique<BoundedExecutor>(
           "the job driver", options.driver_threads, options.driver_queue)),
       committer_(std::make_unique<BoundedExecutor>("the checkpoint committer",
                                                    1, options.driver_queue)),
       checkpoints_(
-          options_, clock, mu_, jobs_, logs_, [this] { return Journal(); },
-          *committer_),
+          options_, clock, mu_, jobs_, logs_,
+          [this] { return journal_.Journal(); }, *committer_),
       intake_(options_, clock, registry_, jobs_, logs_, checkpoints_, *this),
       scheduler_(options_, clock, registry_, jobs_, *this),
       driver_(
           options_, mu_, registry_, jobs_, *this, worker_clients_,
-          [this] { return Journal(); }, *executor_) {}
+          [this] { return journal_.Journal(); }, *executor_) {}
 
 CoordinatorCore::~CoordinatorCore() {
   {
@@ -90,6 +90,16 @@ absl::Status CoordinatorCore::StartDriver(const std::string& job_id) {
 bool CoordinatorCore::ShuttingDown() const {
   mu_.AssertHeld();
   return shutting_down_;
+}
+
+void CoordinatorCore::Schedule() {
+  mu_.AssertHeld();
+  ScheduleLocked();
+}
+
+void CoordinatorCore::TrimFinished() {
+  mu_.AssertHeld();
+  TrimFinishedLocked();
 }
 
 // ------------------------------------------------------------------ Workers
@@ -225,7 +235,7 @@ void CoordinatorCore::Tick() {
         });
     scheduler_.ExpirePending(now);
     ScheduleLocked();
-    retry_journal = !journal_error_.empty() && now >= journal_retry_at_;
+    retry_journal = journal_.RetryDueLocked(now);
   }
   if (retry_journal) RetryJournal();
 }
@@ -283,7 +293,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   Job job = NewJob(id, owner, spec, profile, valid, total, resume,
                    clock_->WallNow(), clock_->Now());
   // Durable before the client hears of it, without holding the lock.
-  absl::Status journaled = JournalSubmission(job);
+  absl::Status journaled = journal_.AppendSubmission(job);
   absl::MutexLock lock(&mu_);
   jobs_.EndAdmission(owner);
   if (!journaled.ok()) return journaled;
@@ -297,9 +307,9 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
 
 absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
     const std::string& owner) {
-  if (!journal_error_.empty()) {
+  if (const std::string& error = journal_.ErrorLocked(); !error.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the coordinator cannot record new jobs (", journal_error_,
+        "the coordinator cannot record new jobs (", error,
         "); it accepts them again once its state directory has room (it "
         "tries every 5 s)"));
   }
@@ -307,21 +317,6 @@ absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
   limits.max_pending = options_.max_pending_jobs;
   limits.max_per_user = options_.max_jobs_per_user;
   return jobs_.Admit(owner, limits);
-}
-
-absl::Status CoordinatorCore::JournalSubmission(const Job& job) {
-  const std::shared_ptr<JobJournal> journal = Journal();
-  if (journal == nullptr) return absl::OkStatus();
-  if (absl::Status s = journal->Append(SubmissionRecord(job)); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "the job was not accepted: cannot record it: ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
-std::shared_ptr<JobJournal> CoordinatorCore::Journal() const {
-  absl::MutexLock lock(&journal_mu_);
-  return journal_;
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
@@ -439,11 +434,7 @@ void CoordinatorCore::EndLocked(Job& job, bool stop,
   SyncJobRecordsLocked(job);
   job.reason = reason;
   job.finished = clock_->WallNow();
-  if (const std::shared_ptr<JobJournal> journal = Journal()) {
-    v1::JournalRecord record;
-    *record.mutable_finished() = StatusOfLocked(job);
-    journal->AppendAsync(std::move(record));
-  }
+  journal_.AppendFinishedLocked(job);
   ReleaseWorkersLocked(job, stop, reason);
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
   checkpoints_.RemoveUncommittedLocked(job);
@@ -600,132 +591,14 @@ absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
 
 // ---------------------------------------------------------------- Journal
 
-void CoordinatorCore::RestoreLocked(JournalIndex& index, int* adopted,
-                                    int* requeued) {
-  for (const RestoreStep& step : PlanRestore(index)) {
-    const std::string& id = step.job_id;
-    if (jobs_.Contains(id)) continue;
-    const v1::JobSubmitted& sub = index.submitted[id];
-    Job* job = nullptr;
-    switch (step.how) {
-      case Restore::kFinished:
-        job = &jobs_.Add(FinishedJob(sub, index.finished.at(id)));
-        break;
-      case Restore::kAdopt:
-        job = &jobs_.Add(AdoptedJob(JobFromSubmission(sub, clock_->Now()),
-                                    index.started.at(id), clock_->Now()));
-        ++*adopted;
-        break;
-      case Restore::kRequeue:
-        job = &jobs_.Add(JobFromSubmission(sub, clock_->Now()));
-        ++*requeued;
-        break;
-    }
-    auto& committed = index.checkpoints[id];
-    KeepNewestCheckpoints(CheckpointsKept(sub.spec()), &committed);
-    job->checkpoints = std::move(committed);
-  }
-}
-
 absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   const std::string dir = DirName(path);
   RETURN_IF_ERROR(logs_.Open(dir + "/logs"));
   RETURN_IF_ERROR(traces_.Open(dir + "/traces"));
-  ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
-  if (!contents.damaged.empty()) {
-    const std::string copy =
-        absl::StrCat(path, ".corrupt-", absl::ToUnixSeconds(clock_->Now()));
-    std::error_code ec;
-    std::filesystem::copy_file(path, copy, ec);
-    // No job that lost a record comes back PENDING or RUNNING: it may have
-    // finished since.
-    const LostJobs lost = FailJobsWithLostRecords(&contents, ec ? path : copy);
-    AQ_LOG_ERROR("journal {}: {} (the file as it was is kept as {}{})", path,
-                 DescribeDamage(contents, lost), copy,
-                 ec ? absl::StrCat(": copy failed: ", ec.message()) : "");
-  }
-  JournalIndex index = IndexJournal(contents.records);
-  std::vector<v1::JournalRecord> kept;
-  int adopted = 0, requeued = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    RestoreLocked(index, &adopted, &requeued);
-    TrimFinishedLocked();
-    kept = jobs_.Compaction(index);
-  }
-  auto journal = JobJournal::Create(path, kept);
-  if (!journal.ok()) {
-    // The file is as it was (the rewrite goes through a temporary file).
-    absl::MutexLock lock(&mu_);
-    journal_error_ = std::string(journal.status().message());
-    journal_path_ = path;
-    journal_index_ = std::make_unique<JournalIndex>(std::move(index));
-    journal_retry_at_ = clock_->Now() + absl::Seconds(5);
-    AQ_LOG_ERROR(
-        "journal {}: {}; serving without recording: new jobs are "
-        "refused until there is room (tried again every 5 s)",
-        path, journal_error_);
-  } else {
-    absl::MutexLock lock(&journal_mu_);
-    journal_ = *std::move(journal);
-  }
-  AQ_LOG_INFO("journal {}: {} job(s); {} running taken back, {} pending again",
-              path, index.order.size(), adopted, requeued);
-  absl::MutexLock lock(&mu_);
-  ScheduleLocked();
-  return absl::OkStatus();
+  return journal_.Open(path);
 }
 
-std::vector<v1::JournalRecord> CoordinatorCore::JournalRecordsNowLocked(
-    std::set<std::string>* ended) const {
-  std::vector<v1::JournalRecord> records = jobs_.Compaction(*journal_index_);
-  for (const std::string& id : jobs_.order()) {
-    const Job& job = jobs_.At(id);
-    if (job.restored || !IsFinal(job.state)) continue;
-    v1::JournalRecord fin;
-    *fin.mutable_finished() = StatusOfLocked(job);
-    records.push_back(std::move(fin));
-    ended->insert(id);
-  }
-  return records;
-}
-
-void CoordinatorCore::RetryJournal() {
-  std::string path;
-  std::vector<v1::JournalRecord> records;
-  std::set<std::string> ended;
-  {
-    absl::MutexLock lock(&mu_);
-    if (journal_error_.empty() || journal_index_ == nullptr) return;
-    journal_retry_at_ = clock_->Now() + absl::Seconds(5);
-    path = journal_path_;
-    records = JournalRecordsNowLocked(&ended);
-  }
-  auto journal = JobJournal::Create(path, records);  // The disk, unlocked.
-  absl::MutexLock lock(&mu_);
-  if (!journal.ok()) {
-    journal_error_ = std::string(journal.status().message());
-    AQ_LOG_DEBUG("journal {}: still cannot write it: {}", path, journal_error_);
-    return;
-  }
-  std::shared_ptr<JobJournal> opened = *std::move(journal);
-  {
-    absl::MutexLock j(&journal_mu_);
-    journal_ = opened;
-  }
-  // Jobs that ended while the file was written.
-  for (const std::string& id : jobs_.order()) {
-    const Job& job = jobs_.At(id);
-    if (job.restored || !IsFinal(job.state) || ended.count(id) > 0) continue;
-    v1::JournalRecord fin;
-    *fin.mutable_finished() = StatusOfLocked(job);
-    opened->AppendAsync(std::move(fin));
-  }
-  journal_error_.clear();
-  journal_index_.reset();
-  AQ_LOG_INFO("journal {}: written again ({} records); new jobs are accepted",
-              path, records.size());
-}
+void CoordinatorCore::RetryJournal() { journal_.Retry(); }
 
 // ------------------------------------------------------ Job logs and traces
 

@@ -47,7 +47,7 @@
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_state.h"
 #include "coordinator/journal.h"
-#include "coordinator/journal_restore.h"
+#include "coordinator/journal_keeper.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/options.h"
 #include "coordinator/progress_intake.h"
@@ -215,6 +215,8 @@ class CoordinatorCore : private JobEvents {
   JobStatus StatusOf(const Job& job) const override;
   absl::Status StartDriver(const std::string& job_id) override;
   bool ShuttingDown() const override;
+  void Schedule() override;
+  void TrimFinished() override;
 
   JobStatus StatusOfLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -247,23 +249,9 @@ class CoordinatorCore : private JobEvents {
   // or not, and calls jobs_.EndAdmission either way.
   absl::StatusOr<std::string> AdmitLocked(const std::string& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends the job's submission to the journal, if there is one, and waits
-  // until it is durable (call without mu_). UNAVAILABLE when it cannot.
-  absl::Status JournalSubmission(const Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes the finished jobs beyond options_.max_finished_jobs, with their
   // logs and traces.
   void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds the jobs `index` holds (finished, taken back, or pending again),
-  // each with its committed checkpoints; counts those taken back and
-  // those pending again.
-  void RestoreLocked(JournalIndex& index, int* adopted, int* requeued)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The journal's contents for the job table as it is now (RetryJournal):
-  // the compaction of `journal_index_`, and a final status for each job
-  // that ended since start; `ended` receives their ids.
-  std::vector<v1::JournalRecord> JournalRecordsNowLocked(
-      std::set<std::string>* ended) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<JobJournal> Journal() const;
   void StopWorkersAsync(
       std::vector<std::pair<std::string, std::string>> id_and_address,
       std::string job_id, std::string reason,
@@ -313,20 +301,9 @@ class CoordinatorCore : private JobEvents {
   Registry registry_ ABSL_GUARDED_BY(mu_);
   JobTable jobs_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // The journal, once open for appends: by OpenJournal before serving, or
-  // later by RetryJournal when the disk was full at start. Read through
-  // Journal() (a copy of the pointer), so that appends that wait for the
-  // disk happen without mu_ (JobJournal is thread-safe).
-  mutable absl::Mutex journal_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::shared_ptr<JobJournal> journal_ ABSL_GUARDED_BY(journal_mu_);
-  // Why the journal could not be opened for writing (new jobs are refused
-  // until RetryJournal opens it).
-  std::string journal_error_ ABSL_GUARDED_BY(mu_);
-  // While it could not: its path, what was read from it, and when to try
-  // again.
-  std::string journal_path_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<JournalIndex> journal_index_ ABSL_GUARDED_BY(mu_);
-  absl::Time journal_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The journal: opened by OpenJournal before serving, or later by
+  // RetryJournal when the disk was full at start (journal_keeper.h).
+  JournalKeeper journal_;
   // Runs the drivers and the stop calls to workers; and the checkpoint
   // commits, one at a time, in order. Both are joined first in the
   // destructor, before the components and the state their tasks use.
