@@ -46,6 +46,7 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
           options_, clock, mu_, jobs_, logs_,
           [this] { return journal_.Journal(); }, *committer_),
       intake_(options_, clock, registry_, jobs_, logs_, checkpoints_, *this),
+      workers_(options_, registry_, jobs_, *this),
       scheduler_(options_, clock, registry_, jobs_, *this),
       driver_(
           options_, mu_, registry_, jobs_, *this, worker_clients_,
@@ -106,65 +107,26 @@ void CoordinatorCore::TrimFinished() {
 
 absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info,
                                              const v1::StageClaim* running) {
-  if (running != nullptr && !running->job_id().empty()) {
-    RETURN_IF_ERROR(CheckName("running.job_id", running->job_id(),
-                              KvStore::kMaxJobIdBytes));
-  }
   absl::MutexLock lock(&mu_);
-  std::vector<WorkerTransition> changes;
-  absl::Status s = registry_.Register(info, &changes);
-  HandleTransitionsLocked(changes);
-  if (s.ok()) {
-    AQ_LOG_INFO("worker {} registered (incarnation {}, {}, {})",
-                info.worker_id(), info.incarnation(), info.address(),
-                info.device().name());
-    if (running != nullptr && !running->job_id().empty()) {
-      AdoptClaimLocked(info, *running);
-    }
-    ForgetAwaitedLocked(info.worker_id());
-    ScheduleLocked();
-  }
-  return s;
+  return workers_.Register(info, running);
 }
 
 absl::StatusOr<CoordinatorCore::HeartbeatReply> CoordinatorCore::Heartbeat(
     const std::string& worker_id, const std::string& incarnation,
     const std::string& job_id, int attempt) {
-  if (!job_id.empty()) {
-    RETURN_IF_ERROR(CheckName("job_id", job_id, KvStore::kMaxJobIdBytes));
-  }
   absl::MutexLock lock(&mu_);
-  WorkerState before = v1::WORKER_HEALTHY;
-  RETURN_IF_ERROR(registry_.Heartbeat(worker_id, incarnation, &before));
-  if (before == v1::WORKER_UNREACHABLE) {
-    AQ_LOG_INFO(
-        "worker {} (incarnation {}) UNREACHABLE -> HEALTHY: heard from "
-        "again",
-        worker_id, incarnation);
-  }
+  ASSIGN_OR_RETURN(WorkerLifecycle::Reply r,
+                   workers_.Heartbeat(worker_id, incarnation, job_id, attempt));
   HeartbeatReply reply;
-  if (job_id.empty()) return reply;
-  const Job* job = jobs_.Get(job_id);
-  auto status = registry_.Get(worker_id);
-  // A job that is over, that the worker no longer holds, or an attempt
-  // this coordinator never started.
-  if (job == nullptr || IsFinal(job->state) ||
-      (status.ok() && status->job_id() != job_id) || attempt > job->attempt) {
-    reply.stop_jobs.push_back(job_id);
-  } else {
-    reply.checkpoint_at = job->checkpoint_at;
-  }
+  reply.stop_jobs = std::move(r.stop_jobs);
+  reply.checkpoint_at = r.checkpoint_at;
   return reply;
 }
 
 absl::Status CoordinatorCore::DeregisterWorker(const std::string& worker_id,
                                                const std::string& incarnation) {
   absl::MutexLock lock(&mu_);
-  std::vector<WorkerTransition> changes;
-  absl::Status s = registry_.Deregister(worker_id, incarnation, &changes);
-  HandleTransitionsLocked(changes);
-  if (s.ok()) AQ_LOG_INFO("worker {} deregistered", worker_id);
-  return s;
+  return workers_.Deregister(worker_id, incarnation);
 }
 
 absl::Status CoordinatorCore::ReportProgress(
@@ -181,54 +143,12 @@ absl::Status CoordinatorCore::ReportProgress(
   return s;
 }
 
-void CoordinatorCore::HandleTransitionsLocked(
-    const std::vector<WorkerTransition>& changes) {
-  for (const WorkerTransition& c : changes) {
-    AQ_LOG_INFO("worker {} (incarnation {}) {} -> {}: {}", c.worker_id,
-                c.incarnation, WorkerStateName(c.from), WorkerStateName(c.to),
-                c.detail);
-    if (c.job_id.empty()) continue;
-    if (c.to != v1::WORKER_DEAD && c.to != v1::WORKER_LEFT &&
-        c.to != v1::WORKER_FENCED) {
-      continue;
-    }
-    Job* job = jobs_.Get(c.job_id);
-    if (job == nullptr || IsFinal(job->state)) continue;
-    job->awaiting.erase(c.worker_id);
-    RestartOrFailLocked(*job,
-                        absl::StrCat("worker ", c.worker_id, " (",
-                                     WhereInJob(*job, c.worker_id), ") is ",
-                                     WorkerStateName(c.to), ": ", c.detail));
-  }
-}
-
-void CoordinatorCore::ForgetWorkersLocked(
-    const std::vector<WorkerStatus>& forgotten) {
-  for (const WorkerStatus& w : forgotten) {
-    AQ_LOG_INFO("worker {} forgotten: {} for {}", w.info().worker_id(),
-                WorkerStateName(w.state()),
-                absl::FormatDuration(options_.registry.forget_after));
-    // A worker leaves its job when it ends (the transition restarts or
-    // fails the job), so none should still hold one; if one did, the job
-    // must not wait for a worker nobody knows any more.
-    Job* job = w.job_id().empty() ? nullptr : jobs_.Get(w.job_id());
-    if (job == nullptr || IsFinal(job->state)) continue;
-    RestartOrFailLocked(*job,
-                        absl::StrCat("worker ", w.info().worker_id(), " (",
-                                     WhereInJob(*job, w.info().worker_id()),
-                                     ") is gone: ", WorkerStateName(w.state()),
-                                     " and forgotten"));
-  }
-}
-
 void CoordinatorCore::Tick() {
   bool retry_journal = false;
   {
     absl::MutexLock lock(&mu_);
-    HandleTransitionsLocked(registry_.Tick());
-    ForgetWorkersLocked(registry_.ForgetFinal());
     const absl::Time now = clock_->Now();
-    CheckAdoptionsLocked(now);
+    workers_.Tick(now);
     checkpoints_.RequestByTimeLocked(
         now, [this](const Job& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           return StatusOfLocked(job);  // Called under mu_, held here.

@@ -55,6 +55,7 @@
 #include "coordinator/scheduler.h"
 #include "coordinator/trace_store.h"
 #include "coordinator/worker_client.h"
+#include "coordinator/worker_lifecycle.h"
 #include "proto/service_types.h"
 
 namespace aqueduct {
@@ -231,14 +232,8 @@ class CoordinatorCore : private JobEvents {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWorkersLocked(Job& job, bool stop, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Workers forgotten by the registry (DEAD or LEFT for long): no job may
-  // keep waiting for them.
-  void ForgetWorkersLocked(const std::vector<WorkerStatus>& forgotten)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of a store key that Set or Add may write now.
   absl::Status CheckStoreWriteLocked(const std::string& key) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleTransitionsLocked(const std::vector<WorkerTransition>& changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the pending jobs that can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -269,15 +264,6 @@ class CoordinatorCore : private JobEvents {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ProbeWorkers(const std::string& job_id, int attempt,
                     const std::string& error) ABSL_LOCKS_EXCLUDED(mu_);
-  // A worker registering again with the job attempt it runs.
-  void AdoptClaimLocked(const WorkerInfo& info, const v1::StageClaim& claim)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `worker_id` registered again without claiming the stage a job taken
-  // back awaits from it: the job restarts (after a probe).
-  void ForgetAwaitedLocked(const std::string& worker_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Jobs taken back whose workers did not come back in time restart.
-  void CheckAdoptionsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The job's log and trace: a line of the coordinator's about `job`; a
   // report's trace events (after the lock); the job's files made durable
@@ -311,9 +297,11 @@ class CoordinatorCore : private JobEvents {
   std::unique_ptr<BoundedExecutor> committer_;
   // The components (issue 22), each on the state above. The committer and
   // the driver are thread-safe (they take mu_ on their threads); the
-  // intake and the scheduler are called only under mu_.
+  // intake, the workers' lifecycle and the scheduler are called only under
+  // mu_.
   CheckpointCommitter checkpoints_;
   ProgressIntake intake_ ABSL_GUARDED_BY(mu_);
+  WorkerLifecycle workers_ ABSL_GUARDED_BY(mu_);
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   JobDriver driver_;
 };

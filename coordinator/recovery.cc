@@ -10,12 +10,11 @@
 // is declared DEAD, so the restart names the worker that died rather than
 // the peer that noticed its connection close.
 //
-// Also here: taking running jobs back after the coordinator restarted
-// (their workers register again with a claim of the attempt they run).
+// Taking running jobs back after the coordinator restarted (their workers
+// register again with a claim of the attempt they run) is in
+// worker_lifecycle.h.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "coordinator/core.h"
 
@@ -123,82 +122,11 @@ void CoordinatorCore::ProbeWorkers(const std::string& job_id, int attempt,
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [id, why] : dead) {
-    HandleTransitionsLocked(registry_.MarkDead(id, why));
+    workers_.HandleTransitions(registry_.MarkDead(id, why));
   }
   Job* job = jobs_.Get(job_id);
   if (job != nullptr && job->attempt == attempt) {
     RestartOrFailLocked(*job, error);  // Nobody died: the stage did.
-  }
-}
-
-void CoordinatorCore::AdoptClaimLocked(const WorkerInfo& info,
-                                       const v1::StageClaim& claim) {
-  Job* found = jobs_.Get(claim.job_id());
-  if (found == nullptr || IsFinal(found->state)) return;
-  Job& job = *found;
-  const auto& stages = job.stage_workers;
-  if (claim.attempt() != job.attempt || claim.stage() < 0 ||
-      claim.stage() >= static_cast<int>(stages.size()) || claim.replica() < 0 ||
-      claim.replica() >= static_cast<int>(stages[claim.stage()].size()) ||
-      stages[claim.stage()][claim.replica()] != info.worker_id()) {
-    AQ_LOG_WARN(
-        "worker {} claims stage {} of attempt {} of job {}, which is "
-        "not its assignment; it will be told to stop",
-        info.worker_id(), claim.stage(), claim.attempt(), job.id);
-    return;
-  }
-  registry_.Assign(info.worker_id(), job.id, claim.stage(), claim.replica());
-  job.awaiting.erase(info.worker_id());
-  AQ_LOG_INFO("job {}: worker {} is back with stage {} ({} still awaited)",
-              job.id, info.worker_id(), claim.stage(), job.awaiting.size());
-  ++job.version;
-}
-
-void CoordinatorCore::ForgetAwaitedLocked(const std::string& worker_id) {
-  // Ids first: failing a job trims the table being iterated over.
-  std::vector<std::string> lost;
-  for (auto& [id, job] : jobs_) {
-    if (job.awaiting.erase(worker_id) > 0 && !IsFinal(job.state)) {
-      lost.push_back(id);
-    }
-  }
-  for (const std::string& id : lost) {
-    Job* job = jobs_.Get(id);
-    if (job == nullptr || IsFinal(job->state)) continue;
-    // Awaited, and registered without (a claim to) its stage: a new process
-    // of that worker (the one that ran the stage died). The job cannot go on
-    // as it was.
-    RestartOrFailLocked(
-        *job,
-        absl::StrCat("worker ", worker_id, " (", WhereInJob(*job, worker_id),
-                     ") came back without its stage: its process was "
-                     "restarted while the coordinator was down"));
-  }
-}
-
-void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
-  const absl::Duration limit =
-      options_.adoption_grace + options_.registry.dead_after;
-  // Ids first: failing a job trims the table, which order() lists.
-  std::vector<std::string> overdue;
-  for (const std::string& id : jobs_.order()) {
-    const Job& job = jobs_.At(id);
-    if (!job.awaiting.empty() && !IsFinal(job.state) &&
-        now - job.adopted_at >= limit) {
-      overdue.push_back(id);
-    }
-  }
-  for (const std::string& id : overdue) {
-    Job* job = jobs_.Get(id);
-    if (job == nullptr || job->awaiting.empty() || IsFinal(job->state)) {
-      continue;
-    }
-    const std::string missing = absl::StrJoin(job->awaiting, ", ");
-    job->awaiting.clear();
-    RestartOrFailLocked(
-        *job, absl::StrFormat("worker(s) %s did not register again within "
-                              "%.1f s of the coordinator's restart",
-                              missing, absl::ToDoubleSeconds(limit)));
   }
 }
 
