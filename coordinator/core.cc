@@ -227,7 +227,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
 
 absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
     const std::string& owner) {
-  if (const std::string& error = journal_.ErrorLocked(); !error.empty()) {
+  if (const std::string error = journal_.ErrorLocked(); !error.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the coordinator cannot record new jobs (", error,
         "); it accepts them again once its state directory has room (it "

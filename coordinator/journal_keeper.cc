@@ -58,7 +58,18 @@ absl::Status JournalKeeper::AppendSubmission(const Job& job) {
   return absl::OkStatus();
 }
 
+std::string JournalKeeper::ErrorLocked() const {
+  mu_.AssertHeld();
+  return error_;
+}
+
+bool JournalKeeper::RetryDueLocked(absl::Time now) const {
+  mu_.AssertHeld();
+  return !error_.empty() && now >= retry_at_;
+}
+
 void JournalKeeper::AppendFinishedLocked(const Job& job) {
+  mu_.AssertHeld();
   if (const std::shared_ptr<JobJournal> journal = Journal()) {
     v1::JournalRecord record;
     *record.mutable_finished() = events_.StatusOf(job);

@@ -5,8 +5,10 @@
 // the retries that write it again once there is room.
 //
 // Thread-safety: thread-safe. Open, Retry and AppendSubmission take the
-// core's mutex (`mu`) themselves, or run without it; the ...Locked methods
-// require it (annotated); Journal() needs no lock.
+// core's mutex (`mu`) themselves, or run without it; the public ...Locked
+// methods require it (asserted: clang's analysis cannot tie `mu` to the
+// core's own member), the private ones are annotated; Journal() needs no
+// lock.
 #ifndef AQUEDUCT_COORDINATOR_JOURNAL_KEEPER_H_
 #define AQUEDUCT_COORDINATOR_JOURNAL_KEEPER_H_
 
@@ -53,17 +55,13 @@ class JournalKeeper {
   // it is durable (call without mu): UNAVAILABLE when it cannot.
   absl::Status AppendSubmission(const Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues the final status of `job`, which has just ended.
-  void AppendFinishedLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendFinishedLocked(const Job& job);
 
   // Why new jobs cannot be recorded now; "" when they can.
-  const std::string& ErrorLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return error_;
-  }
+  std::string ErrorLocked() const;
   // Whether Retry is due at `now` (every 5 s while the file cannot be
   // written).
-  bool RetryDueLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !error_.empty() && now >= retry_at_;
-  }
+  bool RetryDueLocked(absl::Time now) const;
 
  private:
   // Adds the jobs `index` holds, each with its committed checkpoints;
