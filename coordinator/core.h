@@ -15,12 +15,14 @@
 // Parts (issue 22; docs/architecture.md, "Control plane"): the job table
 // (job_table.h), progress intake (progress_intake.h), the checkpoint
 // committer (checkpoint_committer.h), the driver (driver.h, on an owned,
-// bounded executor), the scheduler (scheduler.h) and the journal's
-// restorer (journal_restore.h), each owned here and run under this class's
-// one mutex; they reach back only through job_events.h, which this class
-// implements (state transitions, restarts, probes). Also the registry
-// (registry.h), the rendezvous store (kv_store.h) and the journal
-// (journal.h). Recovery (restarts, probes, adoption) is recovery.cc.
+// bounded executor), the scheduler (scheduler.h), the workers' lifecycle
+// (worker_lifecycle.h: registration, heartbeats, transitions, adoption)
+// and the journal keeper (journal_keeper.h: opening, appends, retries
+// after a full disk), each owned here and run under this class's one
+// mutex; they reach back only through job_events.h, which this class
+// implements (state transitions, restarts, probes, scheduling, trimming).
+// Also the registry (registry.h), the rendezvous store (kv_store.h) and
+// the journal (journal.h). Recovery (restarts, probes) is recovery.cc.
 //
 // Thread-safety: thread-safe. One mutex guards the table; worker RPCs and
 // journal syncs run without it. Tick() must be called periodically (the
