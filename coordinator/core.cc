@@ -48,6 +48,8 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       intake_(options_, clock, registry_, jobs_, logs_, checkpoints_, *this),
       workers_(options_, registry_, jobs_, *this),
       scheduler_(options_, clock, registry_, jobs_, *this),
+      recovery_(options_, clock, mu_, registry_, jobs_, store_, workers_, *this,
+                worker_clients_, *executor_),
       driver_(
           options_, mu_, registry_, jobs_, *this, worker_clients_,
           [this] { return journal_.Journal(); }, *executor_) {}
@@ -71,12 +73,12 @@ bool CoordinatorCore::Transition(Job& job, JobEvent event,
 
 void CoordinatorCore::RestartOrFail(Job& job, const std::string& reason) {
   mu_.AssertHeld();
-  RestartOrFailLocked(job, reason);
+  recovery_.RestartOrFailLocked(job, reason);
 }
 
 void CoordinatorCore::Probe(Job& job, const std::string& error) {
   mu_.AssertHeld();
-  ProbeLocked(job, error);
+  recovery_.ProbeLocked(job, error);
 }
 
 JobStatus CoordinatorCore::StatusOf(const Job& job) const {
@@ -355,7 +357,7 @@ void CoordinatorCore::EndLocked(Job& job, bool stop,
   job.reason = reason;
   job.finished = clock_->WallNow();
   journal_.AppendFinishedLocked(job);
-  ReleaseWorkersLocked(job, stop, reason);
+  recovery_.ReleaseWorkersLocked(job, stop, reason);
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
   checkpoints_.RemoveUncommittedLocked(job);
   if (job.state == v1::JOB_SUCCEEDED) {
@@ -367,21 +369,6 @@ void CoordinatorCore::EndLocked(Job& job, bool stop,
   ScheduleLocked();
 }
 
-void CoordinatorCore::ReleaseWorkersLocked(Job& job, bool stop,
-                                           const std::string& reason) {
-  std::vector<std::pair<std::string, std::string>> to_stop;
-  for (const std::string& w : job.reserved) {
-    auto status = registry_.Get(w);
-    if (status.ok() && status->job_id() == job.id) {
-      if (stop) to_stop.emplace_back(w, status->info().address());
-      registry_.Release(w, job.id);
-    }
-  }
-  if (to_stop.empty()) return;
-  StopWorkersAsync(std::move(to_stop), job.id,
-                   absl::StrCat("job ", JobStateName(job.state), ": ", reason));
-}
-
 void CoordinatorCore::TrimFinishedLocked() {
   for (const std::string& id : jobs_.TrimFinished(options_.max_finished_jobs)) {
     logs_.Remove(id);
@@ -390,27 +377,6 @@ void CoordinatorCore::TrimFinishedLocked() {
 }
 
 void CoordinatorCore::ScheduleLocked() { scheduler_.Schedule(); }
-
-void CoordinatorCore::StopWorkersAsync(
-    std::vector<std::pair<std::string, std::string>> id_and_address,
-    std::string job_id, std::string reason, std::optional<int> attempt) {
-  auto stop = [this, workers = std::move(id_and_address), job_id,
-               reason = std::move(reason), attempt] {
-    for (const auto& [id, address] : workers) {
-      std::unique_ptr<WorkerClient> client = worker_clients_(address);
-      const absl::Status s =
-          client->StopJob(job_id, reason, options_.worker_rpc_timeout, attempt);
-      if (!s.ok()) {
-        AQ_LOG_WARN("stopping job {} on worker {}: {}", job_id, id,
-                    s.ToString());
-      }
-    }
-  };
-  if (absl::Status s = executor_->Submit(std::move(stop)); !s.ok()) {
-    // The workers learn it from their next heartbeat instead.
-    AQ_LOG_WARN("stopping job {}: {}", job_id, s.ToString());
-  }
-}
 
 // ------------------------------------------------------------------ Store
 

@@ -16,13 +16,14 @@
 // (job_table.h), progress intake (progress_intake.h), the checkpoint
 // committer (checkpoint_committer.h), the driver (driver.h, on an owned,
 // bounded executor), the scheduler (scheduler.h), the workers' lifecycle
-// (worker_lifecycle.h: registration, heartbeats, transitions, adoption)
-// and the journal keeper (journal_keeper.h: opening, appends, retries
-// after a full disk), each owned here and run under this class's one
-// mutex; they reach back only through job_events.h, which this class
-// implements (state transitions, restarts, probes, scheduling, trimming).
-// Also the registry (registry.h), the rendezvous store (kv_store.h) and
-// the journal (journal.h). Recovery (restarts, probes) is recovery.cc.
+// (worker_lifecycle.h: registration, heartbeats, transitions, adoption),
+// the journal keeper (journal_keeper.h: opening, appends, retries after a
+// full disk) and recovery (recovery.h: restarts, probes, a job's workers
+// released), each owned here and run under this class's one mutex; they
+// reach back only through job_events.h, which this class implements
+// (state transitions, restarts, probes, scheduling, trimming). Also the
+// registry (registry.h), the rendezvous store (kv_store.h) and the
+// journal (journal.h).
 //
 // Thread-safety: thread-safe. One mutex guards the table; worker RPCs and
 // journal syncs run without it. Tick() must be called periodically (the
@@ -53,6 +54,7 @@
 #include "coordinator/kv_store.h"
 #include "coordinator/options.h"
 #include "coordinator/progress_intake.h"
+#include "coordinator/recovery.h"
 #include "coordinator/registry.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/trace_store.h"
@@ -232,8 +234,6 @@ class CoordinatorCore : private JobEvents {
   // when `stop`), its store keys and uncommitted checkpoints removed.
   void EndLocked(Job& job, bool stop, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseWorkersLocked(Job& job, bool stop, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of a store key that Set or Add may write now.
   absl::Status CheckStoreWriteLocked(const std::string& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -249,24 +249,6 @@ class CoordinatorCore : private JobEvents {
   // Removes the finished jobs beyond options_.max_finished_jobs, with their
   // logs and traces.
   void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopWorkersAsync(
-      std::vector<std::pair<std::string, std::string>> id_and_address,
-      std::string job_id, std::string reason,
-      std::optional<int> attempt = std::nullopt);
-
-  // Recovery (recovery.cc). A stage failed or a worker was lost: restarts
-  // the job from its latest committed checkpoint when it has restarts left
-  // (stopping the attempt's workers, back to PENDING), else fails it.
-  void RestartOrFailLocked(Job& job, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A stage reported `error`: asks the job's workers whether they are
-  // alive (on the executor) and declares those that refuse DEAD, so the
-  // restart names the worker that died rather than the peer that noticed.
-  void ProbeLocked(Job& job, const std::string& error)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ProbeWorkers(const std::string& job_id, int attempt,
-                    const std::string& error) ABSL_LOCKS_EXCLUDED(mu_);
-
   // The job's log and trace: a line of the coordinator's about `job`; a
   // report's trace events (after the lock); the job's files made durable
   // (on the executor) when it ends.
@@ -297,14 +279,16 @@ class CoordinatorCore : private JobEvents {
   // destructor, before the components and the state their tasks use.
   std::unique_ptr<BoundedExecutor> executor_;
   std::unique_ptr<BoundedExecutor> committer_;
-  // The components (issue 22), each on the state above. The committer and
-  // the driver are thread-safe (they take mu_ on their threads); the
+  // The components (issue 22), each on the state above. The committer,
+  // recovery and the driver are thread-safe (they take mu_ on their
+  // threads); the
   // intake, the workers' lifecycle and the scheduler are called only under
   // mu_.
   CheckpointCommitter checkpoints_;
   ProgressIntake intake_ ABSL_GUARDED_BY(mu_);
   WorkerLifecycle workers_ ABSL_GUARDED_BY(mu_);
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  Recovery recovery_;
   JobDriver driver_;
 };
 
