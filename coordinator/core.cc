@@ -1,7 +1,6 @@
 #include "coordinator/core.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,18 +37,22 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       registry_(options.registry, clock),
       jobs_(absl::StrFormat("%x", absl::ToUnixSeconds(clock->WallNow())),
             NewRunTag(clock->WallNow())),
+      journal_(clock, mu_, jobs_, *this),
       executor_(std::make_unique<BoundedExecutor>(
           "the job driver", options.driver_threads, options.driver_queue)),
       committer_(std::make_unique<BoundedExecutor>("the checkpoint committer",
                                                    1, options.driver_queue)),
       checkpoints_(
-          options_, clock, mu_, jobs_, logs_, [this] { return Journal(); },
-          *committer_),
+          options_, clock, mu_, jobs_, logs_,
+          [this] { return journal_.Journal(); }, *committer_),
       intake_(options_, clock, registry_, jobs_, logs_, checkpoints_, *this),
+      workers_(options_, registry_, jobs_, *this),
       scheduler_(options_, clock, registry_, jobs_, *this),
+      recovery_(options_, clock, mu_, registry_, jobs_, store_, workers_, *this,
+                worker_clients_, *executor_),
       driver_(
           options_, mu_, registry_, jobs_, *this, worker_clients_,
-          [this] { return Journal(); }, *executor_) {}
+          [this] { return journal_.Journal(); }, *executor_) {}
 
 CoordinatorCore::~CoordinatorCore() {
   {
@@ -70,12 +73,12 @@ bool CoordinatorCore::Transition(Job& job, JobEvent event,
 
 void CoordinatorCore::RestartOrFail(Job& job, const std::string& reason) {
   mu_.AssertHeld();
-  RestartOrFailLocked(job, reason);
+  recovery_.RestartOrFailLocked(job, reason);
 }
 
 void CoordinatorCore::Probe(Job& job, const std::string& error) {
   mu_.AssertHeld();
-  ProbeLocked(job, error);
+  recovery_.ProbeLocked(job, error);
 }
 
 JobStatus CoordinatorCore::StatusOf(const Job& job) const {
@@ -92,69 +95,40 @@ bool CoordinatorCore::ShuttingDown() const {
   return shutting_down_;
 }
 
+void CoordinatorCore::Schedule() {
+  mu_.AssertHeld();
+  ScheduleLocked();
+}
+
+void CoordinatorCore::TrimFinished() {
+  mu_.AssertHeld();
+  TrimFinishedLocked();
+}
+
 // ------------------------------------------------------------------ Workers
 
 absl::Status CoordinatorCore::RegisterWorker(const WorkerInfo& info,
                                              const v1::StageClaim* running) {
-  if (running != nullptr && !running->job_id().empty()) {
-    RETURN_IF_ERROR(CheckName("running.job_id", running->job_id(),
-                              KvStore::kMaxJobIdBytes));
-  }
   absl::MutexLock lock(&mu_);
-  std::vector<WorkerTransition> changes;
-  absl::Status s = registry_.Register(info, &changes);
-  HandleTransitionsLocked(changes);
-  if (s.ok()) {
-    AQ_LOG_INFO("worker {} registered (incarnation {}, {}, {})",
-                info.worker_id(), info.incarnation(), info.address(),
-                info.device().name());
-    if (running != nullptr && !running->job_id().empty()) {
-      AdoptClaimLocked(info, *running);
-    }
-    ForgetAwaitedLocked(info.worker_id());
-    ScheduleLocked();
-  }
-  return s;
+  return workers_.Register(info, running);
 }
 
 absl::StatusOr<CoordinatorCore::HeartbeatReply> CoordinatorCore::Heartbeat(
     const std::string& worker_id, const std::string& incarnation,
     const std::string& job_id, int attempt) {
-  if (!job_id.empty()) {
-    RETURN_IF_ERROR(CheckName("job_id", job_id, KvStore::kMaxJobIdBytes));
-  }
   absl::MutexLock lock(&mu_);
-  WorkerState before = v1::WORKER_HEALTHY;
-  RETURN_IF_ERROR(registry_.Heartbeat(worker_id, incarnation, &before));
-  if (before == v1::WORKER_UNREACHABLE) {
-    AQ_LOG_INFO(
-        "worker {} (incarnation {}) UNREACHABLE -> HEALTHY: heard from "
-        "again",
-        worker_id, incarnation);
-  }
+  ASSIGN_OR_RETURN(WorkerLifecycle::Reply r,
+                   workers_.Heartbeat(worker_id, incarnation, job_id, attempt));
   HeartbeatReply reply;
-  if (job_id.empty()) return reply;
-  const Job* job = jobs_.Get(job_id);
-  auto status = registry_.Get(worker_id);
-  // A job that is over, that the worker no longer holds, or an attempt
-  // this coordinator never started.
-  if (job == nullptr || IsFinal(job->state) ||
-      (status.ok() && status->job_id() != job_id) || attempt > job->attempt) {
-    reply.stop_jobs.push_back(job_id);
-  } else {
-    reply.checkpoint_at = job->checkpoint_at;
-  }
+  reply.stop_jobs = std::move(r.stop_jobs);
+  reply.checkpoint_at = r.checkpoint_at;
   return reply;
 }
 
 absl::Status CoordinatorCore::DeregisterWorker(const std::string& worker_id,
                                                const std::string& incarnation) {
   absl::MutexLock lock(&mu_);
-  std::vector<WorkerTransition> changes;
-  absl::Status s = registry_.Deregister(worker_id, incarnation, &changes);
-  HandleTransitionsLocked(changes);
-  if (s.ok()) AQ_LOG_INFO("worker {} deregistered", worker_id);
-  return s;
+  return workers_.Deregister(worker_id, incarnation);
 }
 
 absl::Status CoordinatorCore::ReportProgress(
@@ -171,61 +145,19 @@ absl::Status CoordinatorCore::ReportProgress(
   return s;
 }
 
-void CoordinatorCore::HandleTransitionsLocked(
-    const std::vector<WorkerTransition>& changes) {
-  for (const WorkerTransition& c : changes) {
-    AQ_LOG_INFO("worker {} (incarnation {}) {} -> {}: {}", c.worker_id,
-                c.incarnation, WorkerStateName(c.from), WorkerStateName(c.to),
-                c.detail);
-    if (c.job_id.empty()) continue;
-    if (c.to != v1::WORKER_DEAD && c.to != v1::WORKER_LEFT &&
-        c.to != v1::WORKER_FENCED) {
-      continue;
-    }
-    Job* job = jobs_.Get(c.job_id);
-    if (job == nullptr || IsFinal(job->state)) continue;
-    job->awaiting.erase(c.worker_id);
-    RestartOrFailLocked(*job,
-                        absl::StrCat("worker ", c.worker_id, " (",
-                                     WhereInJob(*job, c.worker_id), ") is ",
-                                     WorkerStateName(c.to), ": ", c.detail));
-  }
-}
-
-void CoordinatorCore::ForgetWorkersLocked(
-    const std::vector<WorkerStatus>& forgotten) {
-  for (const WorkerStatus& w : forgotten) {
-    AQ_LOG_INFO("worker {} forgotten: {} for {}", w.info().worker_id(),
-                WorkerStateName(w.state()),
-                absl::FormatDuration(options_.registry.forget_after));
-    // A worker leaves its job when it ends (the transition restarts or
-    // fails the job), so none should still hold one; if one did, the job
-    // must not wait for a worker nobody knows any more.
-    Job* job = w.job_id().empty() ? nullptr : jobs_.Get(w.job_id());
-    if (job == nullptr || IsFinal(job->state)) continue;
-    RestartOrFailLocked(*job,
-                        absl::StrCat("worker ", w.info().worker_id(), " (",
-                                     WhereInJob(*job, w.info().worker_id()),
-                                     ") is gone: ", WorkerStateName(w.state()),
-                                     " and forgotten"));
-  }
-}
-
 void CoordinatorCore::Tick() {
   bool retry_journal = false;
   {
     absl::MutexLock lock(&mu_);
-    HandleTransitionsLocked(registry_.Tick());
-    ForgetWorkersLocked(registry_.ForgetFinal());
     const absl::Time now = clock_->Now();
-    CheckAdoptionsLocked(now);
+    workers_.Tick(now);
     checkpoints_.RequestByTimeLocked(
         now, [this](const Job& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           return StatusOfLocked(job);  // Called under mu_, held here.
         });
     scheduler_.ExpirePending(now);
     ScheduleLocked();
-    retry_journal = !journal_error_.empty() && now >= journal_retry_at_;
+    retry_journal = journal_.RetryDueLocked(now);
   }
   if (retry_journal) RetryJournal();
 }
@@ -283,7 +215,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   Job job = NewJob(id, owner, spec, profile, valid, total, resume,
                    clock_->WallNow(), clock_->Now());
   // Durable before the client hears of it, without holding the lock.
-  absl::Status journaled = JournalSubmission(job);
+  absl::Status journaled = journal_.AppendSubmission(job);
   absl::MutexLock lock(&mu_);
   jobs_.EndAdmission(owner);
   if (!journaled.ok()) return journaled;
@@ -297,9 +229,9 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
 
 absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
     const std::string& owner) {
-  if (!journal_error_.empty()) {
+  if (const std::string error = journal_.ErrorLocked(); !error.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the coordinator cannot record new jobs (", journal_error_,
+        "the coordinator cannot record new jobs (", error,
         "); it accepts them again once its state directory has room (it "
         "tries every 5 s)"));
   }
@@ -307,21 +239,6 @@ absl::StatusOr<std::string> CoordinatorCore::AdmitLocked(
   limits.max_pending = options_.max_pending_jobs;
   limits.max_per_user = options_.max_jobs_per_user;
   return jobs_.Admit(owner, limits);
-}
-
-absl::Status CoordinatorCore::JournalSubmission(const Job& job) {
-  const std::shared_ptr<JobJournal> journal = Journal();
-  if (journal == nullptr) return absl::OkStatus();
-  if (absl::Status s = journal->Append(SubmissionRecord(job)); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "the job was not accepted: cannot record it: ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
-std::shared_ptr<JobJournal> CoordinatorCore::Journal() const {
-  absl::MutexLock lock(&journal_mu_);
-  return journal_;
 }
 
 absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
@@ -439,12 +356,8 @@ void CoordinatorCore::EndLocked(Job& job, bool stop,
   SyncJobRecordsLocked(job);
   job.reason = reason;
   job.finished = clock_->WallNow();
-  if (const std::shared_ptr<JobJournal> journal = Journal()) {
-    v1::JournalRecord record;
-    *record.mutable_finished() = StatusOfLocked(job);
-    journal->AppendAsync(std::move(record));
-  }
-  ReleaseWorkersLocked(job, stop, reason);
+  journal_.AppendFinishedLocked(job);
+  recovery_.ReleaseWorkersLocked(job, stop, reason);
   store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
   checkpoints_.RemoveUncommittedLocked(job);
   if (job.state == v1::JOB_SUCCEEDED) {
@@ -456,21 +369,6 @@ void CoordinatorCore::EndLocked(Job& job, bool stop,
   ScheduleLocked();
 }
 
-void CoordinatorCore::ReleaseWorkersLocked(Job& job, bool stop,
-                                           const std::string& reason) {
-  std::vector<std::pair<std::string, std::string>> to_stop;
-  for (const std::string& w : job.reserved) {
-    auto status = registry_.Get(w);
-    if (status.ok() && status->job_id() == job.id) {
-      if (stop) to_stop.emplace_back(w, status->info().address());
-      registry_.Release(w, job.id);
-    }
-  }
-  if (to_stop.empty()) return;
-  StopWorkersAsync(std::move(to_stop), job.id,
-                   absl::StrCat("job ", JobStateName(job.state), ": ", reason));
-}
-
 void CoordinatorCore::TrimFinishedLocked() {
   for (const std::string& id : jobs_.TrimFinished(options_.max_finished_jobs)) {
     logs_.Remove(id);
@@ -479,27 +377,6 @@ void CoordinatorCore::TrimFinishedLocked() {
 }
 
 void CoordinatorCore::ScheduleLocked() { scheduler_.Schedule(); }
-
-void CoordinatorCore::StopWorkersAsync(
-    std::vector<std::pair<std::string, std::string>> id_and_address,
-    std::string job_id, std::string reason, std::optional<int> attempt) {
-  auto stop = [this, workers = std::move(id_and_address), job_id,
-               reason = std::move(reason), attempt] {
-    for (const auto& [id, address] : workers) {
-      std::unique_ptr<WorkerClient> client = worker_clients_(address);
-      const absl::Status s =
-          client->StopJob(job_id, reason, options_.worker_rpc_timeout, attempt);
-      if (!s.ok()) {
-        AQ_LOG_WARN("stopping job {} on worker {}: {}", job_id, id,
-                    s.ToString());
-      }
-    }
-  };
-  if (absl::Status s = executor_->Submit(std::move(stop)); !s.ok()) {
-    // The workers learn it from their next heartbeat instead.
-    AQ_LOG_WARN("stopping job {}: {}", job_id, s.ToString());
-  }
-}
 
 // ------------------------------------------------------------------ Store
 
@@ -600,132 +477,14 @@ absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
 
 // ---------------------------------------------------------------- Journal
 
-void CoordinatorCore::RestoreLocked(JournalIndex& index, int* adopted,
-                                    int* requeued) {
-  for (const RestoreStep& step : PlanRestore(index)) {
-    const std::string& id = step.job_id;
-    if (jobs_.Contains(id)) continue;
-    const v1::JobSubmitted& sub = index.submitted[id];
-    Job* job = nullptr;
-    switch (step.how) {
-      case Restore::kFinished:
-        job = &jobs_.Add(FinishedJob(sub, index.finished.at(id)));
-        break;
-      case Restore::kAdopt:
-        job = &jobs_.Add(AdoptedJob(JobFromSubmission(sub, clock_->Now()),
-                                    index.started.at(id), clock_->Now()));
-        ++*adopted;
-        break;
-      case Restore::kRequeue:
-        job = &jobs_.Add(JobFromSubmission(sub, clock_->Now()));
-        ++*requeued;
-        break;
-    }
-    auto& committed = index.checkpoints[id];
-    KeepNewestCheckpoints(CheckpointsKept(sub.spec()), &committed);
-    job->checkpoints = std::move(committed);
-  }
-}
-
 absl::Status CoordinatorCore::OpenJournal(const std::string& path) {
   const std::string dir = DirName(path);
   RETURN_IF_ERROR(logs_.Open(dir + "/logs"));
   RETURN_IF_ERROR(traces_.Open(dir + "/traces"));
-  ASSIGN_OR_RETURN(JournalContents contents, JobJournal::Read(path));
-  if (!contents.damaged.empty()) {
-    const std::string copy =
-        absl::StrCat(path, ".corrupt-", absl::ToUnixSeconds(clock_->Now()));
-    std::error_code ec;
-    std::filesystem::copy_file(path, copy, ec);
-    // No job that lost a record comes back PENDING or RUNNING: it may have
-    // finished since.
-    const LostJobs lost = FailJobsWithLostRecords(&contents, ec ? path : copy);
-    AQ_LOG_ERROR("journal {}: {} (the file as it was is kept as {}{})", path,
-                 DescribeDamage(contents, lost), copy,
-                 ec ? absl::StrCat(": copy failed: ", ec.message()) : "");
-  }
-  JournalIndex index = IndexJournal(contents.records);
-  std::vector<v1::JournalRecord> kept;
-  int adopted = 0, requeued = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    RestoreLocked(index, &adopted, &requeued);
-    TrimFinishedLocked();
-    kept = jobs_.Compaction(index);
-  }
-  auto journal = JobJournal::Create(path, kept);
-  if (!journal.ok()) {
-    // The file is as it was (the rewrite goes through a temporary file).
-    absl::MutexLock lock(&mu_);
-    journal_error_ = std::string(journal.status().message());
-    journal_path_ = path;
-    journal_index_ = std::make_unique<JournalIndex>(std::move(index));
-    journal_retry_at_ = clock_->Now() + absl::Seconds(5);
-    AQ_LOG_ERROR(
-        "journal {}: {}; serving without recording: new jobs are "
-        "refused until there is room (tried again every 5 s)",
-        path, journal_error_);
-  } else {
-    absl::MutexLock lock(&journal_mu_);
-    journal_ = *std::move(journal);
-  }
-  AQ_LOG_INFO("journal {}: {} job(s); {} running taken back, {} pending again",
-              path, index.order.size(), adopted, requeued);
-  absl::MutexLock lock(&mu_);
-  ScheduleLocked();
-  return absl::OkStatus();
+  return journal_.Open(path);
 }
 
-std::vector<v1::JournalRecord> CoordinatorCore::JournalRecordsNowLocked(
-    std::set<std::string>* ended) const {
-  std::vector<v1::JournalRecord> records = jobs_.Compaction(*journal_index_);
-  for (const std::string& id : jobs_.order()) {
-    const Job& job = jobs_.At(id);
-    if (job.restored || !IsFinal(job.state)) continue;
-    v1::JournalRecord fin;
-    *fin.mutable_finished() = StatusOfLocked(job);
-    records.push_back(std::move(fin));
-    ended->insert(id);
-  }
-  return records;
-}
-
-void CoordinatorCore::RetryJournal() {
-  std::string path;
-  std::vector<v1::JournalRecord> records;
-  std::set<std::string> ended;
-  {
-    absl::MutexLock lock(&mu_);
-    if (journal_error_.empty() || journal_index_ == nullptr) return;
-    journal_retry_at_ = clock_->Now() + absl::Seconds(5);
-    path = journal_path_;
-    records = JournalRecordsNowLocked(&ended);
-  }
-  auto journal = JobJournal::Create(path, records);  // The disk, unlocked.
-  absl::MutexLock lock(&mu_);
-  if (!journal.ok()) {
-    journal_error_ = std::string(journal.status().message());
-    AQ_LOG_DEBUG("journal {}: still cannot write it: {}", path, journal_error_);
-    return;
-  }
-  std::shared_ptr<JobJournal> opened = *std::move(journal);
-  {
-    absl::MutexLock j(&journal_mu_);
-    journal_ = opened;
-  }
-  // Jobs that ended while the file was written.
-  for (const std::string& id : jobs_.order()) {
-    const Job& job = jobs_.At(id);
-    if (job.restored || !IsFinal(job.state) || ended.count(id) > 0) continue;
-    v1::JournalRecord fin;
-    *fin.mutable_finished() = StatusOfLocked(job);
-    opened->AppendAsync(std::move(fin));
-  }
-  journal_error_.clear();
-  journal_index_.reset();
-  AQ_LOG_INFO("journal {}: written again ({} records); new jobs are accepted",
-              path, records.size());
-}
+void CoordinatorCore::RetryJournal() { journal_.Retry(); }
 
 // ------------------------------------------------------ Job logs and traces
 

@@ -15,12 +15,15 @@
 // Parts (issue 22; docs/architecture.md, "Control plane"): the job table
 // (job_table.h), progress intake (progress_intake.h), the checkpoint
 // committer (checkpoint_committer.h), the driver (driver.h, on an owned,
-// bounded executor), the scheduler (scheduler.h) and the journal's
-// restorer (journal_restore.h), each owned here and run under this class's
-// one mutex; they reach back only through job_events.h, which this class
-// implements (state transitions, restarts, probes). Also the registry
-// (registry.h), the rendezvous store (kv_store.h) and the journal
-// (journal.h). Recovery (restarts, probes, adoption) is recovery.cc.
+// bounded executor), the scheduler (scheduler.h), the workers' lifecycle
+// (worker_lifecycle.h: registration, heartbeats, transitions, adoption),
+// the journal keeper (journal_keeper.h: opening, appends, retries after a
+// full disk) and recovery (recovery.h: restarts, probes, a job's workers
+// released), each owned here and run under this class's one mutex; they
+// reach back only through job_events.h, which this class implements
+// (state transitions, restarts, probes, scheduling, trimming). Also the
+// registry (registry.h), the rendezvous store (kv_store.h) and the
+// journal (journal.h).
 //
 // Thread-safety: thread-safe. One mutex guards the table; worker RPCs and
 // journal syncs run without it. Tick() must be called periodically (the
@@ -47,14 +50,16 @@
 #include "coordinator/jobs/job.h"
 #include "coordinator/jobs/job_state.h"
 #include "coordinator/journal.h"
-#include "coordinator/journal_restore.h"
+#include "coordinator/journal_keeper.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/options.h"
 #include "coordinator/progress_intake.h"
+#include "coordinator/recovery.h"
 #include "coordinator/registry.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/trace_store.h"
 #include "coordinator/worker_client.h"
+#include "coordinator/worker_lifecycle.h"
 #include "proto/service_types.h"
 
 namespace aqueduct {
@@ -215,6 +220,8 @@ class CoordinatorCore : private JobEvents {
   JobStatus StatusOf(const Job& job) const override;
   absl::Status StartDriver(const std::string& job_id) override;
   bool ShuttingDown() const override;
+  void Schedule() override;
+  void TrimFinished() override;
 
   JobStatus StatusOfLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -227,16 +234,8 @@ class CoordinatorCore : private JobEvents {
   // when `stop`), its store keys and uncommitted checkpoints removed.
   void EndLocked(Job& job, bool stop, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseWorkersLocked(Job& job, bool stop, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Workers forgotten by the registry (DEAD or LEFT for long): no job may
-  // keep waiting for them.
-  void ForgetWorkersLocked(const std::vector<WorkerStatus>& forgotten)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of a store key that Set or Add may write now.
   absl::Status CheckStoreWriteLocked(const std::string& key) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleTransitionsLocked(const std::vector<WorkerTransition>& changes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the pending jobs that can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -247,50 +246,9 @@ class CoordinatorCore : private JobEvents {
   // or not, and calls jobs_.EndAdmission either way.
   absl::StatusOr<std::string> AdmitLocked(const std::string& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends the job's submission to the journal, if there is one, and waits
-  // until it is durable (call without mu_). UNAVAILABLE when it cannot.
-  absl::Status JournalSubmission(const Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes the finished jobs beyond options_.max_finished_jobs, with their
   // logs and traces.
   void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds the jobs `index` holds (finished, taken back, or pending again),
-  // each with its committed checkpoints; counts those taken back and
-  // those pending again.
-  void RestoreLocked(JournalIndex& index, int* adopted, int* requeued)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The journal's contents for the job table as it is now (RetryJournal):
-  // the compaction of `journal_index_`, and a final status for each job
-  // that ended since start; `ended` receives their ids.
-  std::vector<v1::JournalRecord> JournalRecordsNowLocked(
-      std::set<std::string>* ended) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<JobJournal> Journal() const;
-  void StopWorkersAsync(
-      std::vector<std::pair<std::string, std::string>> id_and_address,
-      std::string job_id, std::string reason,
-      std::optional<int> attempt = std::nullopt);
-
-  // Recovery (recovery.cc). A stage failed or a worker was lost: restarts
-  // the job from its latest committed checkpoint when it has restarts left
-  // (stopping the attempt's workers, back to PENDING), else fails it.
-  void RestartOrFailLocked(Job& job, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A stage reported `error`: asks the job's workers whether they are
-  // alive (on the executor) and declares those that refuse DEAD, so the
-  // restart names the worker that died rather than the peer that noticed.
-  void ProbeLocked(Job& job, const std::string& error)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ProbeWorkers(const std::string& job_id, int attempt,
-                    const std::string& error) ABSL_LOCKS_EXCLUDED(mu_);
-  // A worker registering again with the job attempt it runs.
-  void AdoptClaimLocked(const WorkerInfo& info, const v1::StageClaim& claim)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `worker_id` registered again without claiming the stage a job taken
-  // back awaits from it: the job restarts (after a probe).
-  void ForgetAwaitedLocked(const std::string& worker_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Jobs taken back whose workers did not come back in time restart.
-  void CheckAdoptionsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   // The job's log and trace: a line of the coordinator's about `job`; a
   // report's trace events (after the lock); the job's files made durable
   // (on the executor) when it ends.
@@ -313,31 +271,24 @@ class CoordinatorCore : private JobEvents {
   Registry registry_ ABSL_GUARDED_BY(mu_);
   JobTable jobs_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // The journal, once open for appends: by OpenJournal before serving, or
-  // later by RetryJournal when the disk was full at start. Read through
-  // Journal() (a copy of the pointer), so that appends that wait for the
-  // disk happen without mu_ (JobJournal is thread-safe).
-  mutable absl::Mutex journal_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::shared_ptr<JobJournal> journal_ ABSL_GUARDED_BY(journal_mu_);
-  // Why the journal could not be opened for writing (new jobs are refused
-  // until RetryJournal opens it).
-  std::string journal_error_ ABSL_GUARDED_BY(mu_);
-  // While it could not: its path, what was read from it, and when to try
-  // again.
-  std::string journal_path_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<JournalIndex> journal_index_ ABSL_GUARDED_BY(mu_);
-  absl::Time journal_retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The journal: opened by OpenJournal before serving, or later by
+  // RetryJournal when the disk was full at start (journal_keeper.h).
+  JournalKeeper journal_;
   // Runs the drivers and the stop calls to workers; and the checkpoint
   // commits, one at a time, in order. Both are joined first in the
   // destructor, before the components and the state their tasks use.
   std::unique_ptr<BoundedExecutor> executor_;
   std::unique_ptr<BoundedExecutor> committer_;
-  // The components (issue 22), each on the state above. The committer and
-  // the driver are thread-safe (they take mu_ on their threads); the
-  // intake and the scheduler are called only under mu_.
+  // The components (issue 22), each on the state above. The committer,
+  // recovery and the driver are thread-safe (they take mu_ on their
+  // threads); the
+  // intake, the workers' lifecycle and the scheduler are called only under
+  // mu_.
   CheckpointCommitter checkpoints_;
   ProgressIntake intake_ ABSL_GUARDED_BY(mu_);
+  WorkerLifecycle workers_ ABSL_GUARDED_BY(mu_);
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  Recovery recovery_;
   JobDriver driver_;
 };
 

@@ -500,6 +500,59 @@ TEST_F(CoreTest, AWorkerBackWithoutItsStageRestartsTheJobAtOnce) {
   EXPECT_TRUE(calls_.Has("assign w1:1 attempt 1 from v0"));
 }
 
+// A job failed by the adoption check is trimmed at once (no finished job
+// is kept): the check goes on to the next job all the same, in the same
+// Tick (it used to iterate over the table's order while the trim erased
+// from it, and skipped the job after the one it failed).
+TEST_F(CoreTest, EveryJobWhoseWorkersDoNotComeBackFailsInOneTick) {
+  const std::string path = TempPath("core_test_adopt_trim.journal");
+  std::remove(path.c_str());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  spec_.mutable_fault_tolerance()->set_max_restarts(0);
+  AddWorker("w1");
+  auto first = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*first, v1::JOB_RUNNING);
+  AddWorker("w2");
+  auto second = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*second, v1::JOB_RUNNING);
+  CoordinatorOptions o;
+  o.max_finished_jobs = 0;
+  RestartWith(o);
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  // Neither worker comes back: one Tick past the grace ends both jobs.
+  clock_.Advance(absl::Seconds(16));
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob(*first).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(*second).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// The same for a worker back without its stage: its job fails and is
+// trimmed inside the loop over the table (a use after free under ASan
+// before the ids were collected first).
+TEST_F(CoreTest, AJobFailedAndTrimmedWhenItsWorkerComesBackWithoutItsStage) {
+  const std::string path = TempPath("core_test_adopt_trim2.journal");
+  std::remove(path.c_str());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  spec_.mutable_fault_tolerance()->set_max_restarts(0);
+  AddWorker("w1");
+  auto first = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*first, v1::JOB_RUNNING);
+  AddWorker("w2");
+  auto second = core_->SubmitJob(spec_, nullptr);
+  WaitFor(*second, v1::JOB_RUNNING);
+  CoordinatorOptions o;
+  o.max_finished_jobs = 0;
+  RestartWith(o);
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  AddWorker("w1");  // A new process: its stage is gone.
+  EXPECT_EQ(core_->GetJob(*first).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(*second)->state(), v1::JOB_RUNNING);
+  AddWorker("w2");
+  EXPECT_EQ(core_->GetJob(*second).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(CoreTest, WorkerDeathRestartsTheJobNamingWorkerAndStage) {
   AddWorker("w1");
   auto id = core_->SubmitJob(spec_, nullptr);

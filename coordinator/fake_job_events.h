@@ -16,7 +16,8 @@ namespace aqueduct {
 class FakeJobEvents : public JobEvents {
  public:
   // One call, as "transition <job> <state> <reason>", "restart <job>
-  // <reason>", "probe <job> <error>" or "drive <job>".
+  // <reason>", "probe <job> <error>", "drive <job>", "schedule" or
+  // "trim".
   std::vector<std::string> calls;
   // What StartDriver returns.
   absl::Status drive_status;
@@ -47,6 +48,8 @@ class FakeJobEvents : public JobEvents {
     return drive_status;
   }
   bool ShuttingDown() const override { return shutting_down; }
+  void Schedule() override { calls.push_back("schedule"); }
+  void TrimFinished() override { calls.push_back("trim"); }
 };
 
 }  // namespace aqueduct

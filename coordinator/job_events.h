@@ -1,8 +1,8 @@
 // What the coordinator's components (scheduler.h, progress_intake.h,
-// checkpoint_committer.h, driver.h) ask of the core about a job: the
-// changes only the core makes, because they touch everything it owns (the
-// journal, the workers, the rendezvous store, the schedule). A narrow
-// interface, so that each component is tested with a fake.
+// checkpoint_committer.h, driver.h, journal_keeper.h, worker_lifecycle.h) ask
+// of the core about a job: the changes only the core makes, because they touch
+// everything it owns (the journal, the workers, the rendezvous store, the
+// schedule). A narrow interface, so that each component is tested with a fake.
 //
 // Thread-safety: every method requires the core's mutex (the core's
 // implementation asserts it).
@@ -47,6 +47,11 @@ class JobEvents {
   virtual absl::Status StartDriver(const std::string& job_id) = 0;
   // The core is being destroyed: no job starts.
   virtual bool ShuttingDown() const = 0;
+  // Starts the pending jobs that can start now (scheduler.h).
+  virtual void Schedule() = 0;
+  // Removes the finished jobs beyond options.max_finished_jobs from the
+  // table, with their logs and traces.
+  virtual void TrimFinished() = 0;
 };
 
 }  // namespace aqueduct

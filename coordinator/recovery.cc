@@ -1,32 +1,34 @@
-// Recovery: what the coordinator does when a running job loses a worker or
-// a stage fails. The job restarts as a new attempt from its latest
-// committed checkpoint (or from the start): its workers are stopped and
-// freed, it goes back to PENDING, and the scheduler gives it the healthy
-// idle workers there are (a spare takes the lost worker's place; with none,
-// the planner re-plans for fewer), up to fault_tolerance.max_restarts.
-//
-// A stage's failure is attributed before the restart: the job's workers
-// are asked for their status, and one that refuses (its process is gone)
-// is declared DEAD, so the restart names the worker that died rather than
-// the peer that noticed its connection close.
-//
-// Also here: taking running jobs back after the coordinator restarted
-// (their workers register again with a claim of the attempt they run).
+#include "coordinator/recovery.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "coordinator/core.h"
 
 namespace aqueduct {
 
-void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
+Recovery::Recovery(const CoordinatorOptions& options, const Clock* clock,
+                   absl::Mutex& mu, Registry& registry, JobTable& jobs,
+                   KvStore& store, WorkerLifecycle& workers, JobEvents& events,
+                   const WorkerClientFactory& worker_clients,
+                   BoundedExecutor& executor)
+    : options_(options),
+      clock_(clock),
+      mu_(mu),
+      registry_(registry),
+      jobs_(jobs),
+      store_(store),
+      workers_(workers),
+      events_(events),
+      worker_clients_(worker_clients),
+      executor_(executor) {}
+
+void Recovery::RestartOrFailLocked(Job& job, const std::string& reason) {
+  mu_.AssertHeld();
   if (job.state != v1::JOB_PLANNING && job.state != v1::JOB_RUNNING) return;
   job.probing = false;
   const int used = static_cast<int>(job.restarts.size());
   if (used >= job.max_restarts) {
-    TransitionLocked(
+    events_.Transition(
         job, JobEvent::kFailed,
         job.max_restarts == 0
             ? reason
@@ -41,8 +43,8 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
   record.set_at_ms(ToUnixMillisOr0(clock_->WallNow()));
   record.set_reason(reason);
   record.set_rolled_back_to(restore != nullptr ? restore->version() : 0);
-  record.set_step_at_failure(StatusOfLocked(job).step());
-  std::vector<std::pair<std::string, std::string>> to_stop;
+  record.set_step_at_failure(events_.StatusOf(job).step());
+  Workers to_stop;
   for (const std::string& w : job.reserved) {
     auto status = registry_.Get(w);
     if (!status.ok() || status->job_id() != job.id) continue;
@@ -52,7 +54,7 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
     registry_.Release(w, job.id);
   }
   const int old_attempt = job.attempt;
-  TransitionLocked(job, JobEvent::kRestart, reason);
+  events_.Transition(job, JobEvent::kRestart, reason);
   job.attempt = record.attempt();
   job.restarts.push_back(record);
   job.reserved.clear();
@@ -70,45 +72,56 @@ void CoordinatorCore::RestartOrFailLocked(Job& job, const std::string& reason) {
               record.attempt(), job.max_restarts, record.rolled_back_to(),
               reason);
   if (!to_stop.empty()) {
-    StopWorkersAsync(std::move(to_stop), job.id,
-                     absl::StrCat("the job restarts: ", reason), old_attempt);
+    StopWorkers(std::move(to_stop), job.id,
+                absl::StrCat("the job restarts: ", reason), old_attempt);
   }
-  ScheduleLocked();
+  events_.Schedule();
 }
 
-void CoordinatorCore::ProbeLocked(Job& job, const std::string& error) {
+void Recovery::ProbeLocked(Job& job, const std::string& error) {
+  mu_.AssertHeld();
   if (job.probing || IsFinal(job.state)) return;
   job.probing = true;
   const std::string id = job.id;
   const int attempt = job.attempt;
-  absl::Status s = executor_->Submit(
+  absl::Status s = executor_.Submit(
       [this, id, attempt, error] { ProbeWorkers(id, attempt, error); });
   if (!s.ok()) RestartOrFailLocked(job, error);
 }
 
-void CoordinatorCore::ProbeWorkers(const std::string& job_id, int attempt,
-                                   const std::string& error) {
-  std::vector<std::pair<std::string, std::string>> workers;
+std::optional<Recovery::Workers> Recovery::ProbedLocked(
+    Job& job, const std::string& error) {
+  Workers workers;
+  for (const std::string& w : job.reserved) {
+    auto status = registry_.Get(w);
+    if (status.ok() && status->job_id() == job.id) {
+      workers.emplace_back(w, status->info().address());
+    } else if (!status.ok() || status->state() != v1::WORKER_DEAD) {
+      // Not registered again since the coordinator restarted (or again
+      // without its stage): the process that ran the stage is gone.
+      RestartOrFailLocked(
+          job, absl::StrCat("worker ", w, " (", WhereInJob(job, w),
+                            ") did not come back with its stage after the "
+                            "coordinator restarted (",
+                            error, ")"));
+      return std::nullopt;
+    }
+  }
+  return workers;
+}
+
+void Recovery::ProbeWorkers(const std::string& job_id, int attempt,
+                            const std::string& error) {
+  Workers workers;
   {
     absl::MutexLock lock(&mu_);
     Job* job = jobs_.Get(job_id);
     if (job == nullptr || job->attempt != attempt) return;
-    for (const std::string& w : job->reserved) {
-      auto status = registry_.Get(w);
-      if (status.ok() && status->job_id() == job_id) {
-        workers.emplace_back(w, status->info().address());
-      } else if (!status.ok() || status->state() != v1::WORKER_DEAD) {
-        // Not registered again since the coordinator restarted (or again
-        // without its stage): the process that ran the stage is gone.
-        return RestartOrFailLocked(
-            *job, absl::StrCat("worker ", w, " (", WhereInJob(*job, w),
-                               ") did not come back with its stage after the "
-                               "coordinator restarted (",
-                               error, ")"));
-      }
-    }
+    std::optional<Workers> probed = ProbedLocked(*job, error);
+    if (!probed.has_value()) return;
+    workers = *std::move(probed);
   }
-  std::vector<std::pair<std::string, std::string>> dead;
+  Workers dead;  // (id, why)
   for (const auto& [id, address] : workers) {
     auto status = worker_clients_(address)->GetStatus(options_.probe_timeout);
     if (!status.ok() && (absl::IsUnavailable(status.status()) ||
@@ -123,7 +136,7 @@ void CoordinatorCore::ProbeWorkers(const std::string& job_id, int attempt,
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [id, why] : dead) {
-    HandleTransitionsLocked(registry_.MarkDead(id, why));
+    workers_.HandleTransitions(registry_.MarkDead(id, why));
   }
   Job* job = jobs_.Get(job_id);
   if (job != nullptr && job->attempt == attempt) {
@@ -131,57 +144,39 @@ void CoordinatorCore::ProbeWorkers(const std::string& job_id, int attempt,
   }
 }
 
-void CoordinatorCore::AdoptClaimLocked(const WorkerInfo& info,
-                                       const v1::StageClaim& claim) {
-  Job* found = jobs_.Get(claim.job_id());
-  if (found == nullptr || IsFinal(found->state)) return;
-  Job& job = *found;
-  const auto& stages = job.stage_workers;
-  if (claim.attempt() != job.attempt || claim.stage() < 0 ||
-      claim.stage() >= static_cast<int>(stages.size()) || claim.replica() < 0 ||
-      claim.replica() >= static_cast<int>(stages[claim.stage()].size()) ||
-      stages[claim.stage()][claim.replica()] != info.worker_id()) {
-    AQ_LOG_WARN(
-        "worker {} claims stage {} of attempt {} of job {}, which is "
-        "not its assignment; it will be told to stop",
-        info.worker_id(), claim.stage(), claim.attempt(), job.id);
-    return;
+void Recovery::ReleaseWorkersLocked(Job& job, bool stop,
+                                    const std::string& reason) {
+  mu_.AssertHeld();
+  Workers to_stop;
+  for (const std::string& w : job.reserved) {
+    auto status = registry_.Get(w);
+    if (status.ok() && status->job_id() == job.id) {
+      if (stop) to_stop.emplace_back(w, status->info().address());
+      registry_.Release(w, job.id);
+    }
   }
-  registry_.Assign(info.worker_id(), job.id, claim.stage(), claim.replica());
-  job.awaiting.erase(info.worker_id());
-  AQ_LOG_INFO("job {}: worker {} is back with stage {} ({} still awaited)",
-              job.id, info.worker_id(), claim.stage(), job.awaiting.size());
-  ++job.version;
+  if (to_stop.empty()) return;
+  StopWorkers(std::move(to_stop), job.id,
+              absl::StrCat("job ", JobStateName(job.state), ": ", reason));
 }
 
-void CoordinatorCore::ForgetAwaitedLocked(const std::string& worker_id) {
-  for (auto& [id, job] : jobs_) {
-    if (job.awaiting.erase(worker_id) == 0 || IsFinal(job.state)) continue;
-    // Awaited, and registered without (a claim to) its stage: a new process
-    // of that worker (the one that ran the stage died). The job cannot go on
-    // as it was.
-    RestartOrFailLocked(
-        job,
-        absl::StrCat("worker ", worker_id, " (", WhereInJob(job, worker_id),
-                     ") came back without its stage: its process was "
-                     "restarted while the coordinator was down"));
-  }
-}
-
-void CoordinatorCore::CheckAdoptionsLocked(absl::Time now) {
-  const absl::Duration limit =
-      options_.adoption_grace + options_.registry.dead_after;
-  for (const std::string& id : jobs_.order()) {
-    Job* found = jobs_.Get(id);
-    if (found == nullptr || found->awaiting.empty()) continue;
-    Job& job = *found;
-    if (IsFinal(job.state) || now - job.adopted_at < limit) continue;
-    const std::string missing = absl::StrJoin(job.awaiting, ", ");
-    job.awaiting.clear();
-    RestartOrFailLocked(
-        job, absl::StrFormat("worker(s) %s did not register again within "
-                             "%.1f s of the coordinator's restart",
-                             missing, absl::ToDoubleSeconds(limit)));
+void Recovery::StopWorkers(Workers workers, std::string job_id,
+                           std::string reason, std::optional<int> attempt) {
+  auto stop = [this, workers = std::move(workers), job_id,
+               reason = std::move(reason), attempt] {
+    for (const auto& [id, address] : workers) {
+      std::unique_ptr<WorkerClient> client = worker_clients_(address);
+      const absl::Status s =
+          client->StopJob(job_id, reason, options_.worker_rpc_timeout, attempt);
+      if (!s.ok()) {
+        AQ_LOG_WARN("stopping job {} on worker {}: {}", job_id, id,
+                    s.ToString());
+      }
+    }
+  };
+  if (absl::Status s = executor_.Submit(std::move(stop)); !s.ok()) {
+    // The workers learn it from their next heartbeat instead.
+    AQ_LOG_WARN("stopping job {}: {}", job_id, s.ToString());
   }
 }
 
