@@ -127,6 +127,46 @@ bool SplitsBackward(Schedule schedule) {
   return schedule == v1::SCHEDULE_ZB_H1 || schedule == v1::SCHEDULE_ZB_H2;
 }
 
+double StalenessLrScale(int64_t delay, int64_t step, int64_t warmup_steps) {
+  if (delay <= 1 || warmup_steps <= 0 || step >= warmup_steps) return 1.0;
+  const double power =
+      1.0 - static_cast<double>(step) / static_cast<double>(warmup_steps);
+  return std::pow(static_cast<double>(delay), -power);
+}
+
+namespace {
+
+// The PipeMare warm-up of `p` (0: no correction), checked.
+absl::StatusOr<int64_t> StalenessCorrection(const v1::PipelineSpec& p,
+                                            Schedule schedule) {
+  const std::string& name = p.staleness_correction();
+  if (name.empty() || name == "none") {
+    if (p.staleness_warmup_steps() != 0) {
+      return absl::InvalidArgumentError(
+          "pipeline.staleness_warmup_steps needs pipeline.staleness_"
+          "correction \"pipemare_lr\"");
+    }
+    return 0;
+  }
+  if (name != "pipemare_lr") {
+    return NotOneOf("staleness_correction", name, "none, pipemare_lr");
+  }
+  if (!StashesWeights(schedule)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.staleness_correction applies to the schedules with stale "
+        "weights (1f1b_stashed, 1f1b_vertical_sync, 2bw), not ",
+        ScheduleName(schedule)));
+  }
+  const int64_t k = p.staleness_warmup_steps();
+  if (k < 0 || k > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.staleness_warmup_steps=", k, " must be in [0, 2^40]"));
+  }
+  return k == 0 ? 1000 : k;
+}
+
+}  // namespace
+
 absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
   const v1::PipelineSpec& p = spec.pipeline();
   PipelinePolicy policy;
@@ -134,6 +174,8 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
   ASSIGN_OR_RETURN(policy.transport, ParseTransport(p.transport()));
   ASSIGN_OR_RETURN(policy.cost_model, ParseCostModel(p.cost_model()));
   ASSIGN_OR_RETURN(policy.topology, ParseTopology(p.topology()));
+  ASSIGN_OR_RETURN(policy.pipemare_warmup_steps,
+                   StalenessCorrection(p, policy.schedule));
   if (p.workers() < 0 || p.workers() > kMaxJobWorkers) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.workers=", p.workers(), " must be in [1, ",

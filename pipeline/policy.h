@@ -80,7 +80,16 @@ struct PipelinePolicy {
   // Microbatches per minibatch as the spec asks (0: unset). Use
   // MicrobatchesFor() for the number a plan runs with.
   int microbatches = 0;
+  // PipeMare's learning-rate rescheduling for the stale schedules, over
+  // this many steps (0: no correction). StalenessLrScale applies it.
+  int64_t pipemare_warmup_steps = 0;
 };
+
+// The factor of the learning rate of a step at 0-based `step` whose
+// gradient is `delay` steps stale, under PipeMare's rescheduling over
+// `warmup_steps` (0: none): delay^-(1 - step / warmup_steps) while step <
+// warmup_steps, else 1 (and 1 for a delay of 0 or 1).
+double StalenessLrScale(int64_t delay, int64_t step, int64_t warmup_steps);
 
 // The most workers one job may ask for.
 inline constexpr int kMaxJobWorkers = 100000;

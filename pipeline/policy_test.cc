@@ -128,5 +128,32 @@ TEST(PolicyTest, TotalStepsIsEpochsTimesFullBatchesCappedByMaxSteps) {
   EXPECT_EQ(*TotalSteps(spec, 6400), std::numeric_limits<int64_t>::max());
 }
 
+TEST(PolicyTest, PipeMareScaleAndItsChecks) {
+  // delay^-(1 - k/K): the full correction at step 0, none from K on.
+  EXPECT_DOUBLE_EQ(StalenessLrScale(4, 0, 100), 0.25);
+  EXPECT_DOUBLE_EQ(StalenessLrScale(4, 50, 100), 0.5);
+  EXPECT_DOUBLE_EQ(StalenessLrScale(4, 100, 100), 1.0);
+  EXPECT_DOUBLE_EQ(StalenessLrScale(1, 0, 100), 1.0);
+  EXPECT_DOUBLE_EQ(StalenessLrScale(0, 0, 100), 1.0);
+  EXPECT_DOUBLE_EQ(StalenessLrScale(4, 0, 0), 1.0);
+  JobSpec spec;
+  spec.set_batch_size(8);
+  spec.mutable_pipeline()->set_staleness_correction("pipemare_lr");
+  EXPECT_EQ(ResolvePipeline(spec)->pipemare_warmup_steps, 1000);  // Default.
+  spec.mutable_pipeline()->set_staleness_warmup_steps(300);
+  EXPECT_EQ(ResolvePipeline(spec)->pipemare_warmup_steps, 300);
+  spec.mutable_pipeline()->set_schedule("1f1b_flush");
+  EXPECT_NE(ResolvePipeline(spec).status().message().find(
+                "applies to the schedules with stale weights"),
+            absl::string_view::npos);
+  spec.mutable_pipeline()->set_schedule("2bw");
+  spec.mutable_pipeline()->set_staleness_correction("magic");
+  EXPECT_NE(ResolvePipeline(spec).status().message().find(
+                "pipeline.staleness_correction='magic'"),
+            absl::string_view::npos);
+  spec.mutable_pipeline()->clear_staleness_correction();
+  EXPECT_FALSE(ResolvePipeline(spec).ok());  // A warm-up without it.
+}
+
 }  // namespace
 }  // namespace aqueduct

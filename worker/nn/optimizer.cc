@@ -17,17 +17,19 @@ class ScheduledOptimizer : public Optimizer {
       : schedule_(schedule), total_steps_(total_steps) {}
   int64_t steps() const override { return steps_; }
   void SetSteps(int64_t steps) override { steps_ = steps; }
+  void SetLearningRateScale(double scale) override { lr_scale_ = scale; }
 
  protected:
   float ScaledLr(float lr) const {
     return static_cast<float>(
-        lr * LearningRateFactor(schedule_, steps_, total_steps_));
+        lr * LearningRateFactor(schedule_, steps_, total_steps_) * lr_scale_);
   }
   int64_t steps_ = 0;
 
  private:
   LrSchedule schedule_;
   int64_t total_steps_;
+  double lr_scale_ = 1.0;
 };
 
 class Sgd final : public ScheduledOptimizer {

@@ -32,6 +32,9 @@ class Optimizer {
                                 const ParameterSet& grads) = 0;
   // Number of steps applied so far.
   virtual int64_t steps() const = 0;
+  // A factor on the learning rate of the steps from now on (1 at first):
+  // the staleness correction of pipeline/policy.h, StalenessLrScale.
+  virtual void SetLearningRateScale(double scale) = 0;
   // Sets the number of steps applied so far (restoring a checkpoint, with
   // the state of State() copied back): the learning-rate schedule, Adam's
   // bias correction and SGD's first-step momentum go on from there.

@@ -130,6 +130,8 @@ absl::Status PipelineStage::Prepare() {
         "batch_size=", spec_.batch_size(), " is not divisible into ",
         layout_.microbatches, " microbatches"));
   }
+  ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec_));
+  pipemare_warmup_ = policy.pipemare_warmup_steps;
   RETURN_IF_ERROR(CheckTies());
   if (stage_ == 0) {
     if (train_ == nullptr) {
@@ -540,6 +542,11 @@ absl::Status PipelineStage::ExchangeTiedGradients(int64_t m) {
 
 absl::Status PipelineStage::Step(int64_t m) {
   RETURN_IF_ERROR(ExchangeTiedGradients(m));
+  if (pipemare_warmup_ > 0) {
+    // PipeMare: the gradient of minibatch m is this many steps stale.
+    optimizer_->SetLearningRateScale(StalenessLrScale(
+        version_ - VersionFor(m), optimizer_->steps(), pipemare_warmup_));
+  }
   // Keep the version about to be replaced if a minibatch in flight, or one
   // still to come, uses it.
   if (MustKeep(version_)) {

@@ -173,8 +173,10 @@ class PipelineStage {
   ParameterSet latest_;
   ParameterSet grads_;
   std::unique_ptr<Optimizer> optimizer_;
-  const int64_t first_;                    // options_.first_minibatch.
-  int64_t version_ = 0;                    // Steps applied to latest_.
+  const int64_t first_;  // options_.first_minibatch.
+  int64_t version_ = 0;  // Steps applied to latest_.
+  // PipeMare's learning-rate rescheduling over this many steps (0: none).
+  int64_t pipemare_warmup_ = 0;
   std::map<int64_t, ParameterSet> stash_;  // Older versions still needed.
   std::map<std::pair<int64_t, int>, InFlight> in_flight_;
   std::map<std::pair<int64_t, int>, int64_t> vertical_versions_;
