@@ -1,6 +1,5 @@
 #include "coordinator/core.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +7,7 @@
 #include "common/auth.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "coordinator/input_checks.h"
+#include "coordinator/job_queries.h"
 #include "coordinator/submission.h"
 
 namespace aqueduct {
@@ -50,6 +49,11 @@ CoordinatorCore::CoordinatorCore(const CoordinatorOptions& options,
       scheduler_(options_, clock, registry_, jobs_, *this),
       recovery_(options_, clock, mu_, registry_, jobs_, store_, workers_, *this,
                 worker_clients_, *executor_),
+      lifecycle_(options_, clock, mu_, jobs_,
+                 {store_, logs_, traces_, journal_, checkpoints_, recovery_,
+                  *executor_},
+                 *this),
+      store_access_(registry_, jobs_, store_),
       driver_(
           options_, mu_, registry_, jobs_, *this, worker_clients_,
           [this] { return journal_.Journal(); }, *executor_) {}
@@ -68,7 +72,7 @@ CoordinatorCore::~CoordinatorCore() {
 bool CoordinatorCore::Transition(Job& job, JobEvent event,
                                  const std::string& reason) {
   mu_.AssertHeld();
-  return TransitionLocked(job, event, reason);
+  return lifecycle_.TransitionLocked(job, event, reason);
 }
 
 void CoordinatorCore::RestartOrFail(Job& job, const std::string& reason) {
@@ -102,7 +106,7 @@ void CoordinatorCore::Schedule() {
 
 void CoordinatorCore::TrimFinished() {
   mu_.AssertHeld();
-  TrimFinishedLocked();
+  lifecycle_.TrimFinishedLocked();
 }
 
 // ------------------------------------------------------------------ Workers
@@ -176,17 +180,6 @@ std::vector<WorkerStatus> CoordinatorCore::ListWorkersPage(
 
 // ------------------------------------------------------------------ Jobs
 
-int64_t CoordinatorCore::LargestWorkerMemoryLocked() const {
-  int64_t bytes = 0;
-  for (const WorkerStatus& w : registry_.List()) {
-    if (w.state() != v1::WORKER_HEALTHY && w.state() != v1::WORKER_SUSPECT) {
-      continue;
-    }
-    bytes = std::max(bytes, w.info().device().memory_bytes());
-  }
-  return bytes;
-}
-
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     const JobSpec& spec, const ModelProfile* profile,
     const std::string& resume_from, const std::string& owner) {
@@ -196,7 +189,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   int64_t memory = 0;
   {
     absl::MutexLock lock(&mu_);
-    memory = LargestWorkerMemoryLocked();
+    memory = LargestLiveWorkerMemory(registry_);
   }
   ASSIGN_OR_RETURN(const SpecSummary valid,
                    CheckSpecAndProfile(spec, profile, memory));
@@ -261,7 +254,8 @@ absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, jobs_.Find(job_id));
   if (!IsFinal(job->state)) {
-    TransitionLocked(*job, JobEvent::kCancelled, "cancelled by a client");
+    lifecycle_.TransitionLocked(*job, JobEvent::kCancelled,
+                                "cancelled by a client");
   }
   return job->state;
 }
@@ -270,12 +264,7 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
     const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, jobs_.Find(job_id));
-  if (!job->has_plan) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " has no plan yet (it is ",
-                     JobStateName(job->state), ")"));
-  }
-  return job->plan;
+  return PlanOf(*job);
 }
 
 absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
@@ -328,87 +317,20 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
       });
 }
 
-bool CoordinatorCore::TransitionLocked(Job& job, JobEvent event,
-                                       const std::string& reason) {
-  auto t = NextJobState(job.state, event);
-  if (!t.ok()) {
-    AQ_LOG_DEBUG("job {}: {}", job.id, t.status().ToString());
-    return false;
-  }
-  job.state = t->to;
-  ++job.version;
-  if (t->to == v1::JOB_RUNNING) {
-    job.started = clock_->WallNow();
-    // Timed checkpoints count from here (monotonic; `started` is shown).
-    job.checkpoint_asked = std::max(job.checkpoint_asked, clock_->Now());
-  }
-  const bool warn =
-      t->to == v1::JOB_FAILED || (t->to == v1::JOB_PENDING && !reason.empty());
-  LogJobEventLocked(job, warn ? "warn" : "info",
-                    absl::StrCat("job ", JobStateName(t->to),
-                                 reason.empty() ? "" : ": ", reason));
-  if (t->finished) EndLocked(job, t->stop_workers, reason);
-  return true;
-}
-
-void CoordinatorCore::EndLocked(Job& job, bool stop,
-                                const std::string& reason) {
-  SyncJobRecordsLocked(job);
-  job.reason = reason;
-  job.finished = clock_->WallNow();
-  journal_.AppendFinishedLocked(job);
-  recovery_.ReleaseWorkersLocked(job, stop, reason);
-  store_.DeletePrefix(absl::StrCat("jobs/", job.id, "/"));
-  checkpoints_.RemoveUncommittedLocked(job);
-  if (job.state == v1::JOB_SUCCEEDED) {
-    AQ_LOG_INFO("job {} succeeded", job.id);
-  } else {
-    AQ_LOG_WARN("job {} {}: {}", job.id, JobStateName(job.state), reason);
-  }
-  TrimFinishedLocked();
-  ScheduleLocked();
-}
-
-void CoordinatorCore::TrimFinishedLocked() {
-  for (const std::string& id : jobs_.TrimFinished(options_.max_finished_jobs)) {
-    logs_.Remove(id);
-    traces_.Remove(id);
-  }
-}
-
 void CoordinatorCore::ScheduleLocked() { scheduler_.Schedule(); }
 
 // ------------------------------------------------------------------ Store
 
-absl::Status CoordinatorCore::CheckStoreWriteLocked(
-    const std::string& key) const {
-  ASSIGN_OR_RETURN(const StoreKey k, KvStore::ParseKey(key));
-  const Job* job = jobs_.Get(k.job_id);
-  if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("store key ", Quoted(key), ": job ",
-                                            k.job_id, " does not exist"));
-  }
-  if (IsFinal(job->state) || k.attempt != job->attempt) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store key ", Quoted(key), " is of attempt ", k.attempt, " of job ",
-        job->id, ", which is not running (the job is ",
-        JobStateName(job->state), " at attempt ", job->attempt, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CoordinatorCore::StoreSet(const std::string& key,
                                        const std::string& value) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckStoreWriteLocked(key));
-  return store_.Set(key, value);
+  return store_access_.Set(key, value);
 }
 
 absl::StatusOr<int64_t> CoordinatorCore::StoreAdd(const std::string& key,
                                                   int64_t delta) {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckStoreWriteLocked(key));
-  return store_.Add(key, delta);
+  return store_access_.Add(key, delta);
 }
 
 absl::StatusOr<std::string> CoordinatorCore::StoreGet(const std::string& key,
@@ -418,15 +340,8 @@ absl::StatusOr<std::string> CoordinatorCore::StoreGet(const std::string& key,
 
 absl::Status CoordinatorCore::CheckStoreAccess(const std::string& worker_id,
                                                const std::string& key) const {
-  ASSIGN_OR_RETURN(const StoreKey k, KvStore::ParseKey(key));
   absl::MutexLock lock(&mu_);
-  auto worker = registry_.Get(worker_id);
-  const bool live = worker.ok() && (worker->state() == v1::WORKER_HEALTHY ||
-                                    worker->state() == v1::WORKER_SUSPECT);
-  if (live && worker->job_id() == k.job_id) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "worker ", Shown(worker_id), " may not use the store keys of job ",
-      k.job_id, ": it is not a live worker assigned to that job"));
+  return store_access_.CheckWorker(worker_id, key);
 }
 
 // ------------------------------------------- Checkpoints and trained models
@@ -435,9 +350,7 @@ absl::StatusOr<std::vector<v1::CheckpointManifest>>
 CoordinatorCore::ListCheckpoints(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Job* job, jobs_.Find(job_id));
-  std::vector<v1::CheckpointManifest> out;
-  for (const auto& [version, m] : job->checkpoints) out.push_back(m);
-  return out;
+  return CheckpointsOf(*job);
 }
 
 absl::Status CoordinatorCore::CheckModelUpload(const std::string& worker_id,
@@ -445,21 +358,8 @@ absl::Status CoordinatorCore::CheckModelUpload(const std::string& worker_id,
                                                const std::string& job_id,
                                                int attempt) const {
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(registry_.CheckLive(worker_id, incarnation));
-  ASSIGN_OR_RETURN(const Job* job, jobs_.Find(job_id));
-  auto worker = registry_.Get(worker_id);
-  const bool output = worker.ok() && worker->job_id() == job_id &&
-                      IsOutputStage(*job, worker->stage()) &&
-                      worker->replica() == 0;
-  if (IsFinal(job->state) || attempt != job->attempt || !output) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker_id, " may not upload the model of job ",
-                     job_id, " (attempt ", attempt,
-                     "): only the output stage's replica 0 of the "
-                     "running attempt ",
-                     job->attempt, " may"));
-  }
-  return absl::OkStatus();
+  return CheckModelUploader(registry_, jobs_, worker_id, incarnation, job_id,
+                            attempt);
 }
 
 absl::Status CoordinatorCore::RecordModel(const std::string& job_id,
@@ -488,30 +388,10 @@ void CoordinatorCore::RetryJournal() { journal_.Retry(); }
 
 // ------------------------------------------------------ Job logs and traces
 
-void CoordinatorCore::LogJobEventLocked(const Job& job,
-                                        const std::string& level,
-                                        const std::string& text) {
-  logs_.AppendEvent(job.id, absl::ToUnixMillis(clock_->WallNow()), level, text);
-}
-
 void CoordinatorCore::KeepRecords(const ProgressIntake::Records& records) {
   if (absl::Status s = traces_.Append(records.job_id, records.trace); !s.ok()) {
     AQ_LOG_WARN("job {}: trace not kept on disk: {}", records.job_id,
                 s.ToString());
-  }
-}
-
-void CoordinatorCore::SyncJobRecordsLocked(const Job& job) {
-  absl::Status s = executor_->Submit([this, id = job.id] {
-    if (absl::Status s = logs_.Sync(id); !s.ok()) {
-      AQ_LOG_WARN("job {}: log not synced: {}", id, s.ToString());
-    }
-    if (absl::Status s = traces_.Sync(id); !s.ok()) {
-      AQ_LOG_WARN("job {}: trace not synced: {}", id, s.ToString());
-    }
-  });
-  if (!s.ok()) {
-    AQ_LOG_DEBUG("job {}: records not synced: {}", job.id, s.ToString());
   }
 }
 

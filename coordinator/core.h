@@ -13,17 +13,18 @@
 // worker fails), or CANCELLED. Every wait has a deadline.
 //
 // Parts (issue 22; docs/architecture.md, "Control plane"): the job table
-// (job_table.h), progress intake (progress_intake.h), the checkpoint
-// committer (checkpoint_committer.h), the driver (driver.h, on an owned,
-// bounded executor), the scheduler (scheduler.h), the workers' lifecycle
-// (worker_lifecycle.h: registration, heartbeats, transitions, adoption),
-// the journal keeper (journal_keeper.h: opening, appends, retries after a
-// full disk) and recovery (recovery.h: restarts, probes, a job's workers
-// released), each owned here and run under this class's one mutex; they
-// reach back only through job_events.h, which this class implements
-// (state transitions, restarts, probes, scheduling, trimming). Also the
-// registry (registry.h), the rendezvous store (kv_store.h) and the
-// journal (journal.h).
+// (job_table.h), progress intake (progress_intake.h), the checkpoint committer
+// (checkpoint_committer.h), the driver (driver.h, on an owned, bounded
+// executor), the scheduler (scheduler.h), the workers' lifecycle
+// (worker_lifecycle.h: registration, heartbeats, transitions, adoption), the
+// journal keeper (journal_keeper.h: opening, appends, retries after a full
+// disk), recovery (recovery.h: restarts, probes, a job's workers released), the
+// jobs' lifecycle (job_lifecycle.h: transitions, a job's end) and the store's
+// access checks (store_access.h), each owned here and run under this class's
+// one mutex, with the read API's lookups (job_queries.h); they reach back only
+// through job_events.h, which this class implements (state transitions,
+// restarts, probes, scheduling, trimming). Also the registry (registry.h), the
+// rendezvous store (kv_store.h) and the journal (journal.h).
 //
 // Thread-safety: thread-safe. One mutex guards the table; worker RPCs and
 // journal syncs run without it. Tick() must be called periodically (the
@@ -45,6 +46,7 @@
 #include "coordinator/checkpoint_committer.h"
 #include "coordinator/driver.h"
 #include "coordinator/job_events.h"
+#include "coordinator/job_lifecycle.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/job_table.h"
 #include "coordinator/jobs/job.h"
@@ -57,6 +59,7 @@
 #include "coordinator/recovery.h"
 #include "coordinator/registry.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/store_access.h"
 #include "coordinator/trace_store.h"
 #include "coordinator/worker_client.h"
 #include "coordinator/worker_lifecycle.h"
@@ -225,39 +228,16 @@ class CoordinatorCore : private JobEvents {
 
   JobStatus StatusOfLocked(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies `event` to the job through the state machine (jobs/job_state.h);
-  // on a final state journals the status, frees the job's workers and asks
-  // them to stop. False (and nothing changes) when the event does not apply.
-  bool TransitionLocked(Job& job, JobEvent event, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job ended: its status journaled, its workers freed (and stopped
-  // when `stop`), its store keys and uncommitted checkpoints removed.
-  void EndLocked(Job& job, bool stop, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job of a store key that Set or Add may write now.
-  absl::Status CheckStoreWriteLocked(const std::string& key) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the pending jobs that can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The largest live worker's memory, which specs are checked against.
-  int64_t LargestWorkerMemoryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admits a submission of `owner` (JobTable::Admit, refused while the
   // journal cannot be written) and draws its id; the caller adds the job
   // or not, and calls jobs_.EndAdmission either way.
   absl::StatusOr<std::string> AdmitLocked(const std::string& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the finished jobs beyond options_.max_finished_jobs, with their
-  // logs and traces.
-  void TrimFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's log and trace: a line of the coordinator's about `job`; a
-  // report's trace events (after the lock); the job's files made durable
-  // (on the executor) when it ends.
-  void LogJobEventLocked(const Job& job, const std::string& level,
-                         const std::string& text)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A report's trace events kept with the job (after the lock).
   void KeepRecords(const ProgressIntake::Records& records)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void SyncJobRecordsLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   const Clock* clock_;
@@ -281,14 +261,16 @@ class CoordinatorCore : private JobEvents {
   std::unique_ptr<BoundedExecutor> committer_;
   // The components (issue 22), each on the state above. The committer,
   // recovery and the driver are thread-safe (they take mu_ on their
-  // threads); the
-  // intake, the workers' lifecycle and the scheduler are called only under
-  // mu_.
+  // threads), as is the jobs' lifecycle (its syncs need no lock); the
+  // intake, the workers' lifecycle, the scheduler and the store's access
+  // checks are called only under mu_.
   CheckpointCommitter checkpoints_;
   ProgressIntake intake_ ABSL_GUARDED_BY(mu_);
   WorkerLifecycle workers_ ABSL_GUARDED_BY(mu_);
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   Recovery recovery_;
+  JobLifecycle lifecycle_;
+  StoreAccess store_access_ ABSL_GUARDED_BY(mu_);
   JobDriver driver_;
 };
 

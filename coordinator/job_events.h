@@ -1,8 +1,9 @@
 // What the coordinator's components (scheduler.h, progress_intake.h,
-// checkpoint_committer.h, driver.h, journal_keeper.h, worker_lifecycle.h) ask
-// of the core about a job: the changes only the core makes, because they touch
-// everything it owns (the journal, the workers, the rendezvous store, the
-// schedule). A narrow interface, so that each component is tested with a fake.
+// checkpoint_committer.h, driver.h, journal_keeper.h, worker_lifecycle.h,
+// recovery.h, job_lifecycle.h) ask of the core about a job: the changes only
+// the core makes, because they touch everything it owns (the journal, the
+// workers, the rendezvous store, the schedule). A narrow interface, so that
+// each component is tested with a fake.
 //
 // Thread-safety: every method requires the core's mutex (the core's
 // implementation asserts it).
