@@ -93,9 +93,13 @@ absl::StatusOr<ir::Program> Generated(ScheduleKind kind) {
                      ? absl::GetFlag(FLAGS_chunks)
                  : kind == ScheduleKind::kZbV ? 2
                                               : 1;
-  if (shape.ranks > 1024 || shape.microbatches > 4096 || shape.chunks > 64) {
-    return absl::InvalidArgumentError(
-        "at most 1024 ranks, 4096 microbatches and 64 chunks");
+  if (shape.ranks > 1024 || shape.microbatches > 4096 || shape.chunks > 64 ||
+      int64_t{shape.ranks} * shape.chunks * shape.microbatches >
+          ir::kMaxStageMicrobatches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "at most 1024 ranks, 4096 microbatches and 64 chunks, and ranks x "
+        "chunks x microbatches at most ",
+        ir::kMaxStageMicrobatches));
   }
   absl::StatusOr<ir::Program> compute = ir::ComputeSchedule(kind, shape);
   if (!compute.ok()) return compute.status();

@@ -235,6 +235,15 @@ TEST(ValidateTest, ADeadlockNamesTheRanks) {
       << why;
 }
 
+TEST(ValidateTest, AHugeProgramIsRefusedNotAllocated) {
+  absl::StatusOr<Program> p = ParseProgram(
+      "# aqueduct schedule: ranks=4096 stages_per_rank=64 placement=loop "
+      "microbatches=65536\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const absl::Status s = Validate(*p);
+  EXPECT_TRUE(absl::StrContains(s.message(), "(stage, microbatch) pairs")) << s;
+}
+
 TEST(ValidateTest, OtherBreaks) {
   const Program p = Make(ScheduleKind::k1F1B, 2, 2);
   // A stage of another rank.

@@ -27,16 +27,27 @@ enum Flag : uint16_t {
 // Whether microbatch u's backward of a stage is whole (B, or I then W).
 bool BackwardDone(uint16_t f) { return (f & kDidB) || (f & kDidW); }
 
+// What the ranks did to each (stage, microbatch) and stage: one table for
+// every rank (a rank touches only its own stages').
+struct Marks {
+  Marks(int stages, int microbatches)
+      : flags(stages, std::vector<uint16_t>(microbatches, 0)),
+        reduced(stages, false),
+        stepped(stages, false) {}
+  std::vector<std::vector<uint16_t>> flags;
+  std::vector<bool> reduced, stepped;
+};
+
 // Checks one rank's list on its own (Validate's first half).
 class RankChecker {
  public:
-  RankChecker(const Program& p, int rank)
+  RankChecker(const Program& p, int rank, Marks* marks)
       : p_(p),
         l_(p.layout),
         r_(rank),
-        flags_(l_.stages(), std::vector<uint16_t>(p.microbatches, 0)),
-        reduced_(l_.stages(), false),
-        stepped_(l_.stages(), false) {}
+        flags_(marks->flags),
+        reduced_(marks->reduced),
+        stepped_(marks->stepped) {}
 
   absl::Status Check() {
     const std::vector<Action>& actions = p_.ranks[r_];
@@ -210,8 +221,8 @@ class RankChecker {
   const Program& p_;
   const Layout& l_;
   const int r_;
-  std::vector<std::vector<uint16_t>> flags_;
-  std::vector<bool> reduced_, stepped_;
+  std::vector<std::vector<uint16_t>>& flags_;
+  std::vector<bool>&reduced_, &stepped_;
 };
 
 // Runs every rank together: receives wait for their sends.
@@ -356,8 +367,18 @@ absl::Status Validate(const Program& program) {
   if (program.microbatches < 1) {
     return absl::InvalidArgumentError("a program needs at least 1 microbatch");
   }
+  if (static_cast<int64_t>(program.layout.stages()) * program.microbatches >
+      kMaxStageMicrobatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the program has ", program.layout.stages(), " stages of ",
+                     program.microbatches, " microbatches; at most ",
+                     kMaxStageMicrobatches, " (stage, microbatch) pairs"));
+  }
+  Marks marks(program.layout.stages(), program.microbatches);
   for (int r = 0; r < program.layout.ranks; ++r) {
-    if (absl::Status s = RankChecker(program, r).Check(); !s.ok()) return s;
+    if (absl::Status s = RankChecker(program, r, &marks).Check(); !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<Simulation> run = Replayer(program, ActionCosts{}).Run();
   if (!run.ok()) return absl::InvalidArgumentError(run.status().message());

@@ -25,8 +25,12 @@
 
 namespace aqueduct::ir {
 
+// The most (stage, microbatch) pairs a program may have (Validate's table).
+inline constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 22;
+
 // INVALID_ARGUMENT naming the rank, the action (its index on the rank and
-// its text) and the rule it breaks; or the ranks a deadlock blocks.
+// its text) and the rule it breaks; or the ranks a deadlock blocks; or a
+// program over kMaxStageMicrobatches.
 absl::Status Validate(const Program& program);
 
 // Costs of one rank's share of the model (the whole stage of a rank that
