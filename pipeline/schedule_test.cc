@@ -152,7 +152,9 @@ TEST(ScheduleTest, ZeroBubbleSplitsEveryBackward) {
       EXPECT_EQ(steps, 2);
       EXPECT_EQ(seen.size(), 2u * 4 + 2);  // Odd microbatches, and 2 steps.
       for (const auto& [key, s] : seen) {
-        if (key.second % 2 == 1) EXPECT_EQ(s, "FIW") << key.second;
+        if (key.second % 2 == 1) {
+          EXPECT_EQ(s, "FIW") << key.second;
+        }
       }
       EXPECT_EQ(input_order, weight_order);
       EXPECT_EQ(input_order, (std::vector<int>{1, 3, 5, 7}));

@@ -264,8 +264,12 @@ TEST(LowerTest, TheVTurnsOnItsRank) {
   // ZB-V: stages 3 and 4 are both on rank 3: no message between them.
   const Program p = Make(ScheduleKind::kZbV, 4, 4, 2);
   for (const Action& a : p.ranks[3]) {
-    if (a.kind == Kind::kSendF) EXPECT_NE(a.stage, 3) << ActionText(a);
-    if (a.kind == Kind::kRecvF) EXPECT_NE(a.stage, 4) << ActionText(a);
+    if (a.kind == Kind::kSendF) {
+      EXPECT_NE(a.stage, 3) << ActionText(a);
+    }
+    if (a.kind == Kind::kRecvF) {
+      EXPECT_NE(a.stage, 4) << ActionText(a);
+    }
   }
   EXPECT_TRUE(IsComputeOnly(
       *ComputeSchedule(ScheduleKind::kZbV, ScheduleShape{4, 4, 2})));

@@ -86,7 +86,9 @@ TEST_P(SplitBackwardTest, GivesTheFusedBackwardsBits) {
                     ->BackwardInput(device_, params, cache, Upload(dys, out),
                                     ctx, got_dx, split, accumulate, &deferred)
                     .ok());
-    if (got_dx != nullptr) EXPECT_TRUE(SameBits(dx_fused, dx_split));
+    if (got_dx != nullptr) {
+      EXPECT_TRUE(SameBits(dx_fused, dx_split));
+    }
     EXPECT_EQ(!deferred.linears.empty(), c.defers);
     for (const DeferredLinearGrad& g : deferred.linears) {
       // Not run yet: the weight gradient still holds what it held.

@@ -474,7 +474,9 @@ TEST(PipelineTest, TwoBwMatchesItsReference) {
         EXPECT_LE(st.peak_stashed_versions, 1) << what;
         EXPECT_EQ(st.committed_version, spec.max_steps()) << what;
       }
-      if (tied) EXPECT_EQ(got.weights.front(), got.weights.back()) << what;
+      if (tied) {
+        EXPECT_EQ(got.weights.front(), got.weights.back()) << what;
+      }
     }
   }
   const JobSpec mlp = *ParseJobSpec(kMlp, "test");
