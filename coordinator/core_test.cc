@@ -196,6 +196,10 @@ class CoreTest : public ::testing::Test {
     ASSERT_TRUE(core_->RegisterWorker(info, claim).ok());
   }
 
+  void RunTwoJobsThenRestartKeepingNone(const std::string& path,
+                                        std::string* first,
+                                        std::string* second);
+
   // A fresh coordinator with `o` over the same clock and fake workers.
   void RestartWith(CoordinatorOptions o) {
     core_.reset();
@@ -500,31 +504,41 @@ TEST_F(CoreTest, AWorkerBackWithoutItsStageRestartsTheJobAtOnce) {
   EXPECT_TRUE(calls_.Has("assign w1:1 attempt 1 from v0"));
 }
 
+// Jobs on w1 and on w2, RUNNING under a journal at `path`, with no
+// restarts allowed; then the coordinator restarts keeping no finished job
+// and takes them back from the journal.
+void CoreTest::RunTwoJobsThenRestartKeepingNone(const std::string& path,
+                                                std::string* first,
+                                                std::string* second) {
+  std::remove(path.c_str());
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  spec_.mutable_fault_tolerance()->set_max_restarts(0);
+  AddWorker("w1");
+  *first = *core_->SubmitJob(spec_, nullptr);
+  WaitFor(*first, v1::JOB_RUNNING);
+  AddWorker("w2");
+  *second = *core_->SubmitJob(spec_, nullptr);
+  WaitFor(*second, v1::JOB_RUNNING);
+  CoordinatorOptions o;
+  o.max_finished_jobs = 0;
+  RestartWith(o);
+  ASSERT_TRUE(core_->OpenJournal(path).ok());
+}
+
 // A job failed by the adoption check is trimmed at once (no finished job
 // is kept): the check goes on to the next job all the same, in the same
 // Tick (it used to iterate over the table's order while the trim erased
 // from it, and skipped the job after the one it failed).
 TEST_F(CoreTest, EveryJobWhoseWorkersDoNotComeBackFailsInOneTick) {
   const std::string path = TempPath("core_test_adopt_trim.journal");
-  std::remove(path.c_str());
-  ASSERT_TRUE(core_->OpenJournal(path).ok());
-  spec_.mutable_fault_tolerance()->set_max_restarts(0);
-  AddWorker("w1");
-  auto first = core_->SubmitJob(spec_, nullptr);
-  WaitFor(*first, v1::JOB_RUNNING);
-  AddWorker("w2");
-  auto second = core_->SubmitJob(spec_, nullptr);
-  WaitFor(*second, v1::JOB_RUNNING);
-  CoordinatorOptions o;
-  o.max_finished_jobs = 0;
-  RestartWith(o);
-  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  std::string first, second;
+  ASSERT_NO_FATAL_FAILURE(
+      RunTwoJobsThenRestartKeepingNone(path, &first, &second));
   // Neither worker comes back: one Tick past the grace ends both jobs.
   clock_.Advance(absl::Seconds(16));
   core_->Tick();
-  EXPECT_EQ(core_->GetJob(*first).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(core_->GetJob(*second).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(first).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(second).status().code(), absl::StatusCode::kNotFound);
 }
 
 // The same for a worker back without its stage: its job fails and is
@@ -532,25 +546,14 @@ TEST_F(CoreTest, EveryJobWhoseWorkersDoNotComeBackFailsInOneTick) {
 // before the ids were collected first).
 TEST_F(CoreTest, AJobFailedAndTrimmedWhenItsWorkerComesBackWithoutItsStage) {
   const std::string path = TempPath("core_test_adopt_trim2.journal");
-  std::remove(path.c_str());
-  ASSERT_TRUE(core_->OpenJournal(path).ok());
-  spec_.mutable_fault_tolerance()->set_max_restarts(0);
-  AddWorker("w1");
-  auto first = core_->SubmitJob(spec_, nullptr);
-  WaitFor(*first, v1::JOB_RUNNING);
-  AddWorker("w2");
-  auto second = core_->SubmitJob(spec_, nullptr);
-  WaitFor(*second, v1::JOB_RUNNING);
-  CoordinatorOptions o;
-  o.max_finished_jobs = 0;
-  RestartWith(o);
-  ASSERT_TRUE(core_->OpenJournal(path).ok());
+  std::string first, second;
+  ASSERT_NO_FATAL_FAILURE(
+      RunTwoJobsThenRestartKeepingNone(path, &first, &second));
   AddWorker("w1");  // A new process: its stage is gone.
-  EXPECT_EQ(core_->GetJob(*first).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(core_->GetJob(*second)->state(), v1::JOB_RUNNING);
+  EXPECT_EQ(core_->GetJob(first).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(second)->state(), v1::JOB_RUNNING);
   AddWorker("w2");
-  EXPECT_EQ(core_->GetJob(*second).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetJob(second).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoreTest, WorkerDeathRestartsTheJobNamingWorkerAndStage) {
