@@ -27,9 +27,11 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
   if (name == "zb_h1") return v1::SCHEDULE_ZB_H1;
   if (name == "zb_h2") return v1::SCHEDULE_ZB_H2;
   if (name == "2bw") return v1::SCHEDULE_2BW;
+  if (name == "interleaved_1f1b") return v1::SCHEDULE_INTERLEAVED_1F1B;
+  if (name == "zb_v") return v1::SCHEDULE_ZB_V;
   return NotOneOf("schedule", name,
                   "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, "
-                  "zb_h1, zb_h2, 2bw");
+                  "zb_h1, zb_h2, 2bw, interleaved_1f1b, zb_v");
 }
 
 absl::StatusOr<Transport> ParseTransport(const std::string& name) {
@@ -67,6 +69,10 @@ const char* ScheduleName(Schedule schedule) {
       return "zb_h2";
     case v1::SCHEDULE_2BW:
       return "2bw";
+    case v1::SCHEDULE_INTERLEAVED_1F1B:
+      return "interleaved_1f1b";
+    case v1::SCHEDULE_ZB_V:
+      return "zb_v";
     default:
       return "?";
   }
@@ -120,11 +126,18 @@ bool SplitsMinibatches(Schedule schedule) {
 
 bool Flushes(Schedule schedule) {
   return schedule == v1::SCHEDULE_1F1B_FLUSH ||
-         schedule == v1::SCHEDULE_GPIPE || SplitsBackward(schedule);
+         schedule == v1::SCHEDULE_GPIPE ||
+         schedule == v1::SCHEDULE_INTERLEAVED_1F1B || SplitsBackward(schedule);
 }
 
 bool SplitsBackward(Schedule schedule) {
-  return schedule == v1::SCHEDULE_ZB_H1 || schedule == v1::SCHEDULE_ZB_H2;
+  return schedule == v1::SCHEDULE_ZB_H1 || schedule == v1::SCHEDULE_ZB_H2 ||
+         schedule == v1::SCHEDULE_ZB_V;
+}
+
+bool HoldsChunks(Schedule schedule) {
+  return schedule == v1::SCHEDULE_INTERLEAVED_1F1B ||
+         schedule == v1::SCHEDULE_ZB_V;
 }
 
 double StalenessLrScale(int64_t delay, int64_t step, int64_t warmup_steps) {
@@ -165,6 +178,32 @@ absl::StatusOr<int64_t> StalenessCorrection(const v1::PipelineSpec& p,
   return k == 0 ? 1000 : k;
 }
 
+// pipeline.chunks with its default, checked against the schedule.
+absl::StatusOr<int> ChunksOf(const v1::PipelineSpec& p, Schedule schedule) {
+  const int chunks = p.chunks();
+  if (schedule == v1::SCHEDULE_ZB_V) {
+    if (chunks != 0 && chunks != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.chunks=", chunks, ": zb_v holds 2 chunks per worker"));
+    }
+    return 2;
+  }
+  if (schedule == v1::SCHEDULE_INTERLEAVED_1F1B) {
+    if (chunks < 0 || chunks > kMaxChunks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline.chunks=", chunks, " must be in [1, ",
+                       kMaxChunks, "] (0: the default 2)"));
+    }
+    return chunks == 0 ? 2 : chunks;
+  }
+  if (chunks > 1 || chunks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.chunks=", chunks, ": ", ScheduleName(schedule),
+        " holds one chunk per worker; interleaved_1f1b and zb_v hold more"));
+  }
+  return 1;
+}
+
 }  // namespace
 
 absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
@@ -200,6 +239,7 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
         "pipeline.microbatches=", p.microbatches(), " must not be negative"));
   }
   policy.microbatches = p.microbatches();
+  ASSIGN_OR_RETURN(policy.chunks, ChunksOf(p, policy.schedule));
   if (policy.microbatches > 0 && spec.batch_size() > 0 &&
       SplitsMinibatches(policy.schedule) &&
       spec.batch_size() % policy.microbatches != 0) {
@@ -213,13 +253,23 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
 absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
                                     int64_t batch_size, int workers) {
   if (!SplitsMinibatches(policy.schedule)) return 1;
+  const bool multiple = policy.schedule == v1::SCHEDULE_INTERLEAVED_1F1B;
   if (policy.microbatches <= 0 && batch_size > 0) {
     // Unset: the smallest divisor of the batch that gives every worker a
     // microbatch (the batch itself when it has fewer samples than
     // workers), so that a restart onto fewer workers never fails on a
     // number the user did not set.
-    for (int64_t micro = std::max(1, workers); micro < batch_size; ++micro) {
+    // Interleaved 1F1B takes microbatches a round of workers at a time.
+    const int64_t step = multiple ? std::max(1, workers) : 1;
+    for (int64_t micro = std::max(1, workers); micro < batch_size;
+         micro += step) {
       if (batch_size % micro == 0) return static_cast<int>(micro);
+    }
+    if (multiple && batch_size % std::max(1, workers) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "interleaved_1f1b needs microbatches that are a multiple of the ",
+          workers, " workers and divide batch_size=", batch_size,
+          "; there are none"));
     }
     return static_cast<int>(std::min<int64_t>(batch_size, kMaxJobWorkers));
   }
@@ -228,6 +278,13 @@ absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.microbatches=", micro,
                      " does not divide batch_size=", batch_size));
+  }
+  if (multiple && micro % std::max(1, workers) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.microbatches=", micro,
+        ": interleaved_1f1b takes microbatches a round of workers at a "
+        "time, so they must be a multiple of the ",
+        workers, " workers (Megatron-LM's rule)"));
   }
   return micro;
 }

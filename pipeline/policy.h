@@ -63,6 +63,11 @@ bool Flushes(Schedule schedule);
 // The zero-bubble schedules: each backward split into its input gradient
 // (I) and its weight gradient (W, run later; worker/nn/layer.h).
 bool SplitsBackward(Schedule schedule);
+// Several model chunks (virtual stages) per worker: interleaved_1f1b, zb_v.
+bool HoldsChunks(Schedule schedule);
+
+// The most chunks per worker.
+inline constexpr int kMaxChunks = 64;
 
 // A job's pipeline section with every default applied.
 struct PipelinePolicy {
@@ -83,6 +88,9 @@ struct PipelinePolicy {
   // PipeMare's learning-rate rescheduling for the stale schedules, over
   // this many steps (0: no correction). StalenessLrScale applies it.
   int64_t pipemare_warmup_steps = 0;
+  // Model chunks per worker (pipeline.chunks with its default): 1 but for
+  // interleaved_1f1b and zb_v.
+  int chunks = 1;
 };
 
 // The factor of the learning rate of a step at 0-based `step` whose
@@ -102,7 +110,9 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec);
 // the stashing schedules; otherwise the spec's value (INVALID_ARGUMENT if
 // it does not divide the batch), or when it sets none the smallest divisor
 // of the batch that is at least `workers` (the batch size when none is):
-// 4 for a batch of 8 on 3 workers.
+// 4 for a batch of 8 on 3 workers. Interleaved 1F1B takes them a round of
+// `workers` at a time: a multiple of `workers` (INVALID_ARGUMENT naming
+// the rule otherwise).
 absl::StatusOr<int> MicrobatchesFor(const PipelinePolicy& policy,
                                     int64_t batch_size, int workers);
 

@@ -33,7 +33,8 @@ TEST(PolicyTest, UnknownSpellingsNameTheFieldAndTheChoices) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(),
             "pipeline.schedule='zigzag' is not one of: 1f1b_stashed, "
-            "1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1, zb_h2, 2bw");
+            "1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1, zb_h2, 2bw, "
+            "interleaved_1f1b, zb_v");
   EXPECT_NE(
       ParseTransport("mpi").status().message().find("pipeline.transport='mpi'"),
       absl::string_view::npos);
@@ -107,6 +108,57 @@ TEST(PolicyTest, MicrobatchesPerSchedule) {
   // Set: it must divide the batch.
   p.microbatches = 3;
   EXPECT_FALSE(MicrobatchesFor(p, 8, 3).ok());
+}
+
+TEST(PolicyTest, InterleavedTakesMicrobatchesARoundOfWorkersAtATime) {
+  PipelinePolicy p;
+  p.schedule = v1::SCHEDULE_INTERLEAVED_1F1B;
+  EXPECT_EQ(*MicrobatchesFor(p, 16, 4), 4);
+  EXPECT_EQ(*MicrobatchesFor(p, 24, 3), 3);
+  EXPECT_EQ(*MicrobatchesFor(p, 8, 8), 8);
+  auto none = MicrobatchesFor(p, 10, 4);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("multiple of the 4 workers"),
+            absl::string_view::npos)
+      << none.status();
+  p.microbatches = 6;
+  auto set = MicrobatchesFor(p, 24, 4);
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("pipeline.microbatches=6"),
+            absl::string_view::npos);
+  EXPECT_NE(set.status().message().find("Megatron-LM's rule"),
+            absl::string_view::npos);
+  p.microbatches = 8;
+  EXPECT_EQ(*MicrobatchesFor(p, 24, 4), 8);
+}
+
+TEST(PolicyTest, ChunksPerSchedule) {
+  JobSpec spec;
+  spec.set_batch_size(8);
+  EXPECT_EQ(ResolvePipeline(spec)->chunks, 1);
+  spec.mutable_pipeline()->set_schedule("interleaved_1f1b");
+  EXPECT_EQ(ResolvePipeline(spec)->chunks, 2);
+  spec.mutable_pipeline()->set_chunks(3);
+  EXPECT_EQ(ResolvePipeline(spec)->chunks, 3);
+  spec.mutable_pipeline()->set_chunks(kMaxChunks + 1);
+  EXPECT_NE(ResolvePipeline(spec).status().message().find("pipeline.chunks"),
+            absl::string_view::npos);
+  spec.mutable_pipeline()->set_schedule("zb_v");
+  spec.mutable_pipeline()->set_chunks(0);
+  EXPECT_EQ(ResolvePipeline(spec)->chunks, 2);
+  spec.mutable_pipeline()->set_chunks(3);
+  EXPECT_NE(ResolvePipeline(spec).status().message().find(
+                "zb_v holds 2 chunks per worker"),
+            absl::string_view::npos);
+  spec.mutable_pipeline()->set_schedule("1f1b_flush");
+  spec.mutable_pipeline()->set_chunks(2);
+  EXPECT_NE(ResolvePipeline(spec).status().message().find(
+                "1f1b_flush holds one chunk per worker"),
+            absl::string_view::npos);
+  EXPECT_TRUE(HoldsChunks(v1::SCHEDULE_ZB_V));
+  EXPECT_TRUE(Flushes(v1::SCHEDULE_INTERLEAVED_1F1B));
+  EXPECT_TRUE(SplitsBackward(v1::SCHEDULE_ZB_V));
+  EXPECT_FALSE(HoldsChunks(v1::SCHEDULE_ZB_H1));
 }
 
 TEST(PolicyTest, TotalStepsIsEpochsTimesFullBatchesCappedByMaxSteps) {

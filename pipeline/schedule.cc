@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "pipeline/ir/generate.h"
+#include "pipeline/ir/lower.h"
 
 namespace aqueduct {
 
@@ -41,24 +42,27 @@ struct Builder {
   std::vector<Op> ops;
   bool first() const { return c.stage == 0; }
   bool last() const { return c.stage == c.num_stages - 1; }
+  void Add(OpKind kind, int64_t m, int j) {
+    ops.push_back({kind, m, j, c.stage});
+  }
   void Forward(int64_t m, int j) {
-    if (!first()) ops.push_back({OpKind::kRecvActivation, m, j});
-    ops.push_back({OpKind::kForward, m, j});
-    if (!last()) ops.push_back({OpKind::kSendActivation, m, j});
+    if (!first()) Add(OpKind::kRecvActivation, m, j);
+    Add(OpKind::kForward, m, j);
+    if (!last()) Add(OpKind::kSendActivation, m, j);
   }
   void Backward(int64_t m, int j) {
-    if (!last()) ops.push_back({OpKind::kRecvGradient, m, j});
-    ops.push_back({OpKind::kBackward, m, j});
-    if (!first()) ops.push_back({OpKind::kSendGradient, m, j});
+    if (!last()) Add(OpKind::kRecvGradient, m, j);
+    Add(OpKind::kBackward, m, j);
+    if (!first()) Add(OpKind::kSendGradient, m, j);
   }
   void BackwardInput(int64_t m, int j) {
-    if (!last()) ops.push_back({OpKind::kRecvGradient, m, j});
-    ops.push_back({OpKind::kBackwardInput, m, j});
-    if (!first()) ops.push_back({OpKind::kSendGradient, m, j});
+    if (!last()) Add(OpKind::kRecvGradient, m, j);
+    Add(OpKind::kBackwardInput, m, j);
+    if (!first()) Add(OpKind::kSendGradient, m, j);
   }
   void Step(int64_t m) {
-    if (c.replicas > 1) ops.push_back({OpKind::kAllReduce, m, 0});
-    ops.push_back({OpKind::kOptimizerStep, m, 0});
+    if (c.replicas > 1) Add(OpKind::kAllReduce, m, 0);
+    Add(OpKind::kOptimizerStep, m, 0);
   }
 };
 
@@ -74,7 +78,7 @@ void ZeroBubble(const std::vector<ir::Action>& rank, int64_t m,
     } else if (a.kind == ir::Kind::kI) {
       b->BackwardInput(m, j);
     } else if (a.kind == ir::Kind::kW) {
-      b->ops.push_back({OpKind::kBackwardWeight, m, j});
+      b->Add(OpKind::kBackwardWeight, m, j);
     }
   }
 }
@@ -176,7 +180,96 @@ absl::Status Flushing(const ScheduleConfig& c, int depth, Builder* b) {
   return absl::OkStatus();
 }
 
+OpKind OpKindOf(ir::Kind kind) {
+  switch (kind) {
+    case ir::Kind::kF:
+      return OpKind::kForward;
+    case ir::Kind::kB:
+      return OpKind::kBackward;
+    case ir::Kind::kI:
+      return OpKind::kBackwardInput;
+    case ir::Kind::kW:
+      return OpKind::kBackwardWeight;
+    case ir::Kind::kSendF:
+      return OpKind::kSendActivation;
+    case ir::Kind::kRecvF:
+      return OpKind::kRecvActivation;
+    case ir::Kind::kSendB:
+      return OpKind::kSendGradient;
+    case ir::Kind::kRecvB:
+      return OpKind::kRecvGradient;
+    case ir::Kind::kReduceGrad:
+      return OpKind::kAllReduce;
+    case ir::Kind::kStep:
+      return OpKind::kOptimizerStep;
+  }
+  return OpKind::kOptimizerStep;
+}
+
+// One minibatch of the rank's lowered actions, with an all-reduce for every
+// stage it steps when stages are replicated (whatever the program says),
+// all before the first step.
+std::vector<Op> MinibatchOps(const std::vector<ir::Action>& actions,
+                             const ProgramConfig& c) {
+  std::vector<Op> ops, reduces;
+  size_t first_step = 0;
+  bool stepped = false;
+  for (const ir::Action& a : actions) {
+    const OpKind kind = OpKindOf(a.kind);
+    if (kind == OpKind::kAllReduce) continue;  // Made below where needed.
+    if (kind == OpKind::kOptimizerStep) {
+      if (c.replicas > 1)
+        reduces.push_back({OpKind::kAllReduce, 0, 0, a.stage});
+      if (!stepped) first_step = ops.size();
+      stepped = true;
+    }
+    const bool micro = kind != OpKind::kOptimizerStep;
+    ops.push_back({kind, 0, micro ? c.mine[a.microbatch] : 0, a.stage});
+  }
+  if (!stepped) first_step = ops.size();
+  ops.insert(ops.begin() + static_cast<std::ptrdiff_t>(first_step),
+             reduces.begin(), reduces.end());
+  return ops;
+}
+
 }  // namespace
+
+absl::StatusOr<ir::Program> ChunkedProgram(Schedule policy, int ranks,
+                                           int chunks, int microbatches) {
+  if (policy == v1::SCHEDULE_ZB_V) {
+    return ir::ComputeSchedule(ir::ScheduleKind::kZbV,
+                               {ranks, microbatches, 2});
+  }
+  if (policy == v1::SCHEDULE_INTERLEAVED_1F1B) {
+    return ir::ComputeSchedule(ir::ScheduleKind::kInterleaved1F1B,
+                               {ranks, microbatches, chunks});
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      ScheduleName(policy), " holds one chunk per worker: no chunked program"));
+}
+
+absl::StatusOr<std::vector<Op>> BuildProgramSchedule(const ProgramConfig& c) {
+  if (c.program == nullptr || c.rank < 0 ||
+      c.rank >= static_cast<int>(c.program->ranks.size()) ||
+      static_cast<int>(c.mine.size()) != c.program->microbatches ||
+      c.num_minibatches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a program schedule for rank ", c.rank, " with ",
+                     c.mine.size(), " microbatches does not fit its program"));
+  }
+  const ir::Program lowered =
+      ir::IsComputeOnly(*c.program) ? ir::Lower(*c.program) : *c.program;
+  const std::vector<Op> once = MinibatchOps(lowered.ranks[c.rank], c);
+  std::vector<Op> ops;
+  ops.reserve(once.size() * static_cast<size_t>(c.num_minibatches));
+  for (int64_t m = 0; m < c.num_minibatches; ++m) {
+    for (Op op : once) {
+      op.minibatch = m;
+      ops.push_back(op);
+    }
+  }
+  return ops;
+}
 
 absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& c) {
   RETURN_IF_ERROR(CheckConfig(c));

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pipeline/ir/action.h"
 #include "pipeline/policy.h"
 
 namespace aqueduct {
@@ -54,9 +55,12 @@ struct Op {
   OpKind kind;
   int64_t minibatch = 0;
   int microbatch = 0;
+  // The stage (chunk) it belongs to: a rank that holds several runs one
+  // list over all of them.
+  int stage = 0;
   bool operator==(const Op& o) const {
     return kind == o.kind && minibatch == o.minibatch &&
-           microbatch == o.microbatch;
+           microbatch == o.microbatch && stage == o.stage;
   }
 };
 
@@ -76,6 +80,30 @@ struct ScheduleConfig {
 // INVALID_ARGUMENT for an inconsistent config (replicas with a 1F1B
 // stashing policy, microbatches not divisible, ...).
 absl::StatusOr<std::vector<Op>> BuildSchedule(const ScheduleConfig& config);
+
+// A rank's list from an action program (pipeline/ir: a schedule with
+// several chunks per rank, or a user's schedule file): one minibatch's
+// actions of `program`'s rank `rank`, stamped for every minibatch. The
+// program covers this replica's share of a minibatch (its k-th microbatch
+// is the minibatch's microbatch `mine[k]`); a compute-only program gets its
+// communication (ir::Lower). Every stage's all-reduce (replicas > 1) comes
+// before the rank's first step, so the steps (and the tied weights'
+// exchange at the first) see reduced gradients.
+struct ProgramConfig {
+  const ir::Program* program = nullptr;
+  int rank = 0;
+  int replicas = 1;
+  std::vector<int> mine;
+  int64_t num_minibatches = 0;
+};
+absl::StatusOr<std::vector<Op>> BuildProgramSchedule(const ProgramConfig& c);
+
+// The compute-only program of a chunked schedule (interleaved_1f1b, zb_v)
+// over `ranks` ranks with `chunks` chunks each and `microbatches` per
+// minibatch (a replica's share). INVALID_ARGUMENT naming the rule a shape
+// breaks.
+absl::StatusOr<ir::Program> ChunkedProgram(Schedule policy, int ranks,
+                                           int chunks, int microbatches);
 
 // Which replica of a stage with `replicas` replicas handles microbatch j.
 inline int ReplicaFor(int microbatch, int replicas) {

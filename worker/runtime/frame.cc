@@ -21,6 +21,8 @@ struct Header {
   int64_t version = 0;
   int32_t ndims = 0;
   int32_t dtype = 0;
+  int32_t stage = 0;
+  int32_t reserved = 0;
   int64_t dims[kMaxDims] = {};
   int64_t num_labels = 0;
 };
@@ -78,8 +80,10 @@ class TwoSends final : public Work {
 
 }  // namespace
 
-uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch) {
-  return (static_cast<uint64_t>(minibatch) << 20) |
+uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch,
+                  int stage) {
+  return (static_cast<uint64_t>(minibatch) << 31) |
+         (static_cast<uint64_t>(stage) << 19) |
          (static_cast<uint64_t>(microbatch) << 3) |
          (static_cast<uint64_t>(kind) << 1);
 }
@@ -98,11 +102,13 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
   h.microbatch = info.microbatch;
   h.sender = info.sender;
   h.version = info.version;
+  h.stage = info.stage;
   h.ndims = data.shape().rank();
   h.dtype = static_cast<int32_t>(DType::kF32);
   for (int d = 0; d < h.ndims; ++d) h.dims[d] = data.shape()[d];
   h.num_labels = labels != nullptr ? labels->numel() : 0;
-  const uint64_t tag = FrameTag(info.kind, info.minibatch, info.microbatch);
+  const uint64_t tag =
+      FrameTag(info.kind, info.minibatch, info.microbatch, info.stage);
   if (channels != nullptr) {
     // Header and labels over the communicator, the tensor over the channel.
     std::string head(HeadBytes(h.num_labels), '\0');
@@ -166,15 +172,16 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
 absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
     Communicator& comm, Device& device, int peer, FrameKind kind,
     int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
-    DeviceChannels* channels) {
+    DeviceChannels* channels, int stage) {
   std::unique_ptr<PendingFrame> f(new PendingFrame());
   f->device_ = &device;
   f->kind_ = kind;
   f->minibatch_ = minibatch;
   f->microbatch_ = microbatch;
+  f->stage_ = stage;
   f->shape_ = shape;
   f->num_labels_ = num_labels;
-  const uint64_t tag = FrameTag(kind, minibatch, microbatch);
+  const uint64_t tag = FrameTag(kind, minibatch, microbatch, stage);
   const size_t data_bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   const bool cpu = device.kind() == DeviceKind::kCpu;
   if (channels != nullptr) {
@@ -250,18 +257,20 @@ absl::StatusOr<Frame> PendingFrame::Wait(absl::Time deadline,
   const uint32_t kind = static_cast<uint32_t>(kind_);
   const bool ok = head_size == expected_bytes && h.magic == kMagic &&
                   h.kind == kind && h.minibatch == minibatch_ &&
-                  h.microbatch == microbatch_ && got == shape_ &&
+                  h.microbatch == microbatch_ && h.stage == stage_ &&
+                  got == shape_ &&
                   h.dtype == static_cast<int32_t>(DType::kF32) &&
                   h.num_labels == num_labels_;
   if (!ok) {
     return absl::DataLossError(absl::StrCat(
-        who, " expected the ", KindName(kind), " of minibatch ", minibatch_,
-        " microbatch ", microbatch_, " with shape ", shape_.ToString(), " and ",
-        num_labels_, " labels; received ",
+        who, " expected the ", KindName(kind), " of stage ", stage_,
+        " minibatch ", minibatch_, " microbatch ", microbatch_, " with shape ",
+        shape_.ToString(), " and ", num_labels_, " labels; received ",
         h.magic == kMagic ? KindName(h.kind) : "a header with a bad magic",
-        " of minibatch ", h.minibatch, " microbatch ", h.microbatch,
-        " with shape ", got.ToString(), " and ", h.num_labels, " labels (",
-        head_size, " header bytes, expected ", expected_bytes, ")"));
+        " of stage ", h.stage, " minibatch ", h.minibatch, " microbatch ",
+        h.microbatch, " with shape ", got.ToString(), " and ", h.num_labels,
+        " labels (", head_size, " header bytes, expected ", expected_bytes,
+        ")"));
   }
   if (header_ != nullptr) {
     // A device channel: the tensor lands in data_ itself.
@@ -278,6 +287,7 @@ absl::StatusOr<Frame> PendingFrame::Wait(absl::Time deadline,
   frame.info.microbatch = h.microbatch;
   frame.info.sender = h.sender;
   frame.info.version = h.version;
+  frame.info.stage = h.stage;
   frame.data = data_;
   frame.labels.resize(num_labels_);
   if (num_labels_ > 0) {

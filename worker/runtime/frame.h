@@ -43,9 +43,12 @@ enum class FrameKind : uint32_t {
   kTiedGradient = 3
 };
 
-// Tags of frames: bits 20.. minibatch, 3..19 microbatch, 1..2 kind, bit 0
-// clear.
-uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch);
+// Tags of frames: bits 31..60 minibatch, 19..30 the sender's stage, 3..18
+// microbatch, 1..2 kind, bit 0 clear (every tag below 2^61, the
+// communicator's range: minibatches below 2^30 > kMaxSteps, stages below
+// 4096 = kMaxLayers, microbatches below 65536 = kMaxMicrobatches).
+uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch,
+                  int stage = 0);
 
 // What a frame says about itself.
 struct FrameInfo {
@@ -54,6 +57,9 @@ struct FrameInfo {
   int microbatch = 0;
   int sender = 0;       // Sender's rank.
   int64_t version = 0;  // Weight version the sender used.
+  // The sending stage (several stages may share a rank, so a rank pair
+  // carries frames of several stage pairs).
+  int stage = 0;
 };
 
 // Posts a frame to `peer`. `data` (F32) must not be written until the
@@ -76,12 +82,12 @@ struct Frame {
 class PendingFrame {
  public:
   // Allocates the destination and posts both receives for the frame of
-  // `kind`, minibatch and microbatch from `peer`, with `shape` and
-  // `num_labels` labels.
+  // `kind`, minibatch and microbatch from stage `stage` on `peer`, with
+  // `shape` and `num_labels` labels.
   static absl::StatusOr<std::unique_ptr<PendingFrame>> Post(
       Communicator& comm, Device& device, int peer, FrameKind kind,
       int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
-      DeviceChannels* channels = nullptr);
+      DeviceChannels* channels = nullptr, int stage = 0);
   ~PendingFrame();
 
   // Waits for the header, checks it (`who` names the receiver in errors),
@@ -95,6 +101,7 @@ class PendingFrame {
   FrameKind kind_ = FrameKind::kActivation;
   int64_t minibatch_ = 0;
   int microbatch_ = 0;
+  int stage_ = 0;
   Shape shape_;
   int64_t num_labels_ = 0;
   Tensor data_;

@@ -34,6 +34,46 @@ TEST(FrameTest, TagsSeparateKindsAndMicrobatches) {
   EXPECT_NE(a, g);
   EXPECT_NE(a, FrameTag(FrameKind::kActivation, 5, 4));
   EXPECT_NE(a, FrameTag(FrameKind::kActivation, 6, 3));
+  // Two stages of one rank send the same pair of ranks frames of the same
+  // microbatch (interleaved 1F1B): the sender's stage tells them apart.
+  EXPECT_NE(a, FrameTag(FrameKind::kActivation, 5, 3, 4));
+  // The extremes of every field stay apart and below 2^61.
+  const uint64_t top =
+      FrameTag(FrameKind::kTiedGradient, 1000000000, 65535, 4095);
+  EXPECT_LT(top, uint64_t{1} << 61);
+  EXPECT_NE(FrameTag(FrameKind::kActivation, 1, 0, 0),
+            FrameTag(FrameKind::kActivation, 0, 0, 4095));
+  EXPECT_NE(FrameTag(FrameKind::kActivation, 0, 0, 1),
+            FrameTag(FrameKind::kActivation, 0, 65535, 0));
+}
+
+TEST(FrameTest, AFrameOfAnotherStageIsRefused) {
+  CpuDevice device;
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator a(hub, 0), b(hub, 1);
+  // Stage 4 expects stage 3's activation; a sender claiming stage 0 under
+  // that tag is refused (a header is checked, not trusted).
+  auto pending = PendingFrame::Post(b, device, 0, FrameKind::kActivation, 2, 1,
+                                    Shape({2, 3}), 0, nullptr, 3);
+  ASSERT_TRUE(pending.ok());
+  Tensor t = Iota(device, Shape({2, 3}), 0);
+  FrameInfo info{FrameKind::kActivation, 2, 1, 0, 1, 0};
+  const uint64_t tag = FrameTag(FrameKind::kActivation, 2, 1, 3);
+  auto sent = SendFrame(a, device, 1, info, t, nullptr);
+  ASSERT_TRUE(sent.ok());
+  // Re-send the bytes of the stage-0 frame under stage 3's tag.
+  auto wire = b.Recv(0, FrameTag(FrameKind::kActivation, 2, 1, 0))
+                  ->Wait(absl::Now() + kWait);
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  ASSERT_TRUE(a.SendExact(1, tag, *wire)->Wait(absl::Now() + kWait).ok());
+  auto frame = (*pending)->Wait(absl::Now() + kWait, "stage 4 (rank 1)");
+  ASSERT_EQ(frame.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(frame.status().message().find("expected the activation of stage 3"),
+            std::string::npos)
+      << frame.status();
+  EXPECT_NE(frame.status().message().find("received activation of stage 0"),
+            std::string::npos)
+      << frame.status();
 }
 
 // On the CPU device the header is written into the headroom before the
@@ -104,8 +144,9 @@ TEST(FrameTest, UnexpectedShapeIsDataLossNamingBoth) {
   auto frame = (*pending)->Wait(absl::Now() + kWait, "stage 0 (rank 1)");
   ASSERT_EQ(frame.status().code(), absl::StatusCode::kDataLoss);
   const std::string m(frame.status().message());
-  EXPECT_NE(m.find("stage 0 (rank 1) expected the gradient of minibatch 3"),
-            std::string::npos)
+  EXPECT_NE(
+      m.find("stage 0 (rank 1) expected the gradient of stage 0 minibatch 3"),
+      std::string::npos)
       << m;
   EXPECT_NE(m.find("[4, 3]"), std::string::npos) << m;
   EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;

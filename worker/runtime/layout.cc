@@ -1,5 +1,7 @@
 #include "worker/runtime/layout.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "pipeline/schedule.h"
@@ -39,6 +41,73 @@ absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
   }
   layout.layer_begin.push_back(num_layers);
   return layout;
+}
+
+ir::Layout PipelineLayout::ChunkLayout() const {
+  ir::Layout l;
+  l.stages_per_rank = std::max(1, chunks);
+  l.ranks = std::max(1, num_stages() / l.stages_per_rank);
+  l.placement =
+      policy == v1::SCHEDULE_ZB_V ? ir::Placement::kV : ir::Placement::kLoop;
+  return l;
+}
+
+std::vector<int> PipelineLayout::StagesOfRank(int rank) const {
+  std::vector<int> stages;
+  for (int s = 0; s < num_stages(); ++s) {
+    for (int r : ranks[s]) {
+      if (r == rank) stages.push_back(s);
+    }
+  }
+  return stages;
+}
+
+absl::Status CheckChunks(const PipelineLayout& layout) {
+  if (layout.chunks <= 1) return absl::OkStatus();
+  const ir::Layout l = layout.ChunkLayout();
+  if (layout.num_stages() != l.stages()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a plan of ", layout.num_stages(), " stages cannot hold ",
+        layout.chunks, " chunks per worker: it needs a multiple of ",
+        layout.chunks));
+  }
+  for (int s = 0; s < layout.num_stages(); ++s) {
+    const int first = l.StagesOf(l.RankOf(s)).front();
+    if (layout.ranks[s] != layout.ranks[first]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan stage ", s, " is a chunk of pipeline position ", l.RankOf(s),
+          " and must sit on the ranks of stage ", first));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
+                                             int rank, int64_t first) {
+  RETURN_IF_ERROR(CheckChunks(layout));
+  const std::vector<int> stages = layout.StagesOfRank(rank);
+  if (stages.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " holds no stage of the plan"));
+  }
+  const std::vector<int>& ranks = layout.ranks[stages[0]];
+  ProgramConfig c;
+  c.replicas = static_cast<int>(ranks.size());
+  const int replica = static_cast<int>(
+      std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  for (int j = 0; j < layout.microbatches; ++j) {
+    if (ReplicaFor(j, c.replicas) == replica) c.mine.push_back(j);
+  }
+  const ir::Layout where = layout.ChunkLayout();
+  ASSIGN_OR_RETURN(const ir::Program program,
+                   ChunkedProgram(layout.policy, where.ranks, layout.chunks,
+                                  static_cast<int>(c.mine.size())));
+  c.program = &program;
+  c.rank = where.RankOf(stages[0]);
+  c.num_minibatches = layout.num_minibatches - first;
+  ASSIGN_OR_RETURN(std::vector<Op> ops, BuildProgramSchedule(c));
+  for (Op& op : ops) op.minibatch += first;
+  return ops;
 }
 
 int64_t JobLayout::loss_samples_per_minibatch() const {

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pipeline/ir/action.h"
 #include "pipeline/policy.h"
+#include "pipeline/schedule.h"
 #include "proto/service_types.h"
 #include "proto/types.h"
 
@@ -31,9 +33,30 @@ struct PipelineLayout {
   int64_t num_minibatches = 0;
   // Microbatches per minibatch (flush and GPipe).
   int microbatches = 1;
+  // Model chunks per rank (interleaved_1f1b, zb_v): the stages are
+  // num_stages() / chunks pipeline positions' chunks, placed as the
+  // schedule places them (ir::Layout: a loop, or zb_v's V); every stage of
+  // one position has the same ranks.
+  int chunks = 1;
 
   int num_stages() const { return static_cast<int>(ranks.size()); }
+  // Where the stages sit among the pipeline positions.
+  ir::Layout ChunkLayout() const;
+  // The stages `rank` holds, in increasing order (one but for chunks).
+  std::vector<int> StagesOfRank(int rank) const;
 };
+
+// The op list of the rank `rank` of a chunked layout (every stage it holds)
+// from its schedule's program (pipeline/schedule.h ChunkedProgram), from
+// minibatch `first` to the end. INVALID_ARGUMENT naming the rule a layout
+// breaks (CheckChunks; microbatches per replica a multiple of the
+// positions for interleaved 1F1B).
+absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
+                                             int rank, int64_t first);
+
+// INVALID_ARGUMENT naming the stage when a chunked layout's stages do not
+// sit as its schedule places them (same ranks for a position's chunks).
+absl::Status CheckChunks(const PipelineLayout& layout);
 
 // Builds the layout of a PartitionPlan for a model: stage layer ranges from
 // the plan's layer ranges, ranks, depths. INVALID_ARGUMENT when the plan does

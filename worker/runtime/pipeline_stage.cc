@@ -104,11 +104,6 @@ std::vector<int64_t> PipelineStage::InFlightVersions() const {
 }
 
 absl::Status PipelineStage::BuildOps(std::vector<Op>* ops) {
-  if (first_ < 0 || first_ > layout_.num_minibatches) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot resume at minibatch ", first_, " of a job of ",
-                     layout_.num_minibatches));
-  }
   ScheduleConfig config;
   config.policy = layout_.policy;
   config.stage = stage_;
@@ -120,11 +115,16 @@ absl::Status PipelineStage::BuildOps(std::vector<Op>* ops) {
   config.microbatches = layout_.microbatches;
   ASSIGN_OR_RETURN(*ops, BuildSchedule(config));
   for (Op& op : *ops) op.minibatch += first_;
-  next_forward_ = first_;
   return absl::OkStatus();
 }
 
 absl::Status PipelineStage::Prepare() {
+  if (first_ < 0 || first_ > layout_.num_minibatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume at minibatch ", first_, " of a job of ",
+                     layout_.num_minibatches));
+  }
+  next_forward_ = first_;
   if (spec_.batch_size() % layout_.microbatches != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch_size=", spec_.batch_size(), " is not divisible into ",
@@ -159,26 +159,78 @@ absl::Status PipelineStage::Prepare() {
 }
 
 absl::Status PipelineStage::Run() {
-  RETURN_IF_ERROR(Prepare());
+  if (layout_.chunks > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ScheduleName(layout_.policy),
+                     " runs several stages per rank: use RunRank"));
+  }
   std::vector<Op> ops;
   RETURN_IF_ERROR(BuildOps(&ops));
+  return RunRank({this}, ops);
+}
+
+namespace {
+
+// The chunk of `chunks` that holds `stage`, or null.
+PipelineStage* ChunkOf(const std::vector<PipelineStage*>& chunks, int stage) {
+  for (PipelineStage* c : chunks) {
+    if (c->stage() == stage) return c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::Status PipelineStage::RunRank(const std::vector<PipelineStage*>& chunks,
+                                    const std::vector<Op>& ops) {
+  if (chunks.empty()) return absl::InvalidArgumentError("a rank of no stages");
+  for (PipelineStage* c : chunks) {
+    c->local_ = &chunks[0]->own_local_;
+    RETURN_IF_ERROR(c->Prepare());
+  }
+  const std::atomic<bool>* stop = chunks[0]->options_.stop;
+  constexpr size_t kWindow = 8;  // Receives are posted this many ops ahead.
+  size_t posted_until = 0;
+  int64_t tied_posted = -1;
   for (size_t index = 0; index < ops.size(); ++index) {
     const Op& op = ops[index];
-    if (options_.stop != nullptr && options_.stop->load()) {
-      return absl::CancelledError(
-          absl::StrCat(Who(), " stopped before minibatch ", op.minibatch));
+    PipelineStage* chunk = ChunkOf(chunks, op.stage);
+    if (chunk == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the schedule gives ", chunks[0]->Who(), " an op of stage ", op.stage,
+          ", which this rank does not hold"));
     }
-    RETURN_IF_ERROR(PostAhead(ops, index));
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat(
+          chunk->Who(), " stopped before minibatch ", op.minibatch));
+    }
+    for (; posted_until < std::min(ops.size(), index + kWindow);
+         ++posted_until) {
+      PipelineStage* to = ChunkOf(chunks, ops[posted_until].stage);
+      if (to != nullptr) RETURN_IF_ERROR(to->PostRecvFor(ops[posted_until]));
+    }
     const absl::Time start = absl::Now();
-    last_compute_ = absl::ZeroDuration();
-    RETURN_IF_ERROR(Execute(op));
+    chunk->last_compute_ = absl::ZeroDuration();
+    if (op.kind == OpKind::kOptimizerStep && tied_posted != op.minibatch) {
+      for (PipelineStage* c : chunks) {
+        RETURN_IF_ERROR(c->PostTiedGradients(op.minibatch));
+      }
+      tied_posted = op.minibatch;
+    }
+    RETURN_IF_ERROR(chunk->Execute(op));
     const absl::Time end = absl::Now();
-    if (op.kind == OpKind::kOptimizerStep) last_compute_ = end - start;
-    if (options_.on_event) {
-      options_.on_event({op.kind, op.minibatch, op.microbatch, version_, start,
-                         end, last_compute_});
+    if (op.kind == OpKind::kOptimizerStep) chunk->last_compute_ = end - start;
+    if (chunk->options_.on_event) {
+      chunk->options_.on_event({op.kind, op.stage, op.minibatch, op.microbatch,
+                                chunk->version_, start, end,
+                                chunk->last_compute_});
     }
   }
+  for (PipelineStage* c : chunks) RETURN_IF_ERROR(c->Finish());
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Finish() {
   stats_.committed_version = version_;
   while (!pending_sends_.empty()) {
     RETURN_IF_ERROR(
@@ -188,22 +240,28 @@ absl::Status PipelineStage::Run() {
   return device_->Synchronize();
 }
 
-absl::Status PipelineStage::PostAhead(const std::vector<Op>& ops, size_t from) {
-  constexpr size_t kWindow = 8;  // Ops ahead.
-  const size_t until = std::min(ops.size(), from + kWindow);
-  for (size_t i = std::max(from, posted_until_); i < until; ++i) {
-    const Op& op = ops[i];
-    if (op.kind == OpKind::kRecvActivation) {
-      ASSIGN_OR_RETURN(
-          posted_[ActivationTag(op.minibatch, op.microbatch)],
-          PostRecv(FrameKind::kActivation, op.minibatch, op.microbatch));
-    } else if (op.kind == OpKind::kRecvGradient) {
-      ASSIGN_OR_RETURN(
-          posted_[GradientTag(op.minibatch, op.microbatch)],
-          PostRecv(FrameKind::kGradient, op.minibatch, op.microbatch));
-    }
+bool PipelineStage::Local(int stage, int microbatch) const {
+  return PeerRank(stage, microbatch) == comm_->rank();
+}
+
+absl::Status PipelineStage::PostRecvFor(const Op& op) {
+  FrameKind kind;
+  int from;
+  if (op.kind == OpKind::kRecvActivation) {
+    kind = FrameKind::kActivation;
+    from = stage_ - 1;
+  } else if (op.kind == OpKind::kRecvGradient) {
+    kind = FrameKind::kGradient;
+    from = stage_ + 1;
+  } else {
+    return absl::OkStatus();
   }
-  posted_until_ = std::max(posted_until_, until);
+  if (from < 0 || from >= layout_.num_stages() || Local(from, op.microbatch)) {
+    return absl::OkStatus();
+  }
+  const uint64_t tag = FrameTag(kind, op.minibatch, op.microbatch, from);
+  if (posted_.count(tag) > 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(posted_[tag], PostRecv(kind, op.minibatch, op.microbatch));
   return absl::OkStatus();
 }
 
@@ -215,18 +273,19 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PipelineStage::PostRecv(
     return PendingFrame::Post(
         *comm_, *device_, PeerRank(stage_ - 1, j), kind, m, j,
         model_->layer(begin).input_shape().WithLeading(rows),
-        LabelShape(*model_, rows).numel(), options_.channels);
+        LabelShape(*model_, rows).numel(), options_.channels, stage_ - 1);
   }
   const int end = layout_.layer_begin[stage_ + 1];
   return PendingFrame::Post(
       *comm_, *device_, PeerRank(stage_ + 1, j), kind, m, j,
       model_->layer(end - 1).output_shape().WithLeading(rows), 0,
-      options_.channels);
+      options_.channels, stage_ + 1);
 }
 
 absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
                                                int j) {
-  const uint64_t tag = FrameTag(kind, m, j);
+  const int from = kind == FrameKind::kActivation ? stage_ - 1 : stage_ + 1;
+  const uint64_t tag = FrameTag(kind, m, j, from);
   std::unique_ptr<PendingFrame> pending;
   auto it = posted_.find(tag);
   if (it != posted_.end()) {
@@ -236,6 +295,58 @@ absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
     ASSIGN_OR_RETURN(pending, PostRecv(kind, m, j));
   }
   return pending->Wait(absl::Now() + options_.timeout, Who());
+}
+
+absl::StatusOr<Frame> PipelineStage::Input(FrameKind kind, int64_t m, int j) {
+  const int from = kind == FrameKind::kActivation ? stage_ - 1 : stage_ + 1;
+  if (!Local(from, j)) return TakeFrame(kind, m, j);
+  auto it = local_->frames.find(FrameTag(kind, m, j, from));
+  if (it == local_->frames.end()) {
+    return absl::InternalError(absl::StrCat(
+        Who(), ": the ",
+        kind == FrameKind::kActivation ? "activation" : "gradient",
+        " of minibatch ", m, " microbatch ", j, " from stage ", from,
+        " on this rank is not there: the schedule runs this stage's ",
+        kind == FrameKind::kActivation ? "F" : "B", " before stage ", from,
+        "'s"));
+  }
+  Frame frame = std::move(it->second);
+  local_->frames.erase(it);
+  return frame;
+}
+
+absl::Status PipelineStage::Made(FrameKind kind, int64_t m, int j,
+                                 Outgoing out) {
+  const int to = kind == FrameKind::kActivation ? stage_ + 1 : stage_ - 1;
+  if (!Local(to, j)) {
+    // Sent when the list says (its SEND op).
+    outgoing_[{static_cast<int>(kind), {m, j}}] = std::move(out);
+    return absl::OkStatus();
+  }
+  // The next stage is on this rank (the V's turn): no send in the list.
+  Frame frame;
+  frame.info = out.info;
+  frame.data = out.data;
+  if (out.labels.defined()) {
+    frame.labels.resize(out.labels.numel());
+    RETURN_IF_ERROR(device_->CopyToHost(out.labels, frame.labels.data()));
+  }
+  local_->frames[FrameTag(kind, m, j, stage_)] = std::move(frame);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Send(FrameKind kind, int64_t m, int j) {
+  auto it = outgoing_.find({static_cast<int>(kind), {m, j}});
+  if (it == outgoing_.end()) {
+    return absl::InternalError(absl::StrCat(
+        Who(), ": a send of minibatch ", m, " microbatch ", j, " before the ",
+        kind == FrameKind::kActivation ? "F" : "B", " that makes it"));
+  }
+  Outgoing out = std::move(it->second);
+  outgoing_.erase(it);
+  const int to = kind == FrameKind::kActivation ? stage_ + 1 : stage_ - 1;
+  return PostSend(PeerRank(to, j), out.info, out.data,
+                  out.labels.defined() ? &out.labels : nullptr);
 }
 
 std::string PipelineStage::Who() const {
@@ -271,11 +382,16 @@ absl::Status PipelineStage::Execute(const Op& op) {
       return AllReduce(op.minibatch);
     case OpKind::kOptimizerStep:
       return Step(op.minibatch);
-    default:
-      // Receives and sends are carried out inside Forward and Backward
-      // (the communicator buffers and transfers concurrently).
-      return absl::OkStatus();
+    case OpKind::kSendActivation:
+      return Send(FrameKind::kActivation, op.minibatch, op.microbatch);
+    case OpKind::kSendGradient:
+      return Send(FrameKind::kGradient, op.minibatch, op.microbatch);
+    case OpKind::kRecvActivation:
+    case OpKind::kRecvGradient:
+      // Posted by the rank's loop (PostRecvFor); F or B waits for it.
+      return PostRecvFor(op);
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const ParameterSet*> PipelineStage::WeightsFor(int64_t version) {
@@ -315,7 +431,7 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     RETURN_IF_ERROR(
         LoadBatch(*train_, indices, *device_, x, f.labels, staging_));
   } else {
-    ASSIGN_OR_RETURN(Frame frame, TakeFrame(FrameKind::kActivation, m, j));
+    ASSIGN_OR_RETURN(Frame frame, Input(FrameKind::kActivation, m, j));
     x = std::move(frame.data);
     RETURN_IF_ERROR(device_->CopyFromHost(frame.labels.data(), f.labels));
     if (layout_.policy == v1::SCHEDULE_1F1B_VERTICAL_SYNC) {
@@ -363,8 +479,9 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     if (options_.on_loss) options_.on_loss(m, sum / per_sample, rows);
     f.dlogits = loss.dlogits;
   } else {
-    const FrameInfo info{FrameKind::kActivation, m, j, comm_->rank(), version};
-    RETURN_IF_ERROR(PostSend(PeerRank(stage_ + 1, j), info, y, &f.labels));
+    const FrameInfo info{FrameKind::kActivation, m,       j,
+                         comm_->rank(),          version, stage_};
+    RETURN_IF_ERROR(Made(FrameKind::kActivation, m, j, {info, y, f.labels}));
   }
   f.activation_bytes = CacheBytes(f.cache);
   in_flight_[{m, j}] = std::move(f);
@@ -403,7 +520,7 @@ absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
   if (stage_ == S - 1) {
     dy = f.dlogits;
   } else {
-    ASSIGN_OR_RETURN(Frame frame, TakeFrame(FrameKind::kGradient, m, j));
+    ASSIGN_OR_RETURN(Frame frame, Input(FrameKind::kGradient, m, j));
     dy = std::move(frame.data);
   }
   ASSIGN_OR_RETURN(const ParameterSet* weights, WeightsFor(f.version));
@@ -426,8 +543,9 @@ absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
   last_compute_ = absl::Now() - compute_start;
   accumulated_ = true;
   if (stage_ > 0) {
-    const FrameInfo info{FrameKind::kGradient, m, j, comm_->rank(), f.version};
-    RETURN_IF_ERROR(PostSend(PeerRank(stage_ - 1, j), info, dx, nullptr));
+    const FrameInfo info{FrameKind::kGradient, m,         j,
+                         comm_->rank(),        f.version, stage_};
+    RETURN_IF_ERROR(Made(FrameKind::kGradient, m, j, {info, dx, Tensor()}));
   }
   if (split) {
     // W needs only what `deferred` holds (the linear maps' inputs and
@@ -465,8 +583,12 @@ absl::Status PipelineStage::AllReduce(int64_t m) {
     RETURN_IF_ERROR(device_->CopyToHost(g, flat.data() + offset));
     offset += static_cast<size_t>(g.numel());
   }
-  RETURN_IF_ERROR(comm_->AllReduce(group, static_cast<uint64_t>(m), flat.data(),
-                                   flat.size(),
+  // One all-reduce per stage and minibatch: two stages of a rank reduce
+  // over the same ranks.
+  const uint64_t sequence =
+      static_cast<uint64_t>(m) * static_cast<uint64_t>(layout_.num_stages()) +
+      static_cast<uint64_t>(stage_);
+  RETURN_IF_ERROR(comm_->AllReduce(group, sequence, flat.data(), flat.size(),
                                    absl::Now() + options_.timeout));
   offset = 0;
   for (const Tensor& g : grads_.tensors) {
@@ -506,42 +628,73 @@ absl::Status PipelineStage::CheckTies() const {
 // each other their gradient of the weight and both add the other's, so
 // both copies take the step of the sum. Replica r of one stage sends to
 // every replica q of the other with q % (this stage's replicas) == r, and
-// receives from replica r % (the other's replicas).
-absl::Status PipelineStage::ExchangeTiedGradients(int64_t m) {
+// receives from replica r % (the other's replicas). Two stages of one rank
+// (ZB-V's first and last) hand theirs over in memory.
+absl::Status PipelineStage::PostTiedGradients(int64_t m) {
   const auto ties = model_->ties();
   for (size_t t = 0; t < ties.size(); ++t) {
     const auto [owner, tied] = ties[t];
     if (Holds(owner) == Holds(tied)) continue;  // Summed locally, or not ours.
     const int mine = Holds(owner) ? owner : tied;
-    const auto& peers = layout_.ranks[StageOf(Holds(owner) ? tied : owner)];
+    const int other = StageOf(Holds(owner) ? tied : owner);
+    const auto& peers = layout_.ranks[other];
     const int replicas = static_cast<int>(layout_.ranks[stage_].size());
     const Tensor& g = WeightOf(*model_, grads_, mine);
-    const size_t bytes = g.nbytes();
-    std::string out(bytes, '\0');
+    std::string out(g.nbytes(), '\0');
     RETURN_IF_ERROR(device_->CopyToHost(g, out.data()));
     RETURN_IF_ERROR(device_->Synchronize());
     const uint64_t tag =
-        FrameTag(FrameKind::kTiedGradient, m, static_cast<int>(t));
-    std::vector<std::unique_ptr<Work>> sends;
+        FrameTag(FrameKind::kTiedGradient, m, static_cast<int>(t), stage_);
     for (size_t q = 0; q < peers.size(); ++q) {
       if (static_cast<int>(q) % replicas != replica_) continue;
-      sends.push_back(comm_->SendExact(peers[q], tag, out));
+      if (peers[q] == comm_->rank()) {
+        local_->tied[tag] = out;
+      } else {
+        tied_sends_.push_back(comm_->SendExact(peers[q], tag, out));
+      }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::FinishTiedGradients(int64_t m) {
+  const auto ties = model_->ties();
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  for (size_t t = 0; t < ties.size(); ++t) {
+    const auto [owner, tied] = ties[t];
+    if (Holds(owner) == Holds(tied)) continue;
+    const int mine = Holds(owner) ? owner : tied;
+    const int other = StageOf(Holds(owner) ? tied : owner);
+    const auto& peers = layout_.ranks[other];
+    const Tensor& g = WeightOf(*model_, grads_, mine);
+    const uint64_t tag =
+        FrameTag(FrameKind::kTiedGradient, m, static_cast<int>(t), other);
     const int from = peers[replica_ % static_cast<int>(peers.size())];
-    const absl::Time deadline = absl::Now() + options_.timeout;
-    ASSIGN_OR_RETURN(std::string in,
-                     comm_->RecvExact(from, tag, bytes)->Wait(deadline));
-    for (auto& send : sends) RETURN_IF_ERROR(send->Wait(deadline));
+    std::string in;
+    if (from == comm_->rank()) {
+      auto it = local_->tied.find(tag);
+      if (it == local_->tied.end()) {
+        return absl::InternalError(absl::StrCat(
+            Who(), ": stage ", other, "'s tied gradient is not there"));
+      }
+      in = std::move(it->second);
+      local_->tied.erase(it);
+    } else {
+      ASSIGN_OR_RETURN(in,
+                       comm_->RecvExact(from, tag, g.nbytes())->Wait(deadline));
+    }
     ASSIGN_OR_RETURN(Tensor theirs, device_->Allocate(g.shape(), DType::kF32));
     RETURN_IF_ERROR(device_->CopyFromHost(in.data(), theirs));
     device_->Axpby(g.numel(), 1.0f, theirs.f32(), 1.0f, g.f32());
   }
+  for (auto& send : tied_sends_) RETURN_IF_ERROR(send->Wait(deadline));
+  tied_sends_.clear();
   SumTiedGradients(*model_, *device_, grads_);
   return absl::OkStatus();
 }
 
 absl::Status PipelineStage::Step(int64_t m) {
-  RETURN_IF_ERROR(ExchangeTiedGradients(m));
+  RETURN_IF_ERROR(FinishTiedGradients(m));
   if (pipemare_warmup_ > 0) {
     // PipeMare: the gradient of minibatch m is this many steps stale.
     optimizer_->SetLearningRateScale(StalenessLrScale(

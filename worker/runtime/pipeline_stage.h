@@ -1,7 +1,13 @@
-// One stage replica of a pipeline: runs its schedule (worker/runtime/
+// One stage replica of a pipeline: runs its schedule (pipeline/
 // schedule.h) over a Communicator, with weight stashing for the 1F1B
 // policies, gradient accumulation over microbatches and an all-reduce among
-// replicas for flush/GPipe.
+// replicas for flush/GPipe. A rank that holds several stages (chunks:
+// interleaved 1F1B, ZB-V) runs one PipelineStage per chunk under one list
+// (RunRank): every op names its stage, and the rank carries the ops out in
+// order, communication included: a send op sends what its F or B left, a
+// receive op posts its receive (the executor posts them up to 8 ops early)
+// and the F or B after it waits for it. Frames between two stages of one
+// rank (ZB-V's turn) are handed over in memory.
 //
 // Messages between stages carry a checked header (kind, minibatch,
 // microbatch, weight version, shape, label count): a mismatch fails the
@@ -42,6 +48,7 @@ namespace aqueduct {
 // What a stage tells its observer as it goes.
 struct StageEvent {
   OpKind kind;
+  int stage = 0;
   int64_t minibatch = 0;
   int microbatch = 0;
   int64_t version = 0;
@@ -109,8 +116,16 @@ class PipelineStage {
                 Device* device, Communicator* comm, const Dataset* train,
                 ParameterSet params, Options options);
 
+  // Runs this stage's own schedule (one stage on this rank).
   absl::Status Run();
 
+  // Runs the stages of one rank (`chunks`, each built for its stage, all on
+  // one communicator and device) under the rank's list (pipeline/
+  // schedule.h BuildProgramSchedule). The stop flag is the first chunk's.
+  static absl::Status RunRank(const std::vector<PipelineStage*>& chunks,
+                              const std::vector<Op>& ops);
+
+  int stage() const { return stage_; }
   const ParameterSet& params() const { return latest_; }
   // Statistics so far (safe to read from the stage loop's callbacks).
   const StageStats& stats() const { return stats_; }
@@ -128,7 +143,32 @@ class PipelineStage {
     bool input_done = false;
   };
 
+  // What the stages of one rank hand each other without the transport.
+  struct LocalFrames {
+    std::map<uint64_t, Frame> frames;      // By FrameTag.
+    std::map<uint64_t, std::string> tied;  // Tied gradients, by FrameTag.
+  };
+  // A frame made by F or B, waiting for its send op.
+  struct Outgoing {
+    FrameInfo info;
+    Tensor data;
+    Tensor labels;  // Activations only.
+  };
+
   absl::Status Execute(const Op& op);
+  // What F or B made for the next or previous stage: kept for its send op,
+  // or handed over at once to a stage on this rank.
+  absl::Status Made(FrameKind kind, int64_t m, int j, Outgoing out);
+  absl::Status Send(FrameKind kind, int64_t m, int j);
+  // The frame F or B needs: received (posted ahead) or handed over on this
+  // rank.
+  absl::StatusOr<Frame> Input(FrameKind kind, int64_t m, int j);
+  // Tied weights: every stage of a rank posts its share before the first of
+  // the rank's steps (PostTiedGradients), then each step adds what it
+  // received (FinishTiedGradients).
+  absl::Status PostTiedGradients(int64_t m);
+  absl::Status FinishTiedGradients(int64_t m);
+  absl::Status Finish();
   absl::Status Forward(int64_t m, int j);
   // The whole backward, or (split) its input half, I: the weight half, W,
   // is BackwardWeight's.
@@ -137,8 +177,9 @@ class PipelineStage {
   absl::Status Step(int64_t m);
   absl::Status AllReduce(int64_t m);
   // Tied weights (Model::ties): the gradients of both copies become their
-  // sum, across stages or within this one.
-  absl::Status ExchangeTiedGradients(int64_t m);
+  // sum, across stages (PostTiedGradients, FinishTiedGradients) or within
+  // this one.
+
   // INVALID_ARGUMENT for a tie across stages under a schedule that does not
   // flush (the copies would step at different versions).
   absl::Status CheckTies() const;
@@ -154,6 +195,9 @@ class PipelineStage {
   bool MustKeep(int64_t version) const;
   absl::Status BuildOps(std::vector<Op>* ops);
   absl::Status Prepare();
+  // Whether the stage that holds `stage`'s replica for microbatch j is on
+  // this rank.
+  bool Local(int stage, int microbatch) const;
   absl::Status Checkpoint();
   int MicroRows() const;
   int PeerRank(int stage, int microbatch) const;
@@ -192,13 +236,18 @@ class PipelineStage {
   // schedule order), so a transfer lands in its tensor while the stage
   // computes.
   std::map<uint64_t, std::unique_ptr<PendingFrame>> posted_;
-  absl::Status PostAhead(const std::vector<Op>& ops, size_t from);
+  // Posts the receive of a receive op (once; none for a frame from this
+  // rank).
+  absl::Status PostRecvFor(const Op& op);
   absl::StatusOr<std::unique_ptr<PendingFrame>> PostRecv(FrameKind kind,
                                                          int64_t m, int j);
   // The frame of (kind, m, j), posted ahead or now, waited for and checked.
   absl::StatusOr<Frame> TakeFrame(FrameKind kind, int64_t m, int j);
   std::string Who() const;
-  size_t posted_until_ = 0;
+  LocalFrames own_local_;
+  LocalFrames* local_ = &own_local_;
+  std::map<std::pair<int, std::pair<int64_t, int>>, Outgoing> outgoing_;
+  std::vector<std::unique_ptr<Work>> tied_sends_;
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
   StageStats stats_;
 };

@@ -232,6 +232,104 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
   return result;
 }
 
+// A chunked layout (interleaved 1F1B, ZB-V): `begin` has positions *
+// chunks stages, placed as the schedule places them; each position on
+// `replicas` ranks.
+PipelineLayout ChunkedLayout(Schedule policy, std::vector<int> begin,
+                             int positions, int chunks, int64_t n, int micro,
+                             int num_layers, int replicas = 1) {
+  PipelineLayout l;
+  l.policy = policy;
+  l.chunks = chunks;
+  l.layer_begin = begin;
+  l.layer_begin.push_back(num_layers);
+  l.ranks.resize(begin.size());
+  l.warmup_depth.assign(begin.size(), 0);
+  const ir::Layout where = l.ChunkLayout();
+  EXPECT_EQ(where.ranks, positions);
+  for (size_t s = 0; s < begin.size(); ++s) {
+    for (int q = 0; q < replicas; ++q) {
+      l.ranks[s].push_back(where.RankOf(static_cast<int>(s)) * replicas + q);
+    }
+  }
+  l.num_minibatches = n;
+  l.microbatches = micro;
+  return l;
+}
+
+// Every rank a thread holding its chunks, under its rank's list.
+Result RunChunkedPipeline(const JobSpec& spec, const PipelineLayout& layout) {
+  auto job = ValidateJobSpec(spec);
+  EXPECT_TRUE(job.ok()) << job.status();
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
+  int world = 0;
+  for (const auto& r : layout.ranks) {
+    for (int rank : r) world = std::max(world, rank + 1);
+  }
+  auto hub = std::make_shared<InMemoryHub>(world);
+  absl::Mutex mu;
+  std::map<int64_t, double> loss_sums;
+  Result result;
+  result.stats.resize(layout.num_stages());
+  std::vector<std::vector<std::vector<float>>> stage_weights(
+      layout.num_stages());
+  std::vector<absl::Status> statuses(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      CpuDevice device(CpuDeviceOptions{1});
+      InMemoryCommunicator comm(hub, rank);
+      PipelineStage::Options options;
+      options.timeout = absl::Seconds(20);
+      options.on_loss = [&](int64_t m, double sum, int64_t) {
+        absl::MutexLock lock(&mu);
+        loss_sums[m] += sum;
+      };
+      std::vector<std::unique_ptr<PipelineStage>> chunks;
+      std::vector<PipelineStage*> held;
+      for (int s : layout.StagesOfRank(rank)) {
+        auto params = InitParameters(*job->model, layout.layer_begin[s],
+                                     layout.layer_begin[s + 1], &device);
+        const int replica = static_cast<int>(
+            std::find(layout.ranks[s].begin(), layout.ranks[s].end(), rank) -
+            layout.ranks[s].begin());
+        chunks.push_back(std::make_unique<PipelineStage>(
+            job->model.get(), spec, layout, s, replica, &device, &comm,
+            &data->train, *params, options));
+        held.push_back(chunks.back().get());
+      }
+      auto ops = RankSchedule(layout, rank, 0);
+      statuses[rank] =
+          ops.ok() ? PipelineStage::RunRank(held, *ops) : ops.status();
+      if (!statuses[rank].ok()) hub->KillRank(rank);
+      absl::MutexLock lock(&mu);
+      for (const auto& chunk : chunks) {
+        const int s = chunk->stage();
+        if (layout.ranks[s][0] != rank) continue;
+        result.stats[s] = chunk->stats();
+        for (const Tensor& t : chunk->params().tensors) {
+          stage_weights[s].push_back(HostOf(device, t));
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string failures;  // Every rank's: the first to fail is not rank 0.
+  for (int rank = 0; rank < world; ++rank) {
+    if (statuses[rank].ok()) continue;
+    absl::StrAppend(&failures, "\n  rank ", rank, ": ",
+                    statuses[rank].ToString());
+  }
+  if (!failures.empty()) result.status = absl::InternalError(failures);
+  for (auto& [m, sum] : loss_sums) {
+    result.losses.push_back(sum / spec.batch_size());
+  }
+  for (auto& w : stage_weights) {
+    for (auto& t : w) result.weights.push_back(std::move(t));
+  }
+  return result;
+}
+
 // Tied weights (Model::ties) in the reference: both gradients become their
 // sum, whether the two layers share a stage or not.
 void SumTies(const Model& model, const PipelineLayout& layout, Device& device,
@@ -432,6 +530,96 @@ TEST(PipelineTest, GptFlushingSchedulesEqualTrainLocal) {
       EXPECT_EQ(got.weights.front(), got.weights.back()) << what;
     }
   }
+}
+
+// Several chunks per rank: interleaved 1F1B (v = 2 and 3 in a loop) and
+// ZB-V (2 in a V, its turn handed over in memory, and the GPT's tied
+// embedding and head both on rank 0) equal train-local and the reference.
+TEST(PipelineTest, ChunkedSchedulesEqualTrainLocal) {
+  const JobSpec mlp = *ParseJobSpec(kMlp, "test");
+  const std::vector<double> mlp_local = LocalLosses(mlp);
+  const JobSpec gpt = GptSpec(/*tied=*/true);
+  const std::vector<double> gpt_local = LocalLosses(gpt);
+  struct Case {
+    const JobSpec* spec;
+    const std::vector<double>* local;
+    Schedule policy;
+    std::vector<int> begin;
+    int positions, chunks, micro;
+  };
+  const Case cases[] = {
+      {&mlp, &mlp_local, v1::SCHEDULE_INTERLEAVED_1F1B, {0, 2, 5, 8}, 2, 2, 4},
+      {&mlp,
+       &mlp_local,
+       v1::SCHEDULE_INTERLEAVED_1F1B,
+       {0, 1, 2, 4, 5, 7, 8, 9},
+       4,
+       2,
+       4},
+      {&mlp,
+       &mlp_local,
+       v1::SCHEDULE_INTERLEAVED_1F1B,
+       {0, 1, 3, 5, 7, 8},
+       2,
+       3,
+       4},
+      {&mlp, &mlp_local, v1::SCHEDULE_ZB_V, {0, 2, 5, 8}, 2, 2, 4},
+      {&mlp, &mlp_local, v1::SCHEDULE_ZB_V, {0, 1, 2, 4, 5, 7, 8, 9}, 4, 2, 8},
+      {&gpt, &gpt_local, v1::SCHEDULE_INTERLEAVED_1F1B, {0, 2, 3, 4}, 2, 2, 4},
+      {&gpt, &gpt_local, v1::SCHEDULE_ZB_V, {0, 2, 3, 4}, 2, 2, 4},
+  };
+  for (const Case& c : cases) {
+    const int layers = c.spec->model().layers_size();
+    const PipelineLayout layout =
+        ChunkedLayout(c.policy, c.begin, c.positions, c.chunks,
+                      c.spec->max_steps(), c.micro, layers);
+    const std::string what =
+        absl::StrCat(layers == 6 ? "gpt " : "mlp ", ScheduleName(c.policy),
+                     " p=", c.positions, " v=", c.chunks);
+    const Result got = RunChunkedPipeline(*c.spec, layout);
+    Result want = Reference(*c.spec, layout);
+    ExpectClose(got, want, 1e-5, what + " vs reference");
+    want.losses = *c.local;
+    ExpectClose(got, want, 1e-5, what + " vs train-local");
+    for (const StageStats& st : got.stats) {
+      EXPECT_EQ(st.committed_version, c.spec->max_steps()) << what;
+    }
+    if (layers == 6) {
+      ASSERT_FALSE(got.weights.empty());
+      EXPECT_EQ(got.weights.front(), got.weights.back()) << what;
+    }
+  }
+}
+
+TEST(PipelineTest, ChunkedStagesReplicatedEqualTrainLocal) {
+  const JobSpec spec = *ParseJobSpec(kMlp, "test");
+  const std::vector<double> local = LocalLosses(spec);
+  for (Schedule policy : {v1::SCHEDULE_INTERLEAVED_1F1B, v1::SCHEDULE_ZB_V}) {
+    const PipelineLayout layout = ChunkedLayout(
+        policy, {0, 2, 5, 8}, 2, 2, spec.max_steps(), 8, 10, /*replicas=*/2);
+    const Result got = RunChunkedPipeline(spec, layout);
+    Result want = Reference(spec, layout);
+    want.losses = local;
+    ExpectClose(got, want, 1e-4,
+                absl::StrCat("replicated ", ScheduleName(policy)));
+  }
+}
+
+TEST(PipelineTest, ChunkedLayoutsBreakingTheRulesAreRefused) {
+  PipelineLayout layout = ChunkedLayout(v1::SCHEDULE_INTERLEAVED_1F1B,
+                                        {0, 2, 5, 8}, 2, 2, 4, 3, 10);
+  auto ops = RankSchedule(layout, 0, 0);
+  ASSERT_FALSE(ops.ok());
+  EXPECT_NE(ops.status().message().find("multiple"), std::string::npos)
+      << ops.status();
+  layout.microbatches = 4;
+  std::swap(layout.ranks[1], layout.ranks[2]);  // Stage 2 off rank 0.
+  ops = RankSchedule(layout, 0, 0);
+  ASSERT_FALSE(ops.ok());
+  EXPECT_NE(ops.status().message().find("plan stage 2 is a chunk of pipeline "
+                                        "position 0"),
+            std::string::npos)
+      << ops.status();
 }
 
 // Untied, under weight stashing and vertical sync: the sequential reference
