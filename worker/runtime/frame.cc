@@ -81,9 +81,9 @@ class TwoSends final : public Work {
 }  // namespace
 
 uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch,
-                  int stage) {
-  return (static_cast<uint64_t>(minibatch) << 31) |
-         (static_cast<uint64_t>(stage) << 19) |
+                  int chunk) {
+  return (static_cast<uint64_t>(minibatch) << 25) |
+         (static_cast<uint64_t>(chunk) << 19) |
          (static_cast<uint64_t>(microbatch) << 3) |
          (static_cast<uint64_t>(kind) << 1);
 }
@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
   for (int d = 0; d < h.ndims; ++d) h.dims[d] = data.shape()[d];
   h.num_labels = labels != nullptr ? labels->numel() : 0;
   const uint64_t tag =
-      FrameTag(info.kind, info.minibatch, info.microbatch, info.stage);
+      FrameTag(info.kind, info.minibatch, info.microbatch, info.chunk);
   if (channels != nullptr) {
     // Header and labels over the communicator, the tensor over the channel.
     std::string head(HeadBytes(h.num_labels), '\0');
@@ -172,7 +172,7 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
 absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
     Communicator& comm, Device& device, int peer, FrameKind kind,
     int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
-    DeviceChannels* channels, int stage) {
+    DeviceChannels* channels, int stage, int chunk) {
   std::unique_ptr<PendingFrame> f(new PendingFrame());
   f->device_ = &device;
   f->kind_ = kind;
@@ -181,7 +181,7 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
   f->stage_ = stage;
   f->shape_ = shape;
   f->num_labels_ = num_labels;
-  const uint64_t tag = FrameTag(kind, minibatch, microbatch, stage);
+  const uint64_t tag = FrameTag(kind, minibatch, microbatch, chunk);
   const size_t data_bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   const bool cpu = device.kind() == DeviceKind::kCpu;
   if (channels != nullptr) {

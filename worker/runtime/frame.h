@@ -43,12 +43,14 @@ enum class FrameKind : uint32_t {
   kTiedGradient = 3
 };
 
-// Tags of frames: bits 31..60 minibatch, 19..30 the sender's stage, 3..18
-// microbatch, 1..2 kind, bit 0 clear (every tag below 2^61, the
-// communicator's range: minibatches below 2^30 > kMaxSteps, stages below
-// 4096 = kMaxLayers, microbatches below 65536 = kMaxMicrobatches).
+// Tags of frames: bits 25.. minibatch, 19..24 the sending stage's chunk
+// index on its rank (stage / pipeline positions: several stages of one
+// rank send the same pair of ranks frames of the same microbatch), 3..18
+// microbatch, 1..2 kind, bit 0 clear. Below 2^58 (evaluation.cc's weights
+// tags) for minibatches below 2^33 > kMaxSteps; microbatches below 65536 =
+// kMaxMicrobatches, chunks below 64 = kMaxChunks.
 uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch,
-                  int stage = 0);
+                  int chunk = 0);
 
 // What a frame says about itself.
 struct FrameInfo {
@@ -57,9 +59,10 @@ struct FrameInfo {
   int microbatch = 0;
   int sender = 0;       // Sender's rank.
   int64_t version = 0;  // Weight version the sender used.
-  // The sending stage (several stages may share a rank, so a rank pair
-  // carries frames of several stage pairs).
+  // The sending stage (checked by the receiver), and its chunk index on its
+  // rank (in the tag).
   int stage = 0;
+  int chunk = 0;
 };
 
 // Posts a frame to `peer`. `data` (F32) must not be written until the
@@ -82,12 +85,12 @@ struct Frame {
 class PendingFrame {
  public:
   // Allocates the destination and posts both receives for the frame of
-  // `kind`, minibatch and microbatch from stage `stage` on `peer`, with
-  // `shape` and `num_labels` labels.
+  // `kind`, minibatch and microbatch from stage `stage` (chunk `chunk` of
+  // its rank) on `peer`, with `shape` and `num_labels` labels.
   static absl::StatusOr<std::unique_ptr<PendingFrame>> Post(
       Communicator& comm, Device& device, int peer, FrameKind kind,
       int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
-      DeviceChannels* channels = nullptr, int stage = 0);
+      DeviceChannels* channels = nullptr, int stage = 0, int chunk = 0);
   ~PendingFrame();
 
   // Waits for the header, checks it (`who` names the receiver in errors),

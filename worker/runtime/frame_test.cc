@@ -51,14 +51,15 @@ TEST(FrameTest, AFrameOfAnotherStageIsRefused) {
   CpuDevice device;
   auto hub = std::make_shared<InMemoryHub>(2);
   InMemoryCommunicator a(hub, 0), b(hub, 1);
-  // Stage 4 expects stage 3's activation; a sender claiming stage 0 under
-  // that tag is refused (a header is checked, not trusted).
+  // Stage 4 expects stage 3's activation (chunk 1 of its rank); a sender
+  // claiming stage 0 under that tag is refused (a header is checked, not
+  // trusted).
   auto pending = PendingFrame::Post(b, device, 0, FrameKind::kActivation, 2, 1,
-                                    Shape({2, 3}), 0, nullptr, 3);
+                                    Shape({2, 3}), 0, nullptr, 3, 1);
   ASSERT_TRUE(pending.ok());
   Tensor t = Iota(device, Shape({2, 3}), 0);
-  FrameInfo info{FrameKind::kActivation, 2, 1, 0, 1, 0};
-  const uint64_t tag = FrameTag(FrameKind::kActivation, 2, 1, 3);
+  FrameInfo info{FrameKind::kActivation, 2, 1, 0, 1, 0, 0};
+  const uint64_t tag = FrameTag(FrameKind::kActivation, 2, 1, 1);
   auto sent = SendFrame(a, device, 1, info, t, nullptr);
   ASSERT_TRUE(sent.ok());
   // Re-send the bytes of the stage-0 frame under stage 3's tag.

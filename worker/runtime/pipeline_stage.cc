@@ -240,6 +240,10 @@ absl::Status PipelineStage::Finish() {
   return device_->Synchronize();
 }
 
+int PipelineStage::ChunkOfStage(int stage) const {
+  return stage / layout_.ChunkLayout().ranks;
+}
+
 bool PipelineStage::Local(int stage, int microbatch) const {
   return PeerRank(stage, microbatch) == comm_->rank();
 }
@@ -259,7 +263,8 @@ absl::Status PipelineStage::PostRecvFor(const Op& op) {
   if (from < 0 || from >= layout_.num_stages() || Local(from, op.microbatch)) {
     return absl::OkStatus();
   }
-  const uint64_t tag = FrameTag(kind, op.minibatch, op.microbatch, from);
+  const uint64_t tag =
+      FrameTag(kind, op.minibatch, op.microbatch, ChunkOfStage(from));
   if (posted_.count(tag) > 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(posted_[tag], PostRecv(kind, op.minibatch, op.microbatch));
   return absl::OkStatus();
@@ -273,19 +278,20 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PipelineStage::PostRecv(
     return PendingFrame::Post(
         *comm_, *device_, PeerRank(stage_ - 1, j), kind, m, j,
         model_->layer(begin).input_shape().WithLeading(rows),
-        LabelShape(*model_, rows).numel(), options_.channels, stage_ - 1);
+        LabelShape(*model_, rows).numel(), options_.channels, stage_ - 1,
+        ChunkOfStage(stage_ - 1));
   }
   const int end = layout_.layer_begin[stage_ + 1];
   return PendingFrame::Post(
       *comm_, *device_, PeerRank(stage_ + 1, j), kind, m, j,
       model_->layer(end - 1).output_shape().WithLeading(rows), 0,
-      options_.channels, stage_ + 1);
+      options_.channels, stage_ + 1, ChunkOfStage(stage_ + 1));
 }
 
 absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
                                                int j) {
   const int from = kind == FrameKind::kActivation ? stage_ - 1 : stage_ + 1;
-  const uint64_t tag = FrameTag(kind, m, j, from);
+  const uint64_t tag = FrameTag(kind, m, j, ChunkOfStage(from));
   std::unique_ptr<PendingFrame> pending;
   auto it = posted_.find(tag);
   if (it != posted_.end()) {
@@ -300,7 +306,7 @@ absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
 absl::StatusOr<Frame> PipelineStage::Input(FrameKind kind, int64_t m, int j) {
   const int from = kind == FrameKind::kActivation ? stage_ - 1 : stage_ + 1;
   if (!Local(from, j)) return TakeFrame(kind, m, j);
-  auto it = local_->frames.find(FrameTag(kind, m, j, from));
+  auto it = local_->frames.find({static_cast<int>(kind), from, m, j});
   if (it == local_->frames.end()) {
     return absl::InternalError(absl::StrCat(
         Who(), ": the ",
@@ -331,7 +337,7 @@ absl::Status PipelineStage::Made(FrameKind kind, int64_t m, int j,
     frame.labels.resize(out.labels.numel());
     RETURN_IF_ERROR(device_->CopyToHost(out.labels, frame.labels.data()));
   }
-  local_->frames[FrameTag(kind, m, j, stage_)] = std::move(frame);
+  local_->frames[{static_cast<int>(kind), stage_, m, j}] = std::move(frame);
   return absl::OkStatus();
 }
 
@@ -479,8 +485,9 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     if (options_.on_loss) options_.on_loss(m, sum / per_sample, rows);
     f.dlogits = loss.dlogits;
   } else {
-    const FrameInfo info{FrameKind::kActivation, m,       j,
-                         comm_->rank(),          version, stage_};
+    FrameInfo info{FrameKind::kActivation, m, j, comm_->rank(), version};
+    info.stage = stage_;
+    info.chunk = ChunkOfStage(stage_);
     RETURN_IF_ERROR(Made(FrameKind::kActivation, m, j, {info, y, f.labels}));
   }
   f.activation_bytes = CacheBytes(f.cache);
@@ -543,8 +550,9 @@ absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
   last_compute_ = absl::Now() - compute_start;
   accumulated_ = true;
   if (stage_ > 0) {
-    const FrameInfo info{FrameKind::kGradient, m,         j,
-                         comm_->rank(),        f.version, stage_};
+    FrameInfo info{FrameKind::kGradient, m, j, comm_->rank(), f.version};
+    info.stage = stage_;
+    info.chunk = ChunkOfStage(stage_);
     RETURN_IF_ERROR(Made(FrameKind::kGradient, m, j, {info, dx, Tensor()}));
   }
   if (split) {
@@ -643,8 +651,8 @@ absl::Status PipelineStage::PostTiedGradients(int64_t m) {
     std::string out(g.nbytes(), '\0');
     RETURN_IF_ERROR(device_->CopyToHost(g, out.data()));
     RETURN_IF_ERROR(device_->Synchronize());
-    const uint64_t tag =
-        FrameTag(FrameKind::kTiedGradient, m, static_cast<int>(t), stage_);
+    const uint64_t tag = FrameTag(FrameKind::kTiedGradient, m,
+                                  static_cast<int>(t), ChunkOfStage(stage_));
     for (size_t q = 0; q < peers.size(); ++q) {
       if (static_cast<int>(q) % replicas != replica_) continue;
       if (peers[q] == comm_->rank()) {
@@ -667,8 +675,8 @@ absl::Status PipelineStage::FinishTiedGradients(int64_t m) {
     const int other = StageOf(Holds(owner) ? tied : owner);
     const auto& peers = layout_.ranks[other];
     const Tensor& g = WeightOf(*model_, grads_, mine);
-    const uint64_t tag =
-        FrameTag(FrameKind::kTiedGradient, m, static_cast<int>(t), other);
+    const uint64_t tag = FrameTag(FrameKind::kTiedGradient, m,
+                                  static_cast<int>(t), ChunkOfStage(other));
     const int from = peers[replica_ % static_cast<int>(peers.size())];
     std::string in;
     if (from == comm_->rank()) {

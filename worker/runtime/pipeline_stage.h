@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -145,7 +146,8 @@ class PipelineStage {
 
   // What the stages of one rank hand each other without the transport.
   struct LocalFrames {
-    std::map<uint64_t, Frame> frames;      // By FrameTag.
+    // By (kind, sending stage, minibatch, microbatch).
+    std::map<std::tuple<int, int, int64_t, int>, Frame> frames;
     std::map<uint64_t, std::string> tied;  // Tied gradients, by FrameTag.
   };
   // A frame made by F or B, waiting for its send op.
@@ -198,6 +200,8 @@ class PipelineStage {
   // Whether the stage that holds `stage`'s replica for microbatch j is on
   // this rank.
   bool Local(int stage, int microbatch) const;
+  // Which of its rank's chunks `stage` is (in frame tags).
+  int ChunkOfStage(int stage) const;
   absl::Status Checkpoint();
   int MicroRows() const;
   int PeerRank(int stage, int microbatch) const;
