@@ -13,6 +13,7 @@
 #include "coordinator/planner/profile_graph.h"
 #include "coordinator/topology.h"
 #include "pipeline/failure.h"
+#include "pipeline/ir/action.h"
 #include "pipeline/policy.h"
 
 namespace aqueduct {
@@ -42,6 +43,34 @@ absl::StatusOr<PlanRequest> RequestFor(
   return request;
 }
 
+// Several chunks per worker (interleaved_1f1b, zb_v): the plan of a
+// straight pipeline over workers * chunks stages, each stage then placed on
+// the worker of its pipeline position (a loop, or zb_v's V).
+absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
+                        PartitionPlan* plan) {
+  ir::Layout where;
+  where.ranks = workers;
+  where.stages_per_rank = policy.chunks;
+  where.placement = policy.schedule == v1::SCHEDULE_ZB_V ? ir::Placement::kV
+                                                         : ir::Placement::kLoop;
+  if (plan->stages_size() != where.stages()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ScheduleName(policy.schedule), " on ", workers, " workers needs ",
+        where.stages(), " stages (", policy.chunks,
+        " chunks per worker); the planner cut the model into ",
+        plan->stages_size(), ": it has too few layers to cut"));
+  }
+  for (int s = 0; s < plan->stages_size(); ++s) {
+    PlanStage* stage = plan->mutable_stages(s);
+    stage->clear_worker_ranks();
+    stage->add_worker_ranks(where.RankOf(s));
+    stage->set_replicas(1);
+  }
+  plan->set_workers_used(workers);
+  plan->set_workers_total(workers);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const ModelProfile& profile, int workers,
                                      const std::vector<PlannerLevel>& levels) {
@@ -50,14 +79,23 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("the profile is invalid: ", graph.status().message()));
   }
-  auto request = RequestFor(spec, workers, levels);
+  ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
+  const int chunks = policy.chunks;
+  auto request = RequestFor(spec, workers * chunks,
+                            chunks > 1 ? std::vector<PlannerLevel>{} : levels);
   if (!request.ok()) return request.status();
+  if (chunks > 1) {
+    request->straight_pipeline = true;
+    auto micro = MicrobatchesFor(policy, spec.batch_size(), workers);
+    request->microbatches = micro.ok() ? *micro : 1;
+  }
   auto plan = MakePlan(*graph, *request);
   if (!plan.ok()) {
     return absl::Status(
         plan.status().code(),
         absl::StrCat("planning failed: ", plan.status().message()));
   }
+  if (chunks > 1) RETURN_IF_ERROR(FoldChunks(policy, workers, &*plan));
   return plan;
 }
 
@@ -284,9 +322,14 @@ bool JobDriver::RecordPlan(const std::string& job_id, const Input& in,
       used[rank] = true;
     }
   }
+  // One assignment per worker, of the first stage it holds (a worker with
+  // several chunks finds the others in the plan).
+  std::vector<bool> assigned(in.reserved.size(), false);
   for (int st = 0; st < plan.stages_size(); ++st) {
     for (int r = 0; r < plan.stages(st).worker_ranks_size(); ++r) {
       const int rank = plan.stages(st).worker_ranks(r);
+      if (assigned[rank]) continue;
+      assigned[rank] = true;
       registry_.Assign(in.reserved[rank], job_id, st, r);
       StageAssignment a;
       a.set_job_id(job_id);

@@ -40,9 +40,12 @@ absl::Status CheckModelUploader(const Registry& registry, const JobTable& jobs,
   RETURN_IF_ERROR(registry.CheckLive(worker_id, incarnation));
   ASSIGN_OR_RETURN(const Job* job, jobs.Find(job_id));
   auto worker = registry.Get(worker_id);
+  // The output stage's replica 0: with several chunks per worker, not
+  // the stage it registered (its first).
   const bool output = worker.ok() && worker->job_id() == job_id &&
-                      IsOutputStage(*job, worker->stage()) &&
-                      worker->replica() == 0;
+                      !job->stage_workers.empty() &&
+                      !job->stage_workers.back().empty() &&
+                      job->stage_workers.back()[0] == worker_id;
   if (IsFinal(job->state) || attempt != job->attempt || !output) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker_id, " may not upload the model of job ",

@@ -153,7 +153,8 @@ absl::Status ProgressIntake::Check(const WorkerStatus& worker,
         absl::StrCat("worker ", id, " reports progress for job ", job.id,
                      ", which it is not assigned to"));
   }
-  if (worker.stage() != p.stage() || worker.replica() != p.replica()) {
+  // A worker with several chunks reports for each stage it holds.
+  if (!RanStage(job, id, p)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "worker ", id, " reports progress for stage ", p.stage(), " replica ",
         p.replica(), " of job ", job.id, "; it runs stage ", worker.stage(),

@@ -67,8 +67,9 @@ absl::StatusOr<ParameterSet> GatherWeights(
       InitParameters(*in.model, 0, in.model->num_layers(), in.device));
   for (int s = 0; s < S; ++s) {
     std::string bytes;
-    if (s == S - 1) {
-      ASSIGN_OR_RETURN(bytes, Flatten(*in.device, *in.stage_params));
+    auto mine = in.local.find(s);
+    if (mine != in.local.end()) {
+      ASSIGN_OR_RETURN(bytes, Flatten(*in.device, *mine->second));
     } else {
       ASSIGN_OR_RETURN(bytes, in.comm->Recv(layout.ranks[s][0], tag_of(s))
                                   ->Wait(absl::Now() + in.timeout));
@@ -85,11 +86,13 @@ absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in) {
   EndOfJob end;
   if (layout.replica != 0) return end;
   if (!layout.output_stage()) {
-    ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *in.stage_params));
-    RETURN_IF_ERROR(in.comm
-                        ->Send(layout.evaluator_rank(),
-                               kWeightsTag + layout.stage, std::move(flat))
-                        ->Wait(absl::Now() + in.timeout));
+    for (const auto& [stage, params] : in.local) {
+      ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *params));
+      RETURN_IF_ERROR(in.comm
+                          ->Send(layout.evaluator_rank(), kWeightsTag + stage,
+                                 std::move(flat))
+                          ->Wait(absl::Now() + in.timeout));
+    }
     return end;
   }
   ASSIGN_OR_RETURN(ParameterSet full,
@@ -110,13 +113,21 @@ absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
     std::vector<std::unique_ptr<Work>>* sends) {
   const JobLayout& layout = *in.layout;
   if (layout.replica != 0) return std::nullopt;
+  auto mine = in.local.find(in.stage);
+  if (mine == in.local.end()) {
+    return absl::InternalError(
+        absl::StrCat("an evaluation called for stage ", in.stage,
+                     ", which this worker does not hold"));
+  }
   if (!layout.output_stage()) {
-    ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *in.stage_params));
-    sends->push_back(in.comm->Send(layout.evaluator_rank(),
-                                   EvalTag(version, layout.stage),
-                                   std::move(flat)));
+    ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *mine->second));
+    sends->push_back(in.comm->Send(
+        layout.evaluator_rank(), EvalTag(version, in.stage), std::move(flat)));
     return std::nullopt;
   }
+  // The evaluator's rank: its other chunks step before the output stage
+  // (a rank's steps run in stage order), which gathers.
+  if (in.stage != layout.num_stages() - 1) return std::nullopt;
   if (in.test == nullptr) {
     return absl::InternalError("the held-out split did not load");
   }

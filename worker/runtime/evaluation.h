@@ -1,5 +1,6 @@
 // The end of a pipeline job: replica 0 of every stage sends its trained
-// weights to the evaluator (the output stage's replica 0,
+// weights (a worker with several chunks, each chunk's) to the evaluator
+// (the output stage's replica 0,
 // JobLayout::evaluator_rank), which assembles the whole model, evaluates it
 // on the test split when the job's data has one, and exports it (the job's
 // trained model, names as docs/weights.md). Every worker takes part alike,
@@ -10,6 +11,7 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_
 #define AQUEDUCT_WORKER_RUNTIME_EVALUATION_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -29,9 +31,14 @@ namespace aqueduct {
 struct EvaluationInputs {
   const Model* model = nullptr;  // Every layer.
   const JobLayout* layout = nullptr;
-  bool has_test_split = false;                 // HasTestSplit(spec.data()).
-  const ParameterSet* stage_params = nullptr;  // This stage's trained weights.
-  const Dataset* test = nullptr;               // The evaluator's test split.
+  bool has_test_split = false;  // HasTestSplit(spec.data()).
+  // The weights of every stage this worker holds (one, or its chunks), by
+  // stage; live (a chunk's current weights).
+  std::map<int, const ParameterSet*> local;
+  // EvaluateAtVersion: the stage whose step made the version (its chunk's
+  // weights are sent, or on the evaluator's rank the output stage gathers).
+  int stage = 0;
+  const Dataset* test = nullptr;  // The evaluator's test split.
   Device* device = nullptr;
   Communicator* comm = nullptr;
   absl::Duration timeout = absl::Seconds(60);  // Of every wait on a peer.
@@ -51,12 +58,12 @@ struct EndOfJob {
 absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in);
 
 // A periodic evaluation (JobSpec.eval_every) of the weights of `version`,
-// called by every stage's replica 0 once it has made that version: other
-// stages send their weights without waiting (the send joins `sends`, to be
-// waited for before the stage ends); the evaluator gathers them, waiting
-// for stages behind it, and evaluates the held-out split. nullopt on every
-// other worker. No deadlock under any schedule: a stage's way to `version`
-// never needs the evaluator to do more than it has.
+// called by every stage's replica 0 once it has made that version (for
+// each chunk: in.stage): other stages send their weights without waiting (the
+// send joins `sends`, to be waited for before the stage ends); the evaluator
+// gathers them, waiting for stages behind it, and evaluates the held-out split.
+// nullopt on every other worker. No deadlock under any schedule: a stage's way
+// to `version` never needs the evaluator to do more than it has.
 absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
     const EvaluationInputs& in, int64_t version,
     std::vector<std::unique_ptr<Work>>* sends);

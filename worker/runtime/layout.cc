@@ -147,6 +147,16 @@ absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
   ASSIGN_OR_RETURN(layout.pipeline,
                    LayoutFromPlan(a.plan(), num_layers, layout.policy.schedule,
                                   layout.total_steps, micro));
+  layout.pipeline.chunks = layout.policy.chunks;
+  RETURN_IF_ERROR(CheckChunks(layout.pipeline));
+  layout.stages = layout.policy.chunks > 1
+                      ? layout.pipeline.StagesOfRank(a.rank())
+                      : std::vector<int>{a.stage()};
+  if (layout.stages.empty() || layout.stages.front() != a.stage()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the assignment of stage ", a.stage(), " to rank ",
+                     a.rank(), " does not match its plan's chunks"));
+  }
   const std::vector<int>& ranks = layout.pipeline.ranks[a.stage()];
   if (a.replica() >= static_cast<int>(ranks.size())) {
     return absl::InvalidArgumentError(

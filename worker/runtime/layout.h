@@ -70,11 +70,14 @@ absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
 struct JobLayout {
   PipelineLayout pipeline;
   PipelinePolicy policy;
-  int stage = 0;
+  int stage = 0;  // The first of `stages`.
   int replica = 0;
   int rank = 0;
   int world_size = 1;
-  // This stage's layers: [layer_begin, layer_end).
+  // Every stage this worker holds, in order (several chunks: interleaved
+  // 1F1B, ZB-V; else just `stage`).
+  std::vector<int> stages;
+  // The first stage's layers: [layer_begin, layer_end).
   int layer_begin = 0;
   int layer_end = 0;
   int64_t batch_size = 0;
@@ -82,8 +85,10 @@ struct JobLayout {
   int64_t total_steps = 0;
 
   int num_stages() const { return pipeline.num_stages(); }
-  bool input_stage() const { return stage == 0; }
-  bool output_stage() const { return stage == num_stages() - 1; }
+  bool input_stage() const { return !stages.empty() && stages.front() == 0; }
+  bool output_stage() const {
+    return !stages.empty() && stages.back() == num_stages() - 1;
+  }
   // The rank that gathers the whole model at the end and evaluates it: the
   // output stage's replica 0.
   int evaluator_rank() const { return pipeline.ranks.back()[0]; }

@@ -32,6 +32,12 @@ namespace aqueduct {
 
 namespace {
 
+// The accumulator of `stage`'s reports: a chunk's own, else the job's.
+ProgressAccumulator* ProgressOf(const JobEnv& env, int stage) {
+  auto it = env.chunk_progress.find(stage);
+  return it != env.chunk_progress.end() ? it->second : env.progress;
+}
+
 // What the job may open: env.files, its reads stopped with the job.
 FileAccess JobFiles(const JobEnv& env) {
   FileAccess files = env.files;
@@ -69,7 +75,8 @@ absl::StatusOr<std::optional<SafetensorsFile>> RestoreState(
 // naming checkpoint.dir and --checkpoint_root for a directory outside it,
 // before the job trains.
 absl::StatusOr<std::unique_ptr<CheckpointWriter>> MakeWriter(
-    const StageAssignment& a, const JobEnv& env, int begin, int end) {
+    const StageAssignment& a, const JobEnv& env, int stage, int begin,
+    int end) {
   const v1::CheckpointSpec& c = a.spec().checkpoint();
   if (c.dir().empty() || (c.every_steps() <= 0 && c.every_seconds() <= 0) ||
       a.replica() != 0) {
@@ -85,12 +92,12 @@ absl::StatusOr<std::unique_ptr<CheckpointWriter>> MakeWriter(
   options.dir = c.dir();
   options.roots = env.files.checkpoints;
   options.job_id = a.job_id();
-  options.stage = a.stage();
+  options.stage = stage;
   options.attempt = a.attempt();
   options.layer_begin = begin;
   options.layer_end = end;
   options.queue_wait = env.peer_timeout;
-  ProgressAccumulator* progress = env.progress;
+  ProgressAccumulator* progress = ProgressOf(env, stage);
   options.on_written = [progress](const CheckpointWritten& w) {
     progress->OnCheckpoint(w);
   };
@@ -112,14 +119,15 @@ absl::Status LoadInitWeights(const std::string& path, const JobEnv& env,
 // The hook a stage (or the local trainer) calls at a checkpoint version:
 // copies the state to host memory and queues it for `writer`.
 std::function<absl::Status(int64_t, const ParameterSet&, const Optimizer&)>
-CheckpointHook(const StageAssignment& a, Device* device,
+CheckpointHook(const StageAssignment& a, int stage, Device* device,
                CheckpointWriter* writer) {
-  return [&a, device, writer](int64_t version, const ParameterSet& params,
-                              const Optimizer& optimizer) -> absl::Status {
+  return [&a, stage, device, writer](
+             int64_t version, const ParameterSet& params,
+             const Optimizer& optimizer) -> absl::Status {
     std::map<std::string, std::string> metadata = {
         {"job_id", a.job_id()},
         {"version", absl::StrCat(version)},
-        {"stage", absl::StrCat(a.stage())},
+        {"stage", absl::StrCat(stage)},
         {"attempt", absl::StrCat(a.attempt())}};
     ASSIGN_OR_RETURN(SafetensorsFile state,
                      ExportTrainingState(*device, params, optimizer, metadata));
@@ -199,7 +207,7 @@ absl::Status RunLocalJob(const StageAssignment& a, const JobEnv& env) {
   ASSIGN_OR_RETURN(std::optional<SafetensorsFile> restore,
                    RestoreState(a, env, layers, 0, layers));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointWriter> writer,
-                   MakeWriter(a, env, 0, layers));
+                   MakeWriter(a, env, a.stage(), 0, layers));
   LocalTrainOptions options;
   options.stop = env.stop;
   options.files = JobFiles(env);
@@ -212,7 +220,8 @@ absl::Status RunLocalJob(const StageAssignment& a, const JobEnv& env) {
   if (writer != nullptr) {
     options.checkpoint_every = a.spec().checkpoint().every_steps();
     options.checkpoint_at = env.checkpoint_at;
-    options.on_checkpoint = CheckpointHook(a, device.get(), writer.get());
+    options.on_checkpoint =
+        CheckpointHook(a, a.stage(), device.get(), writer.get());
   }
   AQ_LOG_INFO("job {}: training stage {} replica {} from step {}", a.job_id(),
               a.stage(), a.replica(), options.first_step);
@@ -250,27 +259,35 @@ class PipelineJob {
   }
 
  private:
+  // A stage this worker holds (one, or each of its chunks).
+  struct Held {
+    int stage = 0;
+    int layer_begin = 0, layer_end = 0;
+    std::optional<ParameterSet> params;  // Until the stage takes them.
+    std::optional<SafetensorsFile> restore;
+    std::unique_ptr<CheckpointWriter> writer;
+    std::unique_ptr<PipelineStage> runner;
+  };
+
   absl::Status Prepare();
   absl::Status Connect();
   absl::Status LoadInputs();
+  absl::Status LoadStage(Held& held);
   absl::Status Train();
+  absl::Status RunStages();
   absl::Status Evaluate();
-  PipelineStage::Options StageOptions();
-  EvaluationInputs EvalInputs(const ParameterSet& params);
-  absl::Status EvaluatePeriodically(int64_t version,
-                                    const ParameterSet& params);
+  PipelineStage::Options StageOptions(Held& held);
+  EvaluationInputs EvalInputs(int stage);
+  absl::Status EvaluatePeriodically(int stage, int64_t version);
 
   const StageAssignment& a_;
   const JobEnv& env_;
   ValidatedJob job_;
-  std::optional<SafetensorsFile> restore_;
-  std::unique_ptr<CheckpointWriter> writer_;
   JobLayout layout_;
   std::unique_ptr<Device> device_;
   DataPlane plane_;
   std::optional<DataSplits> data_;  // Input and output stages only.
-  std::optional<ParameterSet> params_;
-  std::unique_ptr<PipelineStage> stage_;
+  std::vector<Held> held_;
   // Sends of weights to periodic evaluations, not waited for yet.
   std::vector<std::unique_ptr<Work>> eval_sends_;
 };
@@ -279,17 +296,28 @@ absl::Status PipelineJob::Prepare() {
   ASSIGN_OR_RETURN(job_, ValidateJobSpec(a_.spec(), JobFiles(env_)));
   ASSIGN_OR_RETURN(layout_, LayoutFromAssignment(a_, job_.model->num_layers(),
                                                  job_.data.train_samples));
-  StageNeeds needs;
-  needs.what = absl::StrCat("stage ", layout_.stage);
-  needs.layer_begin = layout_.layer_begin;
-  needs.layer_end = layout_.layer_end;
-  needs.samples = layout_.batch_size / layout_.pipeline.microbatches;
-  needs.steps = layout_.total_steps;
-  needs.bytes_per_step = PerStepBytes(true, layout_.pipeline.microbatches);
-  RETURN_IF_ERROR(
-      CheckStageFits(a_.spec(), job_.data, env_,
-                     layout_.input_stage() || layout_.output_stage(), needs));
-  env_.progress->SetTotalSteps(layout_.total_steps);
+  for (int stage : layout_.stages) {
+    Held held;
+    held.stage = stage;
+    held.layer_begin = layout_.pipeline.layer_begin[stage];
+    held.layer_end = layout_.pipeline.layer_begin[stage + 1];
+    // Each chunk is checked alone against the whole memory (their sum is
+    // the planner's to check).
+    StageNeeds needs;
+    needs.what = absl::StrCat("stage ", stage);
+    needs.layer_begin = held.layer_begin;
+    needs.layer_end = held.layer_end;
+    needs.samples = layout_.batch_size / layout_.pipeline.microbatches;
+    needs.steps = layout_.total_steps;
+    needs.bytes_per_step = PerStepBytes(true, layout_.pipeline.microbatches);
+    RETURN_IF_ERROR(
+        CheckStageFits(a_.spec(), job_.data, env_,
+                       layout_.input_stage() || layout_.output_stage(), needs));
+    held_.push_back(std::move(held));
+  }
+  for (int stage : layout_.stages) {
+    ProgressOf(env_, stage)->SetTotalSteps(layout_.total_steps);
+  }
   ASSIGN_OR_RETURN(device_, CreateDevice(env_.device, env_.threads));
   return absl::OkStatus();
 }
@@ -303,63 +331,71 @@ absl::Status PipelineJob::Connect() {
 }
 
 absl::Status PipelineJob::LoadInputs() {
-  const JobSpec& spec = a_.spec();
   if (layout_.input_stage() || layout_.output_stage()) {
-    ASSIGN_OR_RETURN(data_, LoadData(spec.data(), JobFiles(env_)));
+    ASSIGN_OR_RETURN(data_, LoadData(a_.spec().data(), JobFiles(env_)));
   }
-  ASSIGN_OR_RETURN(params_, InitParameters(*job_.model, layout_.layer_begin,
-                                           layout_.layer_end, device_.get()));
-  ASSIGN_OR_RETURN(restore_,
+  for (Held& held : held_) RETURN_IF_ERROR(LoadStage(held));
+  return absl::OkStatus();
+}
+
+absl::Status PipelineJob::LoadStage(Held& held) {
+  const JobSpec& spec = a_.spec();
+  ASSIGN_OR_RETURN(held.params, InitParameters(*job_.model, held.layer_begin,
+                                               held.layer_end, device_.get()));
+  ASSIGN_OR_RETURN(held.restore,
                    RestoreState(a_, env_, job_.model->num_layers(),
-                                layout_.layer_begin, layout_.layer_end));
-  ASSIGN_OR_RETURN(
-      writer_, MakeWriter(a_, env_, layout_.layer_begin, layout_.layer_end));
-  if (!spec.init_weights().empty() && !restore_.has_value()) {
+                                held.layer_begin, held.layer_end));
+  ASSIGN_OR_RETURN(held.writer, MakeWriter(a_, env_, held.stage,
+                                           held.layer_begin, held.layer_end));
+  if (!spec.init_weights().empty() && !held.restore.has_value()) {
     RETURN_IF_ERROR(
-        LoadInitWeights(spec.init_weights(), env_, *device_, *params_));
-    CopyTiedWeights(*job_.model, *device_, *params_);
+        LoadInitWeights(spec.init_weights(), env_, *device_, *held.params));
+    CopyTiedWeights(*job_.model, *device_, *held.params);
   }
   return absl::OkStatus();
 }
 
-PipelineStage::Options PipelineJob::StageOptions() {
+PipelineStage::Options PipelineJob::StageOptions(Held& held) {
   PipelineStage::Options options;
   options.timeout = env_.peer_timeout;
   options.stop = env_.stop;
   options.channels = plane_.channels.get();
-  ProgressAccumulator* progress = env_.progress;
+  ProgressAccumulator* progress = ProgressOf(env_, held.stage);
   options.on_loss = [progress](int64_t m, double sum, int64_t samples) {
     progress->OnLoss(m, sum, samples);
   };
-  // Called from within stage_->Run(), so stage_ is set.
-  options.on_event = [this](const StageEvent& e) {
+  // Called from within the stage's run, so its runner is set.
+  options.on_event = [this, progress, &held](const StageEvent& e) {
     if (env_.stop != nullptr && env_.stop->load()) return;
-    env_.progress->OnStageEvent(e, layout_.stage, stage_->stats());
+    progress->OnStageEvent(e, e.stage, held.runner->stats());
   };
-  if (restore_.has_value()) {
-    options.restore = &*restore_;
+  if (held.restore.has_value()) {
+    options.restore = &*held.restore;
     options.first_minibatch = a_.restore().version();
   }
-  if (writer_ != nullptr) {
+  if (held.writer != nullptr) {
     options.checkpoint_every = a_.spec().checkpoint().every_steps();
     options.checkpoint_at = env_.checkpoint_at;
-    options.on_checkpoint = CheckpointHook(a_, device_.get(), writer_.get());
+    options.on_checkpoint =
+        CheckpointHook(a_, held.stage, device_.get(), held.writer.get());
   }
   if (a_.spec().eval_every() > 0 && HasTestSplit(a_.spec().data())) {
     options.eval_every = a_.spec().eval_every();
-    options.on_eval = [this](int64_t version, const ParameterSet& params) {
-      return EvaluatePeriodically(version, params);
+    const int stage = held.stage;
+    options.on_eval = [this, stage](int64_t version, const ParameterSet&) {
+      return EvaluatePeriodically(stage, version);
     };
   }
   return options;
 }
 
-EvaluationInputs PipelineJob::EvalInputs(const ParameterSet& params) {
+EvaluationInputs PipelineJob::EvalInputs(int stage) {
   EvaluationInputs in;
   in.model = job_.model.get();
   in.layout = &layout_;
   in.has_test_split = HasTestSplit(a_.spec().data());
-  in.stage_params = &params;
+  for (const Held& held : held_) in.local[held.stage] = &held.runner->params();
+  in.stage = stage;
   in.test =
       data_.has_value() && data_->test.has_value() ? &*data_->test : nullptr;
   in.device = device_.get();
@@ -368,37 +404,51 @@ EvaluationInputs PipelineJob::EvalInputs(const ParameterSet& params) {
   return in;
 }
 
-absl::Status PipelineJob::EvaluatePeriodically(int64_t version,
-                                               const ParameterSet& params) {
-  ASSIGN_OR_RETURN(
-      std::optional<EvalResult> eval,
-      EvaluateAtVersion(EvalInputs(params), version, &eval_sends_));
+absl::Status PipelineJob::EvaluatePeriodically(int stage, int64_t version) {
+  ASSIGN_OR_RETURN(std::optional<EvalResult> eval,
+                   EvaluateAtVersion(EvalInputs(stage), version, &eval_sends_));
   if (eval.has_value()) {
-    env_.progress->OnEval(version, eval->accuracy, eval->loss);
+    ProgressOf(env_, stage)->OnEval(version, eval->accuracy, eval->loss);
   }
   return absl::OkStatus();
 }
 
 absl::Status PipelineJob::Train() {
-  const Dataset* train = layout_.input_stage() ? &data_->train : nullptr;
-  stage_ = std::make_unique<PipelineStage>(
-      job_.model.get(), a_.spec(), layout_.pipeline, layout_.stage,
-      layout_.replica, device_.get(), plane_.comm.get(), train,
-      std::move(*params_), StageOptions());
-  env_.progress->Begin(
-      layout_.output_stage() ? layout_.loss_samples_per_minibatch() : 0);
-  // Live byte counts in every report while the stage runs; the counter
+  for (Held& held : held_) {
+    const Dataset* train = held.stage == 0 ? &data_->train : nullptr;
+    held.runner = std::make_unique<PipelineStage>(
+        job_.model.get(), a_.spec(), layout_.pipeline, held.stage,
+        layout_.replica, device_.get(), plane_.comm.get(), train,
+        std::move(*held.params), StageOptions(held));
+    held.params.reset();
+    const bool output = held.stage == layout_.num_stages() - 1;
+    ProgressOf(env_, held.stage)
+        ->Begin(output ? layout_.loss_samples_per_minibatch() : 0);
+  }
+  // Live byte counts in every report while the stages run; the counter
   // goes before the communicator can.
   const Communicator* comm = plane_.comm.get();
   env_.progress->SetByteCounter([comm] {
     return std::make_pair(comm->bytes_sent(), comm->bytes_received());
   });
   absl::Cleanup forget = [this] { env_.progress->SetByteCounter(nullptr); };
-  RETURN_IF_ERROR(stage_->Run());
+  RETURN_IF_ERROR(RunStages());
   env_.progress->SetBytes(plane_.comm->bytes_sent(),
                           plane_.comm->bytes_received());
-  DrainWriter(a_, env_, writer_.get());
+  for (Held& held : held_) DrainWriter(a_, env_, held.writer.get());
   return absl::OkStatus();
+}
+
+absl::Status PipelineJob::RunStages() {
+  if (held_.size() == 1 && layout_.pipeline.chunks <= 1) {
+    return held_[0].runner->Run();
+  }
+  const int64_t first = a_.has_restore() ? a_.restore().version() : 0;
+  ASSIGN_OR_RETURN(std::vector<Op> ops,
+                   RankSchedule(layout_.pipeline, layout_.rank, first));
+  std::vector<PipelineStage*> chunks;
+  for (Held& held : held_) chunks.push_back(held.runner.get());
+  return PipelineStage::RunRank(chunks, ops);
 }
 
 absl::Status PipelineJob::Evaluate() {
@@ -407,9 +457,11 @@ absl::Status PipelineJob::Evaluate() {
     RETURN_IF_ERROR(send->Wait(absl::Now() + env_.peer_timeout));
   }
   eval_sends_.clear();
-  ASSIGN_OR_RETURN(EndOfJob end, EvaluateAtEnd(EvalInputs(stage_->params())));
+  ASSIGN_OR_RETURN(EndOfJob end,
+                   EvaluateAtEnd(EvalInputs(layout_.stages.back())));
   if (end.eval.has_value()) {
-    env_.progress->SetTest(end.eval->accuracy, end.eval->loss);
+    ProgressOf(env_, layout_.stages.back())
+        ->SetTest(end.eval->accuracy, end.eval->loss);
   }
   if (end.model.has_value()) {
     RETURN_IF_ERROR(DeliverModel(a_, env_, *end.model));

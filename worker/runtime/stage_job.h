@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -46,6 +47,10 @@ struct JobEnv {
   // peers ends within about 50 ms).
   const std::atomic<bool>* stop = nullptr;
   ProgressAccumulator* progress = nullptr;
+  // A worker with several chunks (interleaved 1F1B, ZB-V): the reports of
+  // each stage other than the assignment's, by stage (the assignment's
+  // stage reports through `progress`). Byte counts go to `progress` only.
+  std::map<int, ProgressAccumulator*> chunk_progress;
   // Pipelines: called with the data plane once it is connected (so that a
   // stop can abort it), and with null before it is closed. May be empty.
   std::function<void(const DataPlane*)> on_data_plane;

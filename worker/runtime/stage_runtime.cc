@@ -1,5 +1,6 @@
 #include "worker/runtime/stage_runtime.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +72,19 @@ absl::Status StageRuntime::Assign(const StageAssignment& a) {
   has_assignment_ = true;
   phase_ = RuntimePhase::kAssigned;
   progress_.Reset(a.job_id(), a.stage(), a.replica(), a.attempt());
+  chunk_progress_.clear();
+  for (int s = 0; s < a.plan().stages_size(); ++s) {
+    const auto& ranks = a.plan().stages(s).worker_ranks();
+    if (s == a.stage() ||
+        std::find(ranks.begin(), ranks.end(), a.rank()) == ranks.end()) {
+      continue;
+    }
+    ProgressOptions chunk_options = ProgressOptionsFor(options_);
+    chunk_options.logs = nullptr;  // The job's log goes with its first stage.
+    auto chunk = std::make_unique<ProgressAccumulator>(chunk_options);
+    chunk->Reset(a.job_id(), s, a.replica(), a.attempt());
+    chunk_progress_[s] = std::move(chunk);
+  }
   return absl::OkStatus();
 }
 
@@ -164,6 +178,12 @@ void StageRuntime::Run(const StageAssignment& a) {
   env.peer_timeout = options_.peer_timeout;
   env.stop = &stop_;
   env.progress = &progress_;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [stage, chunk] : chunk_progress_) {
+      env.chunk_progress[stage] = chunk.get();
+    }
+  }
   env.on_data_plane = [this](const DataPlane* plane) { SetDataPlane(plane); };
   env.model_sink = options_.model_sink;
   env.checkpoint_at = &checkpoint_at_;
@@ -178,6 +198,8 @@ void StageRuntime::End(const StageAssignment& a, const absl::Status& status) {
   RuntimePhase phase = RuntimePhase::kFinished;
   if (status.ok()) {
     progress_.Finish();
+    absl::MutexLock lock(&mu_);
+    for (auto& [stage, chunk] : chunk_progress_) chunk->Finish();
   } else if (StopExplains(status)) {
     phase = RuntimePhase::kStopped;
     AQ_LOG_INFO("job {}: stopped ({})", a.job_id(),
@@ -206,9 +228,17 @@ bool StageRuntime::StopExplains(const absl::Status& status) {
 }
 
 std::vector<StageProgress> StageRuntime::TakeProgress() {
-  std::optional<StageProgress> progress = progress_.Take();
-  if (!progress.has_value()) return {};
-  return {std::move(*progress)};
+  std::vector<StageProgress> out;
+  if (std::optional<StageProgress> p = progress_.Take()) {
+    out.push_back(*std::move(p));
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto& [stage, chunk] : chunk_progress_) {
+    if (std::optional<StageProgress> p = chunk->Take()) {
+      out.push_back(*std::move(p));
+    }
+  }
+  return out;
 }
 
 std::string StageRuntime::current_job() const {

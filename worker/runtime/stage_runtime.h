@@ -13,6 +13,7 @@
 #define AQUEDUCT_WORKER_RUNTIME_STAGE_RUNTIME_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +117,10 @@ class StageRuntime {
   RendezvousStore* const store_;
   ProgressAccumulator progress_;
   mutable absl::Mutex mu_;
+  // The reports of the other stages this worker holds (several chunks), by
+  // stage; replaced at each assignment (none runs then).
+  std::map<int, std::unique_ptr<ProgressAccumulator>> chunk_progress_
+      ABSL_GUARDED_BY(mu_);
   RuntimePhase phase_ ABSL_GUARDED_BY(mu_) = RuntimePhase::kIdle;
   bool has_assignment_ ABSL_GUARDED_BY(mu_) = false;
   StageAssignment assignment_ ABSL_GUARDED_BY(mu_);
