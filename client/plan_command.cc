@@ -3,6 +3,7 @@
 // naming an existing file is a profile; any other argument is a job id.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -18,7 +19,9 @@
 #include "client/terminal_text.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
+#include "pipeline/ir/replay.h"
 #include "pipeline/policy.h"
+#include "pipeline/schedule.h"
 #include "worker/nn/spec.h"
 
 ABSL_FLAG(std::vector<std::string>, workers, {},
@@ -170,6 +173,28 @@ void PrintPlan(const PartitionPlan& plan) {
   }
 }
 
+// The plan's schedule as a per-rank grid of one minibatch at the plan's
+// costs (the simulator's, as `aq schedule` prints it); empty for a plan
+// without one (a stashing schedule, or a plan from before decisions).
+std::string ScheduleGrid(const PartitionPlan& plan) {
+  const v1::PipelineDecision& d = plan.pipeline();
+  auto schedule = ParseSchedule(d.schedule());
+  if (d.predicted_step_s() <= 0 || !schedule.ok()) return "";
+  double slowest = 0;
+  int replicas = 1;
+  for (const PlanStage& stage : plan.stages()) {
+    slowest = std::max(slowest, stage.compute_time_s() * d.chunks());
+    replicas = std::max(replicas, stage.replicas());
+  }
+  auto sim =
+      PredictSchedule(*schedule, plan.workers_used() / replicas, d.chunks(),
+                      d.microbatches() / replicas, slowest / replicas);
+  if (!sim.ok()) return "";
+  return absl::StrCat(
+      "one minibatch, per worker (F, B; I and W where split):\n",
+      ir::TimeGrid(*sim));
+}
+
 int OfflinePlan(const CommandLineSpec& spec, const ParsedArgs& parsed,
                 const std::string& profile) {
   if (profile.empty()) {
@@ -214,6 +239,7 @@ int RemotePlan(const CommandLineSpec& spec, const ParsedArgs& parsed,
   const auto plan = remote.client().GetPlan(request, kQueryTimeout);
   if (!plan.ok()) return remote.Failed(plan.status());
   PrintPlan(*plan);
+  if (!JsonOutput()) std::cout << ScheduleGrid(*plan);
   return kExitOk;
 }
 

@@ -15,6 +15,7 @@
 #include "pipeline/failure.h"
 #include "pipeline/ir/action.h"
 #include "pipeline/policy.h"
+#include "pipeline/schedule.h"
 
 namespace aqueduct {
 
@@ -71,6 +72,36 @@ absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
   return absl::OkStatus();
 }
 
+// The pipeline decided once, into the plan: schedule, microbatches,
+// chunks and transport for these workers, and the simulator's bubble.
+// INVALID_ARGUMENT naming the rule when the microbatches do not fit (the
+// job fails, or a restart onto these workers does, with that reason).
+absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
+                            int workers, PartitionPlan* plan) {
+  ASSIGN_OR_RETURN(const int micro,
+                   MicrobatchesFor(policy, spec.batch_size(), workers));
+  v1::PipelineDecision* d = plan->mutable_pipeline();
+  d->set_schedule(ScheduleName(policy.schedule));
+  d->set_microbatches(micro);
+  d->set_chunks(policy.chunks);
+  d->set_transport(TransportName(policy.transport));
+  double slowest = 0;
+  int replicas = 1;
+  for (const PlanStage& stage : plan->stages()) {
+    slowest = std::max(slowest, stage.compute_time_s() * policy.chunks);
+    replicas = std::max(replicas, stage.replicas());
+  }
+  const int ranks = plan->workers_used() / replicas;
+  auto predicted =
+      PredictSchedule(policy.schedule, std::max(1, ranks), policy.chunks,
+                      std::max(1, micro / replicas), slowest / replicas);
+  if (predicted.ok()) {
+    d->set_predicted_bubble(predicted->bubble);
+    d->set_predicted_step_s(predicted->step_time);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const ModelProfile& profile, int workers,
                                      const std::vector<PlannerLevel>& levels) {
@@ -96,6 +127,7 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
         absl::StrCat("planning failed: ", plan.status().message()));
   }
   if (chunks > 1) RETURN_IF_ERROR(FoldChunks(policy, workers, &*plan));
+  RETURN_IF_ERROR(DecidePipeline(policy, spec, plan->workers_used(), &*plan));
   return plan;
 }
 

@@ -38,6 +38,7 @@ class JobQueriesTest : public ::testing::Test {
       const std::string w = "w" + std::to_string(stage);
       AddWorker(w, 1);
       registry_.Assign(w, "j1", stage, 0);
+      job.stage_workers.push_back({w});
     }
     return jobs_.Add(std::move(job));
   }
@@ -93,6 +94,17 @@ TEST_F(JobQueriesTest, OnlyTheOutputStagesFirstReplicaUploads) {
   EXPECT_FALSE(CheckModelUploader(registry_, jobs_, "w1", "old", "j1", 1).ok());
   EXPECT_EQ(CheckModelUploader(registry_, jobs_, "w1", "i-w1", "j9", 1).code(),
             absl::StatusCode::kNotFound);
+}
+
+// A worker with two chunks in a V (ZB-V) registers its first stage, 0,
+// and holds the output stage too: it uploads the model.
+TEST_F(JobQueriesTest, TheWorkerHoldingTheOutputChunkUploads) {
+  Job& job = AddRunning();
+  job.plan.add_stages();
+  job.stage_workers = {{"w0"}, {"w1"}, {"w0"}};
+  EXPECT_TRUE(CheckModelUploader(registry_, jobs_, "w0", "i-w0", "j1", 1).ok());
+  EXPECT_EQ(CheckModelUploader(registry_, jobs_, "w1", "i-w1", "j1", 1).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(JobQueriesTest, AFinishedJobTakesNoModel) {

@@ -234,18 +234,49 @@ std::vector<Op> MinibatchOps(const std::vector<ir::Action>& actions,
 
 }  // namespace
 
-absl::StatusOr<ir::Program> ChunkedProgram(Schedule policy, int ranks,
-                                           int chunks, int microbatches) {
-  if (policy == v1::SCHEDULE_ZB_V) {
-    return ir::ComputeSchedule(ir::ScheduleKind::kZbV,
-                               {ranks, microbatches, 2});
+absl::StatusOr<ir::Program> ProgramFor(Schedule policy, int ranks, int chunks,
+                                       int microbatches) {
+  ir::ScheduleKind kind;
+  switch (policy) {
+    case v1::SCHEDULE_GPIPE:
+      kind = ir::ScheduleKind::kGpipe;
+      break;
+    case v1::SCHEDULE_1F1B_FLUSH:
+      kind = ir::ScheduleKind::k1F1B;
+      break;
+    case v1::SCHEDULE_ZB_H1:
+      kind = ir::ScheduleKind::kZbH1;
+      break;
+    case v1::SCHEDULE_ZB_H2:
+      kind = ir::ScheduleKind::kZbH2;
+      break;
+    case v1::SCHEDULE_INTERLEAVED_1F1B:
+      kind = ir::ScheduleKind::kInterleaved1F1B;
+      break;
+    case v1::SCHEDULE_ZB_V:
+      kind = ir::ScheduleKind::kZbV;
+      chunks = 2;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(ScheduleName(policy),
+                       " overlaps its minibatches: it has no one-minibatch "
+                       "program"));
   }
-  if (policy == v1::SCHEDULE_INTERLEAVED_1F1B) {
-    return ir::ComputeSchedule(ir::ScheduleKind::kInterleaved1F1B,
-                               {ranks, microbatches, chunks});
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      ScheduleName(policy), " holds one chunk per worker: no chunked program"));
+  if (!HoldsChunks(policy)) chunks = 1;
+  return ir::ComputeSchedule(kind, {ranks, microbatches, chunks});
+}
+
+absl::StatusOr<ir::Simulation> PredictSchedule(Schedule policy, int ranks,
+                                               int chunks, int microbatches,
+                                               double rank_compute_s) {
+  ASSIGN_OR_RETURN(const ir::Program program,
+                   ProgramFor(policy, ranks, chunks, microbatches));
+  const double f = rank_compute_s / std::max(1, microbatches) / 3;
+  ir::ActionCosts costs;
+  costs.f = costs.i = costs.w = f;
+  costs.b = 2 * f;
+  return ir::Simulate(ir::Lower(program), costs);
 }
 
 absl::StatusOr<std::vector<Op>> BuildProgramSchedule(const ProgramConfig& c) {

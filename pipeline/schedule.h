@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipeline/ir/action.h"
+#include "pipeline/ir/replay.h"
 #include "pipeline/policy.h"
 
 namespace aqueduct {
@@ -98,12 +99,21 @@ struct ProgramConfig {
 };
 absl::StatusOr<std::vector<Op>> BuildProgramSchedule(const ProgramConfig& c);
 
-// The compute-only program of a chunked schedule (interleaved_1f1b, zb_v)
-// over `ranks` ranks with `chunks` chunks each and `microbatches` per
-// minibatch (a replica's share). INVALID_ARGUMENT naming the rule a shape
-// breaks.
-absl::StatusOr<ir::Program> ChunkedProgram(Schedule policy, int ranks,
-                                           int chunks, int microbatches);
+// The compute-only program of one minibatch of a schedule that flushes
+// (gpipe, 1f1b_flush, zb_h1, zb_h2, interleaved_1f1b, zb_v) over `ranks`
+// ranks with `chunks` chunks each (interleaved_1f1b; zb_v has 2, the
+// others 1) and `microbatches` per minibatch (a replica's share).
+// INVALID_ARGUMENT naming the rule a shape breaks, or for a stashing
+// schedule (its minibatches overlap: no one-minibatch program).
+absl::StatusOr<ir::Program> ProgramFor(Schedule policy, int ranks, int chunks,
+                                       int microbatches);
+
+// The dry-run simulation of ProgramFor's program when each rank's share of
+// the model computes for `rank_compute_s` per minibatch (forward and
+// backward; F:B as 1:2, and I = W = F where the backward is split).
+absl::StatusOr<ir::Simulation> PredictSchedule(Schedule policy, int ranks,
+                                               int chunks, int microbatches,
+                                               double rank_compute_s);
 
 // Which replica of a stage with `replicas` replicas handles microbatch j.
 inline int ReplicaFor(int microbatch, int replicas) {

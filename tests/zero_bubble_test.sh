@@ -72,6 +72,12 @@ print(f"{sys.argv[3]}: {stages} stages, {len(got)} steps, worst relative differe
 sys.exit(0 if worst <= 1e-5 else 1)
 PY
     fail "$schedule: the losses differ from train-local's"
+  # The pipeline as decided into the plan, and its grid.
+  aq plan "$id" >"$tmp/$schedule.plan" 2>&1 || fail "$schedule: aq plan failed"
+  grep -q "^schedule $schedule, 4 microbatches, $((stages / workers)) chunk(s) per worker, gloo; simulated: .* bubble" \
+    "$tmp/$schedule.plan" || fail "$schedule: the plan's decision: $(cat "$tmp/$schedule.plan")"
+  grep -q "^rank $((workers - 1)) |" "$tmp/$schedule.plan" ||
+    fail "$schedule: no grid in aq plan: $(cat "$tmp/$schedule.plan")"
   [ "$schedule" = interleaved_1f1b ] && return
   aq trace "$id" -o "$tmp/$schedule.trace.json" >/dev/null 2>&1 ||
     fail "$schedule: no trace"

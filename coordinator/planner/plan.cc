@@ -372,6 +372,20 @@ std::string FormatPlan(const PartitionPlan& plan) {
           plan.time_per_minibatch_s(), plan.single_worker_time_s(),
           plan.speedup_vs_single(), plan.data_parallel_time_s(),
           plan.speedup_vs_data_parallel()));
+  if (plan.has_pipeline()) {
+    const v1::PipelineDecision& d = plan.pipeline();
+    absl::StrAppend(&out, "schedule ", d.schedule(), ", ", d.microbatches(),
+                    " microbatches, ", d.chunks(), " chunk(s) per worker, ",
+                    d.transport());
+    if (d.predicted_step_s() > 0) {
+      absl::StrAppend(
+          &out,
+          absl::StrFormat("; simulated: %.6f s per minibatch, bubble "
+                          "%.2f%%",
+                          d.predicted_step_s(), d.predicted_bubble() * 100));
+    }
+    absl::StrAppend(&out, "\n");
+  }
   return out;
 }
 

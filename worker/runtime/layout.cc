@@ -100,8 +100,8 @@ absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
   }
   const ir::Layout where = layout.ChunkLayout();
   ASSIGN_OR_RETURN(const ir::Program program,
-                   ChunkedProgram(layout.policy, where.ranks, layout.chunks,
-                                  static_cast<int>(c.mine.size())));
+                   ProgramFor(layout.policy, where.ranks, layout.chunks,
+                              static_cast<int>(c.mine.size())));
   c.program = &program;
   c.rank = where.RankOf(stages[0]);
   c.num_minibatches = layout.num_minibatches - first;
@@ -140,9 +140,20 @@ absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
   const JobSpec& spec = a.spec();
   JobLayout layout;
   ASSIGN_OR_RETURN(layout.policy, ResolvePipeline(spec));
-  ASSIGN_OR_RETURN(
-      const int micro,
-      MicrobatchesFor(layout.policy, spec.batch_size(), a.world_size()));
+  // The coordinator decided the pipeline once, into the plan (plans from
+  // before that resolve it here, from the spec, over the job's workers).
+  const v1::PipelineDecision& decided = a.plan().pipeline();
+  int micro = decided.microbatches();
+  if (micro <= 0) {
+    ASSIGN_OR_RETURN(micro, MicrobatchesFor(layout.policy, spec.batch_size(),
+                                            a.world_size()));
+  }
+  if (decided.chunks() > 0) layout.policy.chunks = decided.chunks();
+  if (spec.batch_size() % micro != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan's ", micro,
+        " microbatches do not divide batch_size=", spec.batch_size()));
+  }
   ASSIGN_OR_RETURN(layout.total_steps, TotalSteps(spec, train_samples));
   ASSIGN_OR_RETURN(layout.pipeline,
                    LayoutFromPlan(a.plan(), num_layers, layout.policy.schedule,

@@ -47,7 +47,7 @@ struct PipelineLayout {
 };
 
 // The op list of the rank `rank` of a chunked layout (every stage it holds)
-// from its schedule's program (pipeline/schedule.h ChunkedProgram), from
+// from its schedule's program (pipeline/schedule.h ProgramFor), from
 // minibatch `first` to the end. INVALID_ARGUMENT naming the rule a layout
 // breaks (CheckChunks; microbatches per replica a multiple of the
 // positions for interleaved 1F1B).
