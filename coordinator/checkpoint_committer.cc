@@ -32,8 +32,7 @@ v1::CheckpointManifest CheckpointCommitter::ManifestOf(
   v1::CheckpointManifest m;
   m.set_job_id(job.id);
   m.set_version(version);
-  m.set_schedule(ScheduleName(ParseSchedule(job.spec.pipeline().schedule())
-                                  .value_or(v1::SCHEDULE_UNSPECIFIED)));
+  m.set_schedule(DecidedSchedule(job));
   *m.mutable_plan() = job.plan;
   m.set_total_steps(job.total_steps);
   m.set_num_layers(job.spec.model().layers_size());

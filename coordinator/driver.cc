@@ -1,9 +1,15 @@
 #include "coordinator/driver.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -104,13 +110,107 @@ absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
 
 absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const ModelProfile& profile, int workers,
-                                     const std::vector<PlannerLevel>& levels) {
+                                     const std::vector<PlannerLevel>& levels,
+                                     int64_t worker_memory = 0);
+
+// The most activations a worker of `plan` holds at once under its
+// decided schedule, in microbatches of its share (the simulator's peak);
+// 0 when it has no one-minibatch program.
+double PeakActivations(const PartitionPlan& plan) {
+  const v1::PipelineDecision& d = plan.pipeline();
+  auto schedule = ParseSchedule(d.schedule());
+  if (!schedule.ok()) return 0;
+  auto sim = PredictSchedule(*schedule, std::max(1, plan.workers_used()),
+                             d.chunks(), d.microbatches(), 1.0);
+  if (!sim.ok()) return 0;
+  return *std::max_element(sim->peak_activations.begin(),
+                           sim->peak_activations.end());
+}
+
+// The most memory a worker of `plan` is predicted to hold: the planner's
+// per-stage figures (which count 1F1B's activations in flight) summed
+// over a worker's chunks, with the activations scaled by how many more
+// the schedule keeps than 1F1B (`ratio`, at least 1; it scales the whole
+// figure, so it overstates).
+double WorkerMemory(const PartitionPlan& plan, double ratio) {
+  std::map<int, double> per_worker;
+  for (const PlanStage& stage : plan.stages()) {
+    for (int rank : stage.worker_ranks()) {
+      per_worker[rank] += stage.predicted_memory_bytes();
+    }
+  }
+  double most = 0;
+  for (const auto& [rank, bytes] : per_worker) most = std::max(most, bytes);
+  return most * std::max(1.0, ratio);
+}
+
+// schedule "auto": every schedule that flushes, planned for these workers
+// and simulated; the fastest whose predicted memory fits `worker_memory`
+// (0: unknown, then none that keeps more activations than 1F1B).
+absl::StatusOr<PartitionPlan> ChooseSchedule(
+    const JobSpec& spec, const ModelProfile& profile, int workers,
+    const std::vector<PlannerLevel>& levels, int64_t worker_memory) {
+  std::optional<PartitionPlan> best;
+  std::vector<std::string> notes;
+  double baseline = 0;  // 1f1b_flush's peak.
+  for (Schedule s :
+       {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2,
+        v1::SCHEDULE_INTERLEAVED_1F1B, v1::SCHEDULE_ZB_V}) {
+    JobSpec candidate = spec;
+    candidate.mutable_pipeline()->set_schedule(ScheduleName(s));
+    candidate.mutable_pipeline()->clear_chunks();
+    auto plan = PlanOn(candidate, profile, workers, levels);
+    if (!plan.ok()) {
+      notes.push_back(
+          absl::StrCat(ScheduleName(s), ": ", plan.status().message()));
+      continue;
+    }
+    const double peak = PeakActivations(*plan);
+    if (s == v1::SCHEDULE_1F1B_FLUSH) baseline = peak;
+    const double ratio = baseline > 0 ? peak / baseline : 1;
+    const double memory = WorkerMemory(*plan, ratio);
+    if (worker_memory > 0 ? memory > static_cast<double>(worker_memory)
+                          : ratio > 1.0 + 1e-9) {
+      notes.push_back(absl::StrFormat(
+          "%s: predicted %.3g bytes per worker (%.2fx 1F1B's activations), "
+          "more than %s",
+          ScheduleName(s), memory, ratio,
+          worker_memory > 0 ? absl::StrCat(worker_memory, " bytes")
+                            : std::string("1F1B's (worker memory unknown)")));
+      continue;
+    }
+    const v1::PipelineDecision& d = plan->pipeline();
+    notes.push_back(absl::StrFormat("%s: %.4g s, bubble %.1f%%",
+                                    ScheduleName(s), d.predicted_step_s(),
+                                    d.predicted_bubble() * 100));
+    if (!best.has_value() ||
+        d.predicted_step_s() < best->pipeline().predicted_step_s()) {
+      best = *std::move(plan);
+    }
+  }
+  if (!best.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "schedule auto: no schedule fits: ", absl::StrJoin(notes, "; ")));
+  }
+  best->mutable_pipeline()->set_chosen_by(
+      absl::StrCat("auto chose ", best->pipeline().schedule(), " (",
+                   absl::StrJoin(notes, "; "), ")"));
+  return *std::move(best);
+}
+
+absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
+                                     const ModelProfile& profile, int workers,
+                                     const std::vector<PlannerLevel>& levels,
+                                     int64_t worker_memory) {
   auto graph = ProfileGraph::FromProto(profile);
   if (!graph.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the profile is invalid: ", graph.status().message()));
   }
   ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
+  if (policy.schedule == v1::SCHEDULE_AUTO) {
+    return ChooseSchedule(spec, profile, workers, levels, worker_memory);
+  }
   const int chunks = policy.chunks;
   auto request = RequestFor(spec, workers * chunks,
                             chunks > 1 ? std::vector<PlannerLevel>{} : levels);
@@ -268,13 +368,18 @@ absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
     AQ_LOG_INFO("using the plan made ahead for {} worker(s)", workers);
     return ready->second;
   }
-  return PlanFor(in.spec, in.profile, workers);
+  int64_t smallest = 0;
+  for (int64_t bytes : in.memory_bytes) {
+    if (bytes > 0 && (smallest == 0 || bytes < smallest)) smallest = bytes;
+  }
+  return PlanFor(in.spec, in.profile, workers, smallest);
 }
 
 absl::StatusOr<PartitionPlan> JobDriver::PlanFor(const JobSpec& spec,
                                                  const ModelProfile& profile,
-                                                 int workers) {
-  return PlanOn(spec, profile, workers, {});
+                                                 int workers,
+                                                 int64_t worker_memory) {
+  return PlanOn(spec, profile, workers, {}, worker_memory);
 }
 
 absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {

@@ -46,10 +46,13 @@ class JobDriver {
   void Drive(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The plan of `spec` for `workers` workers from `profile`, on one level
-  // at the spec's bandwidth.
+  // at the spec's bandwidth, with the pipeline decided into it (schedule
+  // "auto" picks one that fits `worker_memory` bytes per worker; 0:
+  // unknown).
   static absl::StatusOr<PartitionPlan> PlanFor(const JobSpec& spec,
                                                const ModelProfile& profile,
-                                               int workers);
+                                               int workers,
+                                               int64_t worker_memory = 0);
 
  private:
   // What Drive reads of the job, under the mutex, once.

@@ -29,9 +29,10 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
   if (name == "2bw") return v1::SCHEDULE_2BW;
   if (name == "interleaved_1f1b") return v1::SCHEDULE_INTERLEAVED_1F1B;
   if (name == "zb_v") return v1::SCHEDULE_ZB_V;
+  if (name == "auto") return v1::SCHEDULE_AUTO;
   return NotOneOf("schedule", name,
                   "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, "
-                  "zb_h1, zb_h2, 2bw, interleaved_1f1b, zb_v");
+                  "zb_h1, zb_h2, 2bw, interleaved_1f1b, zb_v, auto");
 }
 
 absl::StatusOr<Transport> ParseTransport(const std::string& name) {
@@ -73,6 +74,8 @@ const char* ScheduleName(Schedule schedule) {
       return "interleaved_1f1b";
     case v1::SCHEDULE_ZB_V:
       return "zb_v";
+    case v1::SCHEDULE_AUTO:
+      return "auto";
     default:
       return "?";
   }
@@ -127,7 +130,8 @@ bool SplitsMinibatches(Schedule schedule) {
 bool Flushes(Schedule schedule) {
   return schedule == v1::SCHEDULE_1F1B_FLUSH ||
          schedule == v1::SCHEDULE_GPIPE ||
-         schedule == v1::SCHEDULE_INTERLEAVED_1F1B || SplitsBackward(schedule);
+         schedule == v1::SCHEDULE_INTERLEAVED_1F1B ||
+         schedule == v1::SCHEDULE_AUTO || SplitsBackward(schedule);
 }
 
 bool SplitsBackward(Schedule schedule) {

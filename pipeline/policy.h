@@ -57,8 +57,9 @@ bool StashesWeights(Schedule schedule);
 // (so a weight tied across stages stays one): the flushing schedules and
 // 2BW.
 bool SplitsMinibatches(Schedule schedule);
-// The schedules that flush (PipeDream-Flush, GPipe, the zero-bubble ones):
-// one weight version; a minibatch ends before the next begins.
+// The schedules that flush (PipeDream-Flush, GPipe, the zero-bubble ones,
+// interleaved 1F1B, and "auto", which picks one of them): one weight
+// version; a minibatch ends before the next begins.
 bool Flushes(Schedule schedule);
 // The zero-bubble schedules: each backward split into its input gradient
 // (I) and its weight gradient (W, run later; worker/nn/layer.h).

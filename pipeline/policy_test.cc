@@ -34,7 +34,7 @@ TEST(PolicyTest, UnknownSpellingsNameTheFieldAndTheChoices) {
   EXPECT_EQ(s.status().message(),
             "pipeline.schedule='zigzag' is not one of: 1f1b_stashed, "
             "1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1, zb_h2, 2bw, "
-            "interleaved_1f1b, zb_v");
+            "interleaved_1f1b, zb_v, auto");
   EXPECT_NE(
       ParseTransport("mpi").status().message().find("pipeline.transport='mpi'"),
       absl::string_view::npos);

@@ -63,7 +63,12 @@ import json, sys
 local = json.load(open(sys.argv[1]))["loss"]
 job = json.load(open(sys.argv[2]))
 stages = len(job["plan"]["stages"])
-assert stages == int(sys.argv[4]), f"{stages} stages, not {sys.argv[4]}: {job['plan']}"
+if sys.argv[3] == "auto":  # Whatever it picks flushes: the same losses.
+    picked = job["schedule"]
+    assert picked in ("1f1b_flush", "zb_h1", "zb_h2", "interleaved_1f1b", "zb_v"), picked
+    print(f"auto picked {picked}")
+else:
+    assert stages == int(sys.argv[4]), f"{stages} stages, not {sys.argv[4]}: {job['plan']}"
 curve = sorted(job["loss_curve"], key=lambda p: int(p.get("minibatch", 0)))
 got = [p["loss"] for p in curve]
 assert len(got) == len(local), (len(got), len(local))
@@ -74,6 +79,11 @@ PY
     fail "$schedule: the losses differ from train-local's"
   # The pipeline as decided into the plan, and its grid.
   aq plan "$id" >"$tmp/$schedule.plan" 2>&1 || fail "$schedule: aq plan failed"
+  if [ "$schedule" = auto ]; then
+    grep -q "^auto chose .*1f1b_flush: .*zb_h1: .*zb_v: " "$tmp/$schedule.plan" ||
+      fail "auto: the plan does not say what it chose: $(cat "$tmp/$schedule.plan")"
+    return
+  fi
   grep -q "^schedule $schedule, 4 microbatches, $((stages / workers)) chunk(s) per worker, gloo; simulated: .* bubble" \
     "$tmp/$schedule.plan" || fail "$schedule: the plan's decision: $(cat "$tmp/$schedule.plan")"
   grep -q "^rank $((workers - 1)) |" "$tmp/$schedule.plan" ||
@@ -88,6 +98,7 @@ run zb_h1 4
 run zb_h2 2
 run interleaved_1f1b 2 4
 run zb_v 2 4
+run auto 2
 
 [ "$fails" -eq 0 ] && echo "zero_bubble_test: passed"
 exit $((fails > 0))

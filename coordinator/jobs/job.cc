@@ -31,6 +31,14 @@ std::string WhereInJob(const Job& job, const std::string& worker_id) {
   return "reserved for the job";
 }
 
+std::string DecidedSchedule(const Job& job) {
+  if (job.has_plan && !job.plan.pipeline().schedule().empty()) {
+    return job.plan.pipeline().schedule();
+  }
+  auto schedule = ParseSchedule(job.spec.pipeline().schedule());
+  return ScheduleName(schedule.ok() ? *schedule : v1::SCHEDULE_UNSPECIFIED);
+}
+
 bool IsOutputStage(const Job& job, int stage) {
   return job.has_plan && stage == job.plan.stages_size() - 1;
 }
@@ -51,9 +59,7 @@ JobStatus StatusOf(
   s.set_total_steps(job.total_steps);
   s.set_workers(job.workers_needed);
   if (job.has_plan) *s.mutable_plan() = job.plan;
-  auto schedule = ParseSchedule(job.spec.pipeline().schedule());
-  s.set_schedule(
-      ScheduleName(schedule.ok() ? *schedule : v1::SCHEDULE_UNSPECIFIED));
+  s.set_schedule(DecidedSchedule(job));
   if (HasTestSplit(job.spec.data())) {
     s.set_eval_split(job.spec.data().has_text() ? "validation" : "test");
   }

@@ -99,6 +99,10 @@ std::string WhereInJob(const Job& job, const std::string& worker_id);
 // Whether `stage` is the job's output stage (false before it has a plan).
 bool IsOutputStage(const Job& job, int stage);
 
+// The schedule the job runs: its plan's decision (what "auto" picked),
+// else the spec's, in the spec's spelling.
+std::string DecidedSchedule(const Job& job);
+
 // The job's status as shown; `worker_state` gives each worker's state in
 // the registry (WORKER_STATE_UNSPECIFIED for one it does not know).
 JobStatus StatusOf(

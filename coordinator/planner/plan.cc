@@ -385,6 +385,7 @@ std::string FormatPlan(const PartitionPlan& plan) {
                           d.predicted_step_s(), d.predicted_bubble() * 100));
     }
     absl::StrAppend(&out, "\n");
+    if (!d.chosen_by().empty()) absl::StrAppend(&out, d.chosen_by(), "\n");
   }
   return out;
 }

@@ -149,6 +149,10 @@ absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
                                             a.world_size()));
   }
   if (decided.chunks() > 0) layout.policy.chunks = decided.chunks();
+  if (!decided.schedule().empty()) {
+    // "auto" in the spec: the schedule the coordinator picked.
+    ASSIGN_OR_RETURN(layout.policy.schedule, ParseSchedule(decided.schedule()));
+  }
   if (spec.batch_size() % micro != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the plan's ", micro,
