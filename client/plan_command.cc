@@ -186,9 +186,15 @@ std::string ScheduleGrid(const PartitionPlan& plan) {
     slowest = std::max(slowest, stage.compute_time_s() * d.chunks());
     replicas = std::max(replicas, stage.replicas());
   }
-  auto sim =
-      PredictSchedule(*schedule, plan.workers_used() / replicas, d.chunks(),
-                      d.microbatches() / replicas, slowest / replicas);
+  absl::StatusOr<ir::Simulation> sim;
+  if (!d.program().empty()) {
+    auto program = ir::ParseProgram(d.program());
+    if (!program.ok()) return "";
+    sim = SimulateProgram(*program, slowest);
+  } else {
+    sim = PredictSchedule(*schedule, plan.workers_used() / replicas, d.chunks(),
+                          d.microbatches() / replicas, slowest / replicas);
+  }
   if (!sim.ok()) return "";
   return absl::StrCat(
       "one minibatch, per worker (F, B; I and W where split):\n",

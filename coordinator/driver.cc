@@ -58,8 +58,9 @@ absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
   ir::Layout where;
   where.ranks = workers;
   where.stages_per_rank = policy.chunks;
-  where.placement = policy.schedule == v1::SCHEDULE_ZB_V ? ir::Placement::kV
-                                                         : ir::Placement::kLoop;
+  where.placement = policy.schedule == v1::SCHEDULE_ZB_V || policy.v_placement
+                        ? ir::Placement::kV
+                        : ir::Placement::kLoop;
   if (plan->stages_size() != where.stages()) {
     return absl::FailedPreconditionError(absl::StrCat(
         ScheduleName(policy.schedule), " on ", workers, " workers needs ",

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/ir/lower.h"
+#include "pipeline/ir/replay.h"
 
 namespace aqueduct {
 
@@ -30,9 +32,10 @@ absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
   if (name == "interleaved_1f1b") return v1::SCHEDULE_INTERLEAVED_1F1B;
   if (name == "zb_v") return v1::SCHEDULE_ZB_V;
   if (name == "auto") return v1::SCHEDULE_AUTO;
+  if (name == "custom") return v1::SCHEDULE_CUSTOM;
   return NotOneOf("schedule", name,
                   "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, "
-                  "zb_h1, zb_h2, 2bw, interleaved_1f1b, zb_v, auto");
+                  "zb_h1, zb_h2, 2bw, interleaved_1f1b, zb_v, auto, custom");
 }
 
 absl::StatusOr<Transport> ParseTransport(const std::string& name) {
@@ -76,6 +79,8 @@ const char* ScheduleName(Schedule schedule) {
       return "zb_v";
     case v1::SCHEDULE_AUTO:
       return "auto";
+    case v1::SCHEDULE_CUSTOM:
+      return "custom";
     default:
       return "?";
   }
@@ -131,7 +136,8 @@ bool Flushes(Schedule schedule) {
   return schedule == v1::SCHEDULE_1F1B_FLUSH ||
          schedule == v1::SCHEDULE_GPIPE ||
          schedule == v1::SCHEDULE_INTERLEAVED_1F1B ||
-         schedule == v1::SCHEDULE_AUTO || SplitsBackward(schedule);
+         schedule == v1::SCHEDULE_AUTO || schedule == v1::SCHEDULE_CUSTOM ||
+         SplitsBackward(schedule);
 }
 
 bool SplitsBackward(Schedule schedule) {
@@ -141,7 +147,27 @@ bool SplitsBackward(Schedule schedule) {
 
 bool HoldsChunks(Schedule schedule) {
   return schedule == v1::SCHEDULE_INTERLEAVED_1F1B ||
-         schedule == v1::SCHEDULE_ZB_V;
+         schedule == v1::SCHEDULE_ZB_V || schedule == v1::SCHEDULE_CUSTOM;
+}
+
+absl::StatusOr<ir::Program> CustomProgram(const v1::PipelineSpec& p) {
+  if (p.schedule_program().size() > kMaxScheduleProgramBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.schedule_program has ", p.schedule_program().size(),
+        " bytes, more than ", kMaxScheduleProgramBytes));
+  }
+  absl::StatusOr<ir::Program> program = ir::ParseProgram(p.schedule_program());
+  if (!program.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.schedule_program: ", program.status().message()));
+  }
+  const ir::Program lowered =
+      ir::IsComputeOnly(*program) ? ir::Lower(*program) : *program;
+  if (absl::Status valid = ir::Validate(lowered); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.schedule_program: ", valid.message()));
+  }
+  return lowered;
 }
 
 double StalenessLrScale(int64_t delay, int64_t step, int64_t warmup_steps) {
@@ -208,6 +234,54 @@ absl::StatusOr<int> ChunksOf(const v1::PipelineSpec& p, Schedule schedule) {
   return 1;
 }
 
+// A schedule program: the job's workers, chunks and microbatches are the
+// program's (the spec's, when set, must agree).
+absl::Status ApplyProgram(const v1::PipelineSpec& p, PipelinePolicy* policy) {
+  if (!p.schedule_file().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.schedule_file='", p.schedule_file(),
+        "' is read by aq submit and aq train-local; a job sent otherwise "
+        "carries the program's text in pipeline.schedule_program"));
+  }
+  const bool custom = policy->schedule == v1::SCHEDULE_CUSTOM;
+  if (p.schedule_program().empty()) {
+    if (!custom) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "pipeline.schedule='custom' needs pipeline.schedule_file (or "
+        "schedule_program)");
+  }
+  if (!custom && !p.schedule().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.schedule='", p.schedule(),
+        "' with a schedule program: leave it unset or set 'custom'"));
+  }
+  ASSIGN_OR_RETURN(const ir::Program program, CustomProgram(p));
+  const int ranks = program.layout.ranks;
+  if (p.workers() > 0 && p.workers() != ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.workers=", p.workers(),
+                     ": the schedule program "
+                     "has ",
+                     ranks, " ranks"));
+  }
+  if (p.microbatches() > 0 && p.microbatches() != program.microbatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.microbatches=", p.microbatches(),
+                     ": the schedule program has ", program.microbatches));
+  }
+  if (p.chunks() > 0 && p.chunks() != program.layout.stages_per_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.chunks=", p.chunks(), ": the schedule program holds ",
+        program.layout.stages_per_rank, " per rank"));
+  }
+  policy->schedule = v1::SCHEDULE_CUSTOM;
+  policy->workers = ranks;
+  policy->microbatches = program.microbatches;
+  policy->chunks = program.layout.stages_per_rank;
+  policy->v_placement = program.layout.placement == ir::Placement::kV;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
@@ -243,7 +317,10 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
         "pipeline.microbatches=", p.microbatches(), " must not be negative"));
   }
   policy.microbatches = p.microbatches();
-  ASSIGN_OR_RETURN(policy.chunks, ChunksOf(p, policy.schedule));
+  RETURN_IF_ERROR(ApplyProgram(p, &policy));
+  if (policy.schedule != v1::SCHEDULE_CUSTOM) {
+    ASSIGN_OR_RETURN(policy.chunks, ChunksOf(p, policy.schedule));
+  }
   if (policy.microbatches > 0 && spec.batch_size() > 0 &&
       SplitsMinibatches(policy.schedule) &&
       spec.batch_size() % policy.microbatches != 0) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "pipeline/ir/action.h"
 #include "proto/types.h"
 
 namespace aqueduct {
@@ -90,9 +91,19 @@ struct PipelinePolicy {
   // this many steps (0: no correction). StalenessLrScale applies it.
   int64_t pipemare_warmup_steps = 0;
   // Model chunks per worker (pipeline.chunks with its default): 1 but for
-  // interleaved_1f1b and zb_v.
+  // interleaved_1f1b and zb_v (and a custom program's).
   int chunks = 1;
+  // A custom program's chunks sit in a V (rank r: r and 2p-1-r).
+  bool v_placement = false;
 };
+
+// The longest schedule program a spec may carry.
+inline constexpr size_t kMaxScheduleProgramBytes = size_t{1} << 20;
+
+// The spec's schedule program, lowered (its communication added when it
+// has none) and validated. INVALID_ARGUMENT naming pipeline.schedule_program
+// and, from the validator, the line, rank and action.
+absl::StatusOr<ir::Program> CustomProgram(const v1::PipelineSpec& p);
 
 // The factor of the learning rate of a step at 0-based `step` whose
 // gradient is `delay` steps stale, under PipeMare's rescheduling over

@@ -34,7 +34,7 @@ TEST(PolicyTest, UnknownSpellingsNameTheFieldAndTheChoices) {
   EXPECT_EQ(s.status().message(),
             "pipeline.schedule='zigzag' is not one of: 1f1b_stashed, "
             "1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1, zb_h2, 2bw, "
-            "interleaved_1f1b, zb_v, auto");
+            "interleaved_1f1b, zb_v, auto, custom");
   EXPECT_NE(
       ParseTransport("mpi").status().message().find("pipeline.transport='mpi'"),
       absl::string_view::npos);
@@ -130,6 +130,50 @@ TEST(PolicyTest, InterleavedTakesMicrobatchesARoundOfWorkersAtATime) {
             absl::string_view::npos);
   p.microbatches = 8;
   EXPECT_EQ(*MicrobatchesFor(p, 24, 4), 8);
+}
+
+// A schedule program sets the workers, chunks and microbatches; the spec's
+// must agree; a broken one is refused naming the rank and the action.
+TEST(PolicyTest, ASchedulePrograms) {
+  JobSpec spec;
+  spec.set_batch_size(8);
+  v1::PipelineSpec* p = spec.mutable_pipeline();
+  p->set_schedule_program(
+      "# aqueduct schedule: ranks=2 stages_per_rank=2 placement=v "
+      "microbatches=2\n"
+      "0: 0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1\n"
+      "1: 1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1\n");
+  auto policy = ResolvePipeline(spec);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->schedule, v1::SCHEDULE_CUSTOM);
+  EXPECT_EQ(policy->workers, 2);
+  EXPECT_EQ(policy->chunks, 2);
+  EXPECT_EQ(policy->microbatches, 2);
+  EXPECT_TRUE(policy->v_placement);
+  p->set_workers(3);
+  EXPECT_NE(ResolvePipeline(spec).status().message().find(
+                "pipeline.workers=3: the schedule program has 2 ranks"),
+            absl::string_view::npos);
+  p->set_workers(0);
+  p->set_schedule("zb_h1");
+  EXPECT_NE(
+      ResolvePipeline(spec).status().message().find("with a schedule program"),
+      absl::string_view::npos);
+  p->set_schedule("custom");
+  p->set_schedule_program(
+      "# aqueduct schedule: ranks=2 stages_per_rank=1 placement=loop "
+      "microbatches=1\n0: 0F0 0W0 0I0\n1: 1F0 1I0 1W0\n");
+  const std::string broken(ResolvePipeline(spec).status().message());
+  EXPECT_NE(broken.find("pipeline.schedule_program: rank 0"), std::string::npos)
+      << broken;
+  EXPECT_NE(broken.find("W before its I"), std::string::npos) << broken;
+  p->clear_schedule_program();
+  EXPECT_NE(ResolvePipeline(spec).status().message().find(
+                "needs pipeline.schedule_file"),
+            absl::string_view::npos);
+  p->set_schedule_file("mine.schedule");
+  EXPECT_NE(ResolvePipeline(spec).status().message().find("read by aq submit"),
+            absl::string_view::npos);
 }
 
 TEST(PolicyTest, ChunksPerSchedule) {

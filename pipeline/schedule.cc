@@ -272,11 +272,17 @@ absl::StatusOr<ir::Simulation> PredictSchedule(Schedule policy, int ranks,
                                                double rank_compute_s) {
   ASSIGN_OR_RETURN(const ir::Program program,
                    ProgramFor(policy, ranks, chunks, microbatches));
-  const double f = rank_compute_s / std::max(1, microbatches) / 3;
+  return SimulateProgram(program, rank_compute_s);
+}
+
+absl::StatusOr<ir::Simulation> SimulateProgram(const ir::Program& program,
+                                               double rank_compute_s) {
+  const double f = rank_compute_s / std::max(1, program.microbatches) / 3;
   ir::ActionCosts costs;
   costs.f = costs.i = costs.w = f;
   costs.b = 2 * f;
-  return ir::Simulate(ir::Lower(program), costs);
+  return ir::Simulate(ir::IsComputeOnly(program) ? ir::Lower(program) : program,
+                      costs);
 }
 
 absl::StatusOr<std::vector<Op>> BuildProgramSchedule(const ProgramConfig& c) {

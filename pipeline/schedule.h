@@ -114,6 +114,9 @@ absl::StatusOr<ir::Program> ProgramFor(Schedule policy, int ranks, int chunks,
 absl::StatusOr<ir::Simulation> PredictSchedule(Schedule policy, int ranks,
                                                int chunks, int microbatches,
                                                double rank_compute_s);
+// The same for a given program (compute-only or lowered).
+absl::StatusOr<ir::Simulation> SimulateProgram(const ir::Program& program,
+                                               double rank_compute_s);
 
 // Which replica of a stage with `replicas` replicas handles microbatch j.
 inline int ReplicaFor(int microbatch, int replicas) {

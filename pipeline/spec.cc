@@ -561,6 +561,35 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
   return spec;
 }
 
+// pipeline.schedule_file, relative to the spec's directory, read into
+// pipeline.schedule_program.
+absl::Status InlineScheduleFile(const std::string& spec_path, JobSpec* spec) {
+  v1::PipelineSpec* p = spec->mutable_pipeline();
+  if (p->schedule_file().empty()) return absl::OkStatus();
+  std::string file = p->schedule_file();
+  const size_t slash = spec_path.rfind('/');
+  if (file[0] != '/' && slash != std::string::npos) {
+    file = spec_path.substr(0, slash + 1) + file;
+  }
+  std::ifstream in(file);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("pipeline.schedule_file='", p->schedule_file(),
+                     "': cannot open ", file, ": ", std::strerror(errno)));
+  }
+  std::string text(kMaxScheduleProgramBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxScheduleProgramBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.schedule_file='", p->schedule_file(),
+                     "' is larger than ", kMaxScheduleProgramBytes, " bytes"));
+  }
+  p->clear_schedule_file();
+  p->set_schedule_program(std::move(text));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -569,7 +598,9 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return ParseJobSpec(buffer.str(), path);
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(buffer.str(), path));
+  RETURN_IF_ERROR(InlineScheduleFile(path, &spec));
+  return spec;
 }
 
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {

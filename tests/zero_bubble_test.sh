@@ -47,10 +47,13 @@ SPEC
 "$AQ" train-local "$tmp/gpt.textproto" --output json >"$tmp/local.json" 2>"$tmp/local.err" ||
   { fail "train-local: $(cat "$tmp/local.err")"; exit 1; }
 
-# run SCHEDULE WORKERS [STAGES]: the job's losses against train-local's.
+# run SCHEDULE WORKERS [STAGES [FILE]]: the job's losses against
+# train-local's (FILE: a schedule file, next to the spec, for "custom").
 run() {
-  local schedule=$1 workers=$2 stages=${3:-$2} id
-  sed "s/^seed: 3$/seed: 3\npipeline { workers: $workers schedule: \"$schedule\" microbatches: 4 bandwidth_bytes_per_s: 1e6 }/" \
+  local schedule=$1 workers=$2 stages=${3:-$2} file=${4:-} id how
+  how="schedule: \"$schedule\" microbatches: 4"
+  [ -n "$file" ] && how="schedule_file: \"$file\""
+  sed "s/^seed: 3$/seed: 3\npipeline { workers: $workers $how bandwidth_bytes_per_s: 1e6 }/" \
     "$tmp/gpt.textproto" >"$tmp/$schedule.textproto"
   if ! aq submit "$tmp/$schedule.textproto" --wait >"$tmp/$schedule.out" 2>&1; then
     fail "$schedule job: $(cat "$tmp/$schedule.out")"
@@ -79,6 +82,11 @@ PY
     fail "$schedule: the losses differ from train-local's"
   # The pipeline as decided into the plan, and its grid.
   aq plan "$id" >"$tmp/$schedule.plan" 2>&1 || fail "$schedule: aq plan failed"
+  if [ "$schedule" = custom ]; then
+    grep -q "^schedule custom, 4 microbatches, $((stages / workers)) chunk(s)" "$tmp/$schedule.plan" ||
+      fail "custom: the plan's decision: $(cat "$tmp/$schedule.plan")"
+    return
+  fi
   if [ "$schedule" = auto ]; then
     grep -q "^auto chose .*1f1b_flush: .*zb_h1: .*zb_v: " "$tmp/$schedule.plan" ||
       fail "auto: the plan does not say what it chose: $(cat "$tmp/$schedule.plan")"
@@ -99,6 +107,28 @@ run zb_h2 2
 run interleaved_1f1b 2 4
 run zb_v 2 4
 run auto 2
+# A user's schedule files: the lowered ZB-V that aq schedule writes, and a
+# compute-only one written by hand (every F, then I's, W's last, reversed
+# on rank 0): each validates, runs, and trains as train-local does.
+"$AQ" schedule zb_v --ranks 2 --microbatches 4 -o "$tmp/zbv.schedule" >/dev/null ||
+  fail "aq schedule -o"
+run custom 2 4 zbv.schedule
+cat >"$tmp/mine.schedule" <<'PROGRAM'
+# aqueduct schedule: ranks=2 stages_per_rank=1 placement=loop microbatches=4
+0: 0F0 0F1 0F2 0F3 0I0 0I1 0I2 0I3 0W3 0W2 0W1 0W0
+1: 1F0 1I0 1F1 1I1 1F2 1I2 1F3 1I3 1W0 1W1 1W2 1W3
+PROGRAM
+run custom 2 2 mine.schedule
+# A broken one is refused at submit, naming the rank and the action.
+printf '%s\n' '# aqueduct schedule: ranks=2 stages_per_rank=1 placement=loop microbatches=1' \
+  '0: 0F0 0W0 0I0' '1: 1F0 1I0 1W0' >"$tmp/broken.schedule"
+sed 's/^seed: 3$/seed: 3\npipeline { workers: 2 schedule_file: "broken.schedule" }/' \
+  "$tmp/gpt.textproto" >"$tmp/broken.textproto"
+if aq submit "$tmp/broken.textproto" >"$tmp/broken.out" 2>&1; then
+  fail "a broken schedule file was accepted"
+fi
+grep -q "rank 0, action .*0W0.*W before its I" "$tmp/broken.out" ||
+  fail "the broken schedule's error: $(cat "$tmp/broken.out")"
 
 [ "$fails" -eq 0 ] && echo "zero_bubble_test: passed"
 exit $((fails > 0))

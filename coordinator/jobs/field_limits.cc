@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/stubs/common.h"
+#include "pipeline/policy.h"
 
 namespace aqueduct {
 
@@ -32,11 +33,13 @@ std::string Quote(const std::string& value) {
                       value.size() > kQuotedBytes ? "...'" : "'");
 }
 
-// Whether `value` holds a control character: C0 (tab too), DEL, or C1
-// (U+0080-U+009F, "\xc2\x80" to "\xc2\x9f" in UTF-8).
-bool HoldsControl(const std::string& value) {
+// Whether `value` holds a control character: C0 (tab too; a newline only
+// where `lines`), DEL, or C1 (U+0080-U+009F, "\xc2\x80" to "\xc2\x9f" in
+// UTF-8).
+bool HoldsControl(const std::string& value, bool lines) {
   for (size_t i = 0; i < value.size(); ++i) {
     const auto c = static_cast<unsigned char>(value[i]);
+    if (lines && c == '\n') continue;
     if (c < 0x20 || c == 0x7f) return true;
     if (c == 0xc2 && i + 1 < value.size() &&
         static_cast<unsigned char>(value[i + 1]) <= 0x9f) {
@@ -47,7 +50,7 @@ bool HoldsControl(const std::string& value) {
 }
 
 absl::Status CheckString(const std::string& path, const std::string& value,
-                         size_t limit, bool text) {
+                         size_t limit, bool text, bool lines = false) {
   if (value.size() > limit) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is ", value.size(),
                                                    " bytes, more than the ",
@@ -60,7 +63,7 @@ absl::Status CheckString(const std::string& path, const std::string& value,
     return absl::InvalidArgumentError(
         absl::StrCat(path, "=", Quote(value), " is not valid UTF-8"));
   }
-  if (HoldsControl(value)) {
+  if (HoldsControl(value, lines)) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, "=", Quote(value),
         " holds a control character (it would act on the terminals that "
@@ -75,14 +78,17 @@ absl::Status CheckMessage(const Message& message, const std::string& path,
 absl::Status CheckField(const Message& message, const FieldDescriptor* f,
                         const std::string& path, const FieldLimits& limits) {
   const Reflection* r = message.GetReflection();
-  const size_t limit =
-      f->name() == "name" ? limits.max_name_bytes : limits.max_string_bytes;
+  // A schedule program is a file's text: lines, and longer.
+  const bool program = f->name() == "schedule_program";
+  const size_t limit = program               ? kMaxScheduleProgramBytes
+                       : f->name() == "name" ? limits.max_name_bytes
+                                             : limits.max_string_bytes;
   // `bytes` fields hold data, not text.
   const bool text = f->type() == FieldDescriptor::TYPE_STRING;
   if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
     if (!f->is_repeated()) {
       return CheckString(FieldPath(path, f, -1), r->GetString(message, f),
-                         limit, text);
+                         limit, text, program);
     }
     const int n = r->FieldSize(message, f);
     if (n > limits.max_repeated_strings) {

@@ -47,8 +47,9 @@ ir::Layout PipelineLayout::ChunkLayout() const {
   ir::Layout l;
   l.stages_per_rank = std::max(1, chunks);
   l.ranks = std::max(1, num_stages() / l.stages_per_rank);
-  l.placement =
-      policy == v1::SCHEDULE_ZB_V ? ir::Placement::kV : ir::Placement::kLoop;
+  l.placement = policy == v1::SCHEDULE_ZB_V || v_placement
+                    ? ir::Placement::kV
+                    : ir::Placement::kLoop;
   return l;
 }
 
@@ -99,6 +100,14 @@ absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
     if (ReplicaFor(j, c.replicas) == replica) c.mine.push_back(j);
   }
   const ir::Layout where = layout.ChunkLayout();
+  if (layout.program != nullptr) {
+    c.program = layout.program.get();
+    c.rank = where.RankOf(stages[0]);
+    c.num_minibatches = layout.num_minibatches - first;
+    ASSIGN_OR_RETURN(std::vector<Op> ops, BuildProgramSchedule(c));
+    for (Op& op : ops) op.minibatch += first;
+    return ops;
+  }
   ASSIGN_OR_RETURN(const ir::Program program,
                    ProgramFor(layout.policy, where.ranks, layout.chunks,
                               static_cast<int>(c.mine.size())));
@@ -163,6 +172,12 @@ absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
                    LayoutFromPlan(a.plan(), num_layers, layout.policy.schedule,
                                   layout.total_steps, micro));
   layout.pipeline.chunks = layout.policy.chunks;
+  layout.pipeline.v_placement = layout.policy.v_placement;
+  if (layout.policy.schedule == v1::SCHEDULE_CUSTOM) {
+    ASSIGN_OR_RETURN(ir::Program program, CustomProgram(spec.pipeline()));
+    layout.pipeline.program =
+        std::make_shared<const ir::Program>(std::move(program));
+  }
   RETURN_IF_ERROR(CheckChunks(layout.pipeline));
   layout.stages = layout.policy.chunks > 1
                       ? layout.pipeline.StagesOfRank(a.rank())

@@ -9,6 +9,7 @@
 #define AQUEDUCT_WORKER_RUNTIME_LAYOUT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct PipelineLayout {
   // schedule places them (ir::Layout: a loop, or zb_v's V); every stage of
   // one position has the same ranks.
   int chunks = 1;
+  // A custom program's chunks sit in a V (zb_v's always do).
+  bool v_placement = false;
+  // schedule "custom": the user's program, lowered (null otherwise).
+  std::shared_ptr<const ir::Program> program;
 
   int num_stages() const { return static_cast<int>(ranks.size()); }
   // Where the stages sit among the pipeline positions.

@@ -159,10 +159,9 @@ absl::Status PipelineStage::Prepare() {
 }
 
 absl::Status PipelineStage::Run() {
-  if (layout_.chunks > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ScheduleName(layout_.policy),
-                     " runs several stages per rank: use RunRank"));
+  if (layout_.chunks > 1 || layout_.program != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ScheduleName(layout_.policy), " runs a rank's program: use RunRank"));
   }
   std::vector<Op> ops;
   RETURN_IF_ERROR(BuildOps(&ops));
@@ -542,7 +541,19 @@ absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
   ctx.minibatch = static_cast<uint64_t>(m);
   ctx.sample_offset = static_cast<uint64_t>(j) * rows;
   Tensor dx;
-  const bool accumulate = accumulated_ && SplitsMinibatches(layout_.policy);
+  bool accumulate = accumulated_ && SplitsMinibatches(layout_.policy);
+  if (split) {
+    // The W's may run in any order (a user's program): every one adds to
+    // gradients zeroed before the minibatch's first backward, rather than
+    // the first overwriting them. 0 + g == g, so the schedules whose W's
+    // follow their I's give the same bits as a write would.
+    if (!accumulated_) {
+      for (const Tensor& g : grads_.tensors) {
+        device_->Fill(g.f32(), g.numel(), 0.0f);
+      }
+    }
+    accumulate = true;
+  }
   const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(BackwardRange(*model_, *device_, range, f.cache, dy, ctx,
                                 stage_ > 0 ? &dx : nullptr, grads, accumulate,

@@ -440,7 +440,8 @@ absl::Status PipelineJob::Train() {
 }
 
 absl::Status PipelineJob::RunStages() {
-  if (held_.size() == 1 && layout_.pipeline.chunks <= 1) {
+  if (held_.size() == 1 && layout_.pipeline.chunks <= 1 &&
+      layout_.pipeline.program == nullptr) {
     return held_[0].runner->Run();
   }
   const int64_t first = a_.has_restore() ? a_.restore().version() : 0;
