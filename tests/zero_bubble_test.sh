@@ -82,6 +82,7 @@ PY
     fail "$schedule: the losses differ from train-local's"
   # The pipeline as decided into the plan, and its grid.
   aq plan "$id" >"$tmp/$schedule.plan" 2>&1 || fail "$schedule: aq plan failed"
+  grep -E '^(schedule|auto chose|rank [01] \|)' "$tmp/$schedule.plan" | cut -c1-160
   if [ "$schedule" = custom ]; then
     grep -q "^schedule custom, 4 microbatches, $((stages / workers)) chunk(s)" "$tmp/$schedule.plan" ||
       fail "custom: the plan's decision: $(cat "$tmp/$schedule.plan")"
