@@ -180,20 +180,16 @@ std::string ScheduleGrid(const PartitionPlan& plan) {
   const v1::PipelineDecision& d = plan.pipeline();
   auto schedule = ParseSchedule(d.schedule());
   if (d.predicted_step_s() <= 0 || !schedule.ok()) return "";
-  double slowest = 0;
-  int replicas = 1;
-  for (const PlanStage& stage : plan.stages()) {
-    slowest = std::max(slowest, stage.compute_time_s() * d.chunks());
-    replicas = std::max(replicas, stage.replicas());
-  }
+  const BusiestWorker busiest = BusiestWorkerOf(plan);
   absl::StatusOr<ir::Simulation> sim;
   if (!d.program().empty()) {
     auto program = ir::ParseProgram(d.program());
     if (!program.ok()) return "";
-    sim = SimulateProgram(*program, slowest);
+    sim = SimulateProgram(*program, busiest.compute_s);
   } else {
-    sim = PredictSchedule(*schedule, plan.workers_used() / replicas, d.chunks(),
-                          d.microbatches() / replicas, slowest / replicas);
+    sim = PredictSchedule(*schedule, busiest.positions, d.chunks(),
+                          std::max(1, d.microbatches() / busiest.replicas),
+                          busiest.compute_s);
   }
   if (!sim.ok()) return "";
   return absl::StrCat(

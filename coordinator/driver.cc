@@ -92,16 +92,17 @@ absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
   d->set_microbatches(micro);
   d->set_chunks(policy.chunks);
   d->set_transport(TransportName(policy.transport));
-  double slowest = 0;
-  int replicas = 1;
-  for (const PlanStage& stage : plan->stages()) {
-    slowest = std::max(slowest, stage.compute_time_s() * policy.chunks);
-    replicas = std::max(replicas, stage.replicas());
+  const BusiestWorker busiest = BusiestWorkerOf(*plan);
+  absl::StatusOr<ir::Simulation> predicted;
+  if (policy.schedule == v1::SCHEDULE_CUSTOM) {
+    ASSIGN_OR_RETURN(const ir::Program program, CustomProgram(spec.pipeline()));
+    d->set_program(ir::ProgramText(program));
+    predicted = SimulateProgram(program, busiest.compute_s);
+  } else {
+    predicted = PredictSchedule(
+        policy.schedule, busiest.positions, policy.chunks,
+        std::max(1, micro / busiest.replicas), busiest.compute_s);
   }
-  const int ranks = plan->workers_used() / replicas;
-  auto predicted =
-      PredictSchedule(policy.schedule, std::max(1, ranks), policy.chunks,
-                      std::max(1, micro / replicas), slowest / replicas);
   if (predicted.ok()) {
     d->set_predicted_bubble(predicted->bubble);
     d->set_predicted_step_s(predicted->step_time);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -340,6 +341,23 @@ std::string FormatTopology(const PartitionPlan& plan) {
 }
 
 }  // namespace
+
+BusiestWorker BusiestWorkerOf(const PartitionPlan& plan) {
+  BusiestWorker b;
+  std::map<int, double> per_worker;
+  for (const PlanStage& stage : plan.stages()) {
+    b.replicas = std::max(b.replicas, stage.replicas());
+    const int replicas = std::max(1, stage.worker_ranks_size());
+    for (int rank : stage.worker_ranks()) {
+      per_worker[rank] += stage.compute_time_s() / replicas;
+    }
+  }
+  for (const auto& [rank, s] : per_worker) {
+    b.compute_s = std::max(b.compute_s, s);
+  }
+  b.positions = std::max(1, plan.workers_used() / b.replicas);
+  return b;
+}
 
 std::string FormatPlan(const PartitionPlan& plan) {
   std::string out = absl::StrFormat(

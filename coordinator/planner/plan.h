@@ -49,6 +49,17 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& graph,
 // A readable table of the plan.
 std::string FormatPlan(const PartitionPlan& plan);
 
+// The plan's busiest worker, for simulating its schedule: its compute per
+// minibatch (forward and backward of every stage it holds, its share when
+// a stage is replicated), the pipeline positions (workers over the most
+// replicas) and those replicas.
+struct BusiestWorker {
+  double compute_s = 0;
+  int positions = 1;
+  int replicas = 1;
+};
+BusiestWorker BusiestWorkerOf(const PartitionPlan& plan);
+
 }  // namespace aqueduct
 
 #endif  // AQUEDUCT_COORDINATOR_PLANNER_PLAN_H_
