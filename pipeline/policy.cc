@@ -170,6 +170,14 @@ absl::StatusOr<ir::Program> CustomProgram(const v1::PipelineSpec& p) {
   return lowered;
 }
 
+bool CheckpointDue(int64_t version, int64_t total, int64_t every,
+                   const std::atomic<int64_t>* at) {
+  const bool due =
+      (every > 0 && version % every == 0) ||
+      (at != nullptr && version == at->load(std::memory_order_relaxed));
+  return due && version < total;
+}
+
 double StalenessLrScale(int64_t delay, int64_t step, int64_t warmup_steps) {
   if (delay <= 1 || warmup_steps <= 0 || step >= warmup_steps) return 1.0;
   const double power =

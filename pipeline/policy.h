@@ -8,6 +8,7 @@
 #ifndef AQUEDUCT_PIPELINE_POLICY_H_
 #define AQUEDUCT_PIPELINE_POLICY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -110,6 +111,14 @@ absl::StatusOr<ir::Program> CustomProgram(const v1::PipelineSpec& p);
 // `warmup_steps` (0: none): delay^-(1 - step / warmup_steps) while step <
 // warmup_steps, else 1 (and 1 for a delay of 0 or 1).
 double StalenessLrScale(int64_t delay, int64_t step, int64_t warmup_steps);
+
+// Whether the weights of `version` (steps applied) of a job of `total`
+// steps are checkpointed: every `every` steps (0: never), or at `at` (the
+// coordinator's every_seconds pick; null: none), never at the last step
+// (the trained model is kept instead). The one rule for the pipeline's
+// stages and the single-process trainer.
+bool CheckpointDue(int64_t version, int64_t total, int64_t every,
+                   const std::atomic<int64_t>* at);
 
 // The most workers one job may ask for.
 inline constexpr int kMaxJobWorkers = 100000;

@@ -176,6 +176,18 @@ TEST(PolicyTest, ASchedulePrograms) {
             absl::string_view::npos);
 }
 
+TEST(PolicyTest, CheckpointDueEveryStepsOrAtTheAskedVersionNeverAtTheEnd) {
+  EXPECT_TRUE(CheckpointDue(10, 100, 5, nullptr));
+  EXPECT_FALSE(CheckpointDue(11, 100, 5, nullptr));
+  EXPECT_FALSE(CheckpointDue(10, 100, 0, nullptr));
+  EXPECT_FALSE(CheckpointDue(100, 100, 5, nullptr));  // The last step.
+  std::atomic<int64_t> at{37};
+  EXPECT_TRUE(CheckpointDue(37, 100, 0, &at));
+  EXPECT_FALSE(CheckpointDue(38, 100, 0, &at));
+  at = 100;
+  EXPECT_FALSE(CheckpointDue(100, 100, 0, &at));
+}
+
 TEST(PolicyTest, ChunksPerSchedule) {
   JobSpec spec;
   spec.set_batch_size(8);

@@ -232,6 +232,7 @@ PY
 }
 
 rows=()
+mem_rows=()
 failures=()
 for schedule in $schedules; do
   case "$schedule" in
@@ -281,6 +282,20 @@ for schedule in $schedules; do
   read -r measured compute plan <<<"$result"
   echo "   $id: plan $plan; $measured ms per minibatch, busiest worker's compute $compute ms (CPUs $busy% busy, steal $steal%)" >&2
   rows+=("$schedule $(formula "$schedule") $sim_bubble $sim_ms $measured $compute $busy $steal")
+  # Peak activations: the simulator's per rank (microbatches of a rank's
+  # share, freed at I), and what each stage reported (microbatches holding
+  # anything, a pending W included, and the bytes of the peak).
+  mem_rows+=("$(python3 - "$tmp/$schedule.status.json" "$schedule" "$sim" <<'PY'
+import json, sys
+status = json.load(open(sys.argv[1]))
+sim = json.loads(sys.argv[3])
+stages = status.get("stages", [])
+held = " ".join(str(s.get("peak_in_flight", 0)) for s in stages)
+kib = " ".join(f"{int(s.get('stashed_activation_bytes', 0)) / 1024:.0f}" for s in stages)
+peaks = " ".join(f"{p:g}" for p in sim.get("peak_activations", []))
+print(f"{sys.argv[2]:<17} simulated per rank: {peaks:<16} reported per stage: {held:<24} KiB: {kib}")
+PY
+)")
 done
 
 echo
@@ -295,6 +310,9 @@ for r in "${rows[@]+"${rows[@]}"}"; do
       s, 100 * fb, 100 * sb, 100 * (ms / c - 1), 100 * (ms / nom - 1), sms, ms, c, ms / sms, bu, st }'
 done
 echo "(measured: bubble against the busiest worker's measured compute; nominal: against $micro x (F + I + W); ratio: measured / predicted step time; busy: the machine's CPUs during the job, everything included)"
+echo
+echo "peak activations (microbatches; a stage's report counts one whose W is still pending):"
+for r in "${mem_rows[@]+"${mem_rows[@]}"}"; do echo "$r"; done
 for f in "${failures[@]+"${failures[@]}"}"; do echo "not measured: $f"; done
 [ "${#failures[@]}" -eq 0 ] && ok=1
 [ "$ok" -eq 1 ]

@@ -751,13 +751,9 @@ absl::Status PipelineStage::Step(int64_t m) {
 }
 
 absl::Status PipelineStage::Checkpoint() {
-  const int64_t every = options_.checkpoint_every;
-  const bool due =
-      (every > 0 && version_ % every == 0) ||
-      (options_.checkpoint_at != nullptr &&
-       version_ == options_.checkpoint_at->load(std::memory_order_relaxed));
-  if (!due || !options_.on_checkpoint || replica_ != 0 ||
-      version_ >= layout_.num_minibatches) {
+  if (!options_.on_checkpoint || replica_ != 0 ||
+      !CheckpointDue(version_, layout_.num_minibatches,
+                     options_.checkpoint_every, options_.checkpoint_at)) {
     return absl::OkStatus();
   }
   return options_.on_checkpoint(version_, latest_, *optimizer_);

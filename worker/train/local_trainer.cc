@@ -213,11 +213,9 @@ StepReport MakeStepReport(int64_t step, int64_t total,
 // version of a job of `total` steps.
 absl::Status MaybeCheckpoint(const LocalTrainOptions& options, int64_t version,
                              int64_t total, const TrainState& state) {
-  const int64_t every = options.checkpoint_every;
-  const bool due = (every > 0 && version % every == 0) ||
-                   (options.checkpoint_at != nullptr &&
-                    version == options.checkpoint_at->load());
-  if (!due || !options.on_checkpoint || version >= total) {
+  if (!options.on_checkpoint ||
+      !CheckpointDue(version, total, options.checkpoint_every,
+                     options.checkpoint_at)) {
     return absl::OkStatus();
   }
   return options.on_checkpoint(version, state.params, *state.optimizer);
