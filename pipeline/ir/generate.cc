@@ -52,6 +52,30 @@ Program OneFOneB(int ranks, int m) {
   return p;
 }
 
+// ZB-H1 as the zero-bubble paper builds it by hand: 1F1B with each B split
+// into I and W, rank r's W of microbatch u placed after its I of
+// microbatch u + r (the last ranks, whose activations are fewest, defer
+// the most W's into the drain), the rest at the end. A rank then holds at
+// most p microbatches from F to W, 1F1B's peak at the first rank.
+Program ZbH1(int ranks, int m) {
+  Program p = OneFOneB(ranks, m);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<Action> out;
+    int next_w = 0;
+    for (const Action& a : p.ranks[r]) {
+      if (a.kind != Kind::kB) {
+        out.push_back(a);
+        continue;
+      }
+      out.push_back({r, Kind::kI, a.microbatch});
+      if (a.microbatch >= r) out.push_back({r, Kind::kW, next_w++});
+    }
+    while (next_w < m) out.push_back({r, Kind::kW, next_w++});
+    p.ranks[r] = std::move(out);
+  }
+  return p;
+}
+
 // Megatron-LM's order: the k-th forward (or backward) of rank r.
 Action InterleavedAction(int r, int p, int v, int k, bool forward) {
   const int in_group = k % (p * v);
@@ -265,6 +289,7 @@ absl::StatusOr<Program> ComputeSchedule(ScheduleKind kind,
     case ScheduleKind::kInterleaved1F1B:
       return Interleaved(p, m, shape.chunks);
     case ScheduleKind::kZbH1:
+      return ZbH1(p, m);
     case ScheduleKind::kZbH2:
       return ZeroBubble(Layout{p, 1, Placement::kLoop}, m, Limits(kind, p))
           .Run();

@@ -145,6 +145,29 @@ TEST(SimulateTest, PeakActivations) {
   EXPECT_LE(peak0(ScheduleKind::kZbV), 4);
 }
 
+// ZB-H1 at 1F1B's memory counting what a deferred W keeps too: every rank
+// holds at most p microbatches from F to W (the W's of rank r lag its I's
+// by r), at (p-1)/(3m)'s bubble.
+TEST(GenerateTest, ZbH1HoldsAtMostPMicrobatchesFromFToW) {
+  for (int m : {4, 8, 16}) {
+    const Program p = Make(ScheduleKind::kZbH1, 4, m);
+    for (int r = 0; r < 4; ++r) {
+      int held = 0, most = 0;
+      for (const Action& a : p.ranks[r]) {
+        if (a.kind == Kind::kF) most = std::max(most, ++held);
+        if (a.kind == Kind::kW) --held;
+      }
+      EXPECT_LE(most, 4) << "rank " << r << ", m = " << m;
+      EXPECT_EQ(held, 0);
+    }
+    ActionCosts costs;
+    costs.f = costs.i = costs.w = 1;
+    costs.b = 2;
+    EXPECT_NEAR(Simulate(Lower(p), costs)->bubble, 3.0 / (3 * m), 1e-9)
+        << "m = " << m;
+  }
+}
+
 TEST(SimulateTest, TransferTimeLengthensTheStep) {
   ActionCosts slow;
   slow.transfer = 0.5;
