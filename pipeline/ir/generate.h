@@ -9,16 +9,17 @@
 //                     loop (rank r: stages r, r+p, ...); warm-up
 //                     2(p-r-1) + (v-1)p; microbatches taken p at a time per
 //                     chunk, so they must be a multiple of p.
-//   zb_h1             zero bubble, the 1F1B memory: B split into I and W; a
-//                     rank keeps at most p-r microbatches whose W is not
-//                     done (1F1B's peak) and runs W in what would be bubble.
+//   zb_h1             zero bubble, the 1F1B memory, as the zero-bubble paper
+//                     builds it: 1F1B with B split into I and W, rank r's
+//                     W's lagging its I's by r, so a rank holds at most p
+//                     microbatches from F to W; bubble (p-1)/(3m).
 //   zb_h2             zero bubble with about twice the memory: at most
 //                     2(p-r)-1 in flight, so the warm-up fills the bubble
 //                     before the first I.
 //   zb_v              zero bubble over 2 chunks per rank in a V (rank r:
 //                     stages r and 2p-1-r), at most 2p stage-microbatches
 //                     in flight per rank (1F1B's peak in activations).
-// The zero-bubble ones are made by list scheduling at unit costs
+// zb_h2 and zb_v are made by list scheduling at unit costs
 // (F = I = W): each rank, when free, runs the ready I of its oldest
 // microbatch, else the next F the memory bound allows, else a pending W
 // (sail-sg/zero-bubble's heuristic, not its ILP).
