@@ -15,14 +15,16 @@ harness="$(dirname "$0")/daemon_harness.sh"
 source "$harness"
 
 "$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" \
-  --state_dir "$tmp/cstate" --heartbeat_interval_ms 100 >"$tmp/coordinator.log" 2>&1 &
+  --state_dir "$tmp/cstate" --heartbeat_interval_ms 100 \
+  --checkpoint_root "$tmp" >"$tmp/coordinator.log" 2>&1 &
 pids+=("$!")
 wait_until 10 test -s "$tmp/port" || { cat "$tmp/coordinator.log"; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
 aq() { "$AQ" "$@" --coordinator "$addr"; }
 for w in z1 z2 z3 z4; do
   "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
-    --threads 1 --measure_gemm=false --peer_timeout_ms 20000 >"$tmp/$w.log" 2>&1 &
+    --threads 1 --measure_gemm=false --peer_timeout_ms 20000 \
+    --checkpoint_root "$tmp" >"$tmp/$w.log" 2>&1 &
   pids+=("$!")
 done
 wait_until 20 eval '[ "$(healthy_count)" -eq 4 ]' || { fail "workers: $(aq workers)"; exit 1; }
@@ -130,6 +132,39 @@ if aq submit "$tmp/broken.textproto" >"$tmp/broken.out" 2>&1; then
 fi
 grep -q "rank 0, action .*0W0.*W before its I" "$tmp/broken.out" ||
   fail "the broken schedule's error: $(cat "$tmp/broken.out")"
+
+# Checkpoints of a chunked job (each worker writes a file per stage it
+# holds), resumed under zb_v on the same 4 stages and under 1f1b_flush on 3:
+# the losses after the checkpoint are train-local's.
+sed "s|^seed: 3$|seed: 3\npipeline { workers: 2 schedule: \"zb_v\" microbatches: 4 bandwidth_bytes_per_s: 1e6 }\ncheckpoint { dir: \"$tmp/ckpt\" every_steps: 6 }|" \
+  "$tmp/gpt.textproto" >"$tmp/ck.textproto"
+ck=$(aq submit "$tmp/ck.textproto" --wait --output json 2>"$tmp/ck.err" | grep -o 'job-[0-9a-f-]*' | head -1)
+[ -n "$ck" ] || fail "the checkpointed zb_v job: $(cat "$tmp/ck.err")"
+aq checkpoints "$ck" --output json >"$tmp/ck.json" 2>&1 || fail "aq checkpoints: $(cat "$tmp/ck.json")"
+grep -q '"version":"6"\|"version":6' "$tmp/ck.json" || fail "no checkpoint at 6: $(cat "$tmp/ck.json")"
+# resume NAME WORKERS SCHEDULE
+resume() {
+  local name=$1 workers=$2 schedule=$3 id
+  sed -e "s|workers: 2 schedule: \"zb_v\"|workers: $workers schedule: \"$schedule\"|" \
+    -e '/^checkpoint {/d' "$tmp/ck.textproto" >"$tmp/$name.textproto"
+  id=$(aq submit "$tmp/$name.textproto" --resume "$ck" --wait --output json 2>"$tmp/$name.err" |
+    grep -o 'job-[0-9a-f-]*' | head -1)
+  [ -n "$id" ] || { fail "$name: $(cat "$tmp/$name.err")"; return; }
+  aq status "$id" --output json >"$tmp/$name.json"
+  python3 - "$tmp/local.json" "$tmp/$name.json" "$name" <<'PY' || fail "$name: the losses after the checkpoint differ from train-local's"
+import json, sys
+local = json.load(open(sys.argv[1]))["loss"]
+job = json.load(open(sys.argv[2]))
+assert job["state"] == "JOB_SUCCEEDED", job.get("reason")
+curve = {int(p.get("minibatch", 0)): p["loss"] for p in job["loss_curve"]}
+assert sorted(curve) == list(range(6, 12)), sorted(curve)
+worst = max(abs(curve[m] - local[m]) / abs(local[m]) for m in curve)
+print(f"{sys.argv[3]}: resumed at 6 on {len(job['plan']['stages'])} stages, worst relative difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+resume resumed_zb_v 2 zb_v
+resume resumed_flush 3 1f1b_flush
 
 [ "$fails" -eq 0 ] && echo "zero_bubble_test: passed"
 exit $((fails > 0))
