@@ -72,8 +72,7 @@ TEST(RankMeshTest, GroupsPartitionTheRanksAlongEveryAxis) {
 TEST(RankMeshTest, BadShapesAreRefusedNamingTheDegree) {
   auto zero = RankMesh::Make({2, 0, 1});
   ASSERT_FALSE(zero.ok());
-  EXPECT_NE(zero.status().message().find("data degree is 0"),
-            std::string::npos)
+  EXPECT_NE(zero.status().message().find("data degree is 0"), std::string::npos)
       << zero.status();
   auto huge = RankMesh::Make({1000, 1000, 1000});
   ASSERT_FALSE(huge.ok());
