@@ -224,9 +224,16 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
   }
   auto plan = MakePlan(*graph, *request);
   if (!plan.ok()) {
+    // With chunks the planner saw workers x chunks "workers": say so.
+    const std::string chunked =
+        chunks > 1 ? absl::StrCat(ScheduleName(policy.schedule), " on ",
+                                  workers, " workers holds ", chunks,
+                                  " chunks each, so the model is cut into ",
+                                  workers * chunks, " stages: ")
+                   : "";
     return absl::Status(
         plan.status().code(),
-        absl::StrCat("planning failed: ", plan.status().message()));
+        absl::StrCat("planning failed: ", chunked, plan.status().message()));
   }
   if (chunks > 1) RETURN_IF_ERROR(FoldChunks(policy, workers, &*plan));
   RETURN_IF_ERROR(DecidePipeline(policy, spec, plan->workers_used(), &*plan));

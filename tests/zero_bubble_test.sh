@@ -133,6 +133,14 @@ fi
 grep -q "rank 0, action .*0W0.*W before its I" "$tmp/broken.out" ||
   fail "the broken schedule's error: $(cat "$tmp/broken.out")"
 
+# Too few layers for 4 workers of 2 chunks (6 layers, 8 stages): the job
+# fails naming the schedule, the workers and the stages.
+sed 's/^seed: 3$/seed: 3\npipeline { workers: 4 schedule: "zb_v" microbatches: 4 }/' \
+  "$tmp/gpt.textproto" >"$tmp/few.textproto"
+aq submit "$tmp/few.textproto" --wait >"$tmp/few.out" 2>&1 && fail "zb_v on 4 workers of a 6-layer model ran"
+grep -q "zb_v on 4 workers holds 2 chunks each, so the model is cut into 8 stages" "$tmp/few.out" ||
+  fail "the too-few-layers error: $(cat "$tmp/few.out")"
+
 # Checkpoints of a chunked job (each worker writes a file per stage it
 # holds), resumed under zb_v on the same 4 stages and under 1f1b_flush on 3:
 # the losses after the checkpoint are train-local's.
