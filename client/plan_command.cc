@@ -3,7 +3,6 @@
 // naming an existing file is a profile; any other argument is a job id.
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -21,7 +20,6 @@
 #include "coordinator/planner/profile_graph.h"
 #include "pipeline/ir/replay.h"
 #include "pipeline/policy.h"
-#include "pipeline/schedule.h"
 #include "worker/nn/spec.h"
 
 ABSL_FLAG(std::vector<std::string>, workers, {},
@@ -177,20 +175,8 @@ void PrintPlan(const PartitionPlan& plan) {
 // costs (the simulator's, as `aq schedule` prints it); empty for a plan
 // without one (a stashing schedule, or a plan from before decisions).
 std::string ScheduleGrid(const PartitionPlan& plan) {
-  const v1::PipelineDecision& d = plan.pipeline();
-  auto schedule = ParseSchedule(d.schedule());
-  if (d.predicted_step_s() <= 0 || !schedule.ok()) return "";
-  const BusiestWorker busiest = BusiestWorkerOf(plan);
-  absl::StatusOr<ir::Simulation> sim;
-  if (!d.program().empty()) {
-    auto program = ir::ParseProgram(d.program());
-    if (!program.ok()) return "";
-    sim = SimulateProgram(*program, busiest.compute_s);
-  } else {
-    sim = PredictSchedule(*schedule, busiest.positions, d.chunks(),
-                          std::max(1, d.microbatches() / busiest.replicas),
-                          busiest.compute_s);
-  }
+  if (plan.pipeline().predicted_step_s() <= 0) return "";
+  const absl::StatusOr<ir::Simulation> sim = SimulateDecision(plan);
   if (!sim.ok()) return "";
   return absl::StrCat(
       "one minibatch, per worker (F, B; I and W where split):\n",

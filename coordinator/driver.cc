@@ -21,7 +21,6 @@
 #include "pipeline/failure.h"
 #include "pipeline/ir/action.h"
 #include "pipeline/policy.h"
-#include "pipeline/schedule.h"
 
 namespace aqueduct {
 
@@ -92,17 +91,11 @@ absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
   d->set_microbatches(micro);
   d->set_chunks(policy.chunks);
   d->set_transport(TransportName(policy.transport));
-  const BusiestWorker busiest = BusiestWorkerOf(*plan);
-  absl::StatusOr<ir::Simulation> predicted;
   if (policy.schedule == v1::SCHEDULE_CUSTOM) {
     ASSIGN_OR_RETURN(const ir::Program program, CustomProgram(spec.pipeline()));
     d->set_program(ir::ProgramText(program));
-    predicted = SimulateProgram(program, busiest.compute_s);
-  } else {
-    predicted = PredictSchedule(
-        policy.schedule, busiest.positions, policy.chunks,
-        std::max(1, micro / busiest.replicas), busiest.compute_s);
   }
+  const absl::StatusOr<ir::Simulation> predicted = SimulateDecision(*plan);
   if (predicted.ok()) {
     d->set_predicted_bubble(predicted->bubble);
     d->set_predicted_step_s(predicted->step_time);
@@ -119,11 +112,7 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
 // decided schedule, in microbatches of its share (the simulator's peak);
 // 0 when it has no one-minibatch program.
 double PeakActivations(const PartitionPlan& plan) {
-  const v1::PipelineDecision& d = plan.pipeline();
-  auto schedule = ParseSchedule(d.schedule());
-  if (!schedule.ok()) return 0;
-  auto sim = PredictSchedule(*schedule, std::max(1, plan.workers_used()),
-                             d.chunks(), d.microbatches(), 1.0);
+  const absl::StatusOr<ir::Simulation> sim = SimulateDecision(plan);
   if (!sim.ok()) return 0;
   return *std::max_element(sim->peak_activations.begin(),
                            sim->peak_activations.end());

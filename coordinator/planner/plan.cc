@@ -9,6 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "pipeline/limits.h"
+#include "pipeline/policy.h"
+#include "pipeline/schedule.h"
 
 namespace aqueduct {
 
@@ -357,6 +359,19 @@ BusiestWorker BusiestWorkerOf(const PartitionPlan& plan) {
   }
   b.positions = std::max(1, plan.workers_used() / b.replicas);
   return b;
+}
+
+absl::StatusOr<ir::Simulation> SimulateDecision(const PartitionPlan& plan) {
+  const v1::PipelineDecision& d = plan.pipeline();
+  const BusiestWorker busiest = BusiestWorkerOf(plan);
+  if (!d.program().empty()) {
+    ASSIGN_OR_RETURN(const ir::Program program, ir::ParseProgram(d.program()));
+    return SimulateProgram(program, busiest.compute_s);
+  }
+  ASSIGN_OR_RETURN(const Schedule schedule, ParseSchedule(d.schedule()));
+  return PredictSchedule(schedule, busiest.positions, d.chunks(),
+                         std::max(1, d.microbatches() / busiest.replicas),
+                         busiest.compute_s);
 }
 
 std::string FormatPlan(const PartitionPlan& plan) {

@@ -14,6 +14,7 @@
 #include "coordinator/planner/aqueduct_model.h"
 #include "coordinator/planner/pipedream.h"
 #include "coordinator/planner/profile_graph.h"
+#include "pipeline/ir/replay.h"
 #include "pipeline/policy.h"
 #include "proto/types.h"
 
@@ -59,6 +60,12 @@ struct BusiestWorker {
   int replicas = 1;
 };
 BusiestWorker BusiestWorkerOf(const PartitionPlan& plan);
+
+// The dry run of one minibatch of the plan's decided schedule
+// (plan.pipeline(): its program under "custom") at its busiest worker's
+// compute. INVALID_ARGUMENT for a schedule without a one-minibatch program
+// (the stashing ones) or a plan without a decision.
+absl::StatusOr<ir::Simulation> SimulateDecision(const PartitionPlan& plan);
 
 }  // namespace aqueduct
 

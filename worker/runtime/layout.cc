@@ -1,6 +1,7 @@
 #include "worker/runtime/layout.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -100,18 +101,14 @@ absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
     if (ReplicaFor(j, c.replicas) == replica) c.mine.push_back(j);
   }
   const ir::Layout where = layout.ChunkLayout();
-  if (layout.program != nullptr) {
-    c.program = layout.program.get();
-    c.rank = where.RankOf(stages[0]);
-    c.num_minibatches = layout.num_minibatches - first;
-    ASSIGN_OR_RETURN(std::vector<Op> ops, BuildProgramSchedule(c));
-    for (Op& op : ops) op.minibatch += first;
-    return ops;
+  // A custom program, or the schedule's generated one.
+  std::optional<ir::Program> generated;
+  if (layout.program == nullptr) {
+    ASSIGN_OR_RETURN(generated,
+                     ProgramFor(layout.policy, where.ranks, layout.chunks,
+                                static_cast<int>(c.mine.size())));
   }
-  ASSIGN_OR_RETURN(const ir::Program program,
-                   ProgramFor(layout.policy, where.ranks, layout.chunks,
-                              static_cast<int>(c.mine.size())));
-  c.program = &program;
+  c.program = generated.has_value() ? &*generated : layout.program.get();
   c.rank = where.RankOf(stages[0]);
   c.num_minibatches = layout.num_minibatches - first;
   ASSIGN_OR_RETURN(std::vector<Op> ops, BuildProgramSchedule(c));

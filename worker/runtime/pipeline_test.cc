@@ -135,6 +135,20 @@ std::vector<float> HostOf(Device& device, const Tensor& t) {
   return v;
 }
 
+// A run's per-minibatch losses (mean over the batch) and every stage's
+// weights, in stage order.
+void AddLossesAndWeights(
+    const std::map<int64_t, double>& loss_sums, int64_t batch_size,
+    std::vector<std::vector<std::vector<float>>>& stage_weights,
+    Result* result) {
+  for (const auto& [m, sum] : loss_sums) {
+    result->losses.push_back(sum / batch_size);
+  }
+  for (auto& w : stage_weights) {
+    for (auto& t : w) result->weights.push_back(std::move(t));
+  }
+}
+
 PipelineLayout Layout(Schedule policy, std::vector<int> begin,
                       std::vector<int> replicas, int64_t n, int micro,
                       int num_layers) {
@@ -221,12 +235,7 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
   for (const absl::Status& s : statuses) {
     if (!s.ok() && result.status.ok()) result.status = s;
   }
-  for (auto& [m, sum] : loss_sums) {
-    result.losses.push_back(sum / spec.batch_size());
-  }
-  for (auto& w : stage_weights) {
-    for (auto& t : w) result.weights.push_back(std::move(t));
-  }
+  AddLossesAndWeights(loss_sums, spec.batch_size(), stage_weights, &result);
   absl::MutexLock lock(&channel_hub->mu);
   result.channel_sends = channel_hub->sends;
   return result;
@@ -321,12 +330,7 @@ Result RunChunkedPipeline(const JobSpec& spec, const PipelineLayout& layout) {
                     statuses[rank].ToString());
   }
   if (!failures.empty()) result.status = absl::InternalError(failures);
-  for (auto& [m, sum] : loss_sums) {
-    result.losses.push_back(sum / spec.batch_size());
-  }
-  for (auto& w : stage_weights) {
-    for (auto& t : w) result.weights.push_back(std::move(t));
-  }
+  AddLossesAndWeights(loss_sums, spec.batch_size(), stage_weights, &result);
   return result;
 }
 
