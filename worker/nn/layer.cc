@@ -534,7 +534,7 @@ LayerOr MakeLayerNorm(const LayerNormSpec& s, int index, const Shape& in) {
 
 // Builds the layer `spec` describes once its shapes are known good.
 LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
-             const Shape& out, uint64_t seed) {
+             const Shape& out, uint64_t seed, const TensorShard& shard) {
   switch (spec.kind_case()) {
     case LayerSpec::kLinear:
       return MakeLinear(spec.linear(), index, in, out);
@@ -561,7 +561,7 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
     case LayerSpec::kPositionEmbedding:
     case LayerSpec::kCausalSelfAttention:
     case LayerSpec::kTransformerBlock:
-      return MakeTransformerLayer(spec, index, in, out, seed);
+      return MakeTransformerLayer(spec, index, in, out, seed, shard);
     case LayerSpec::KIND_NOT_SET:
       break;
   }
@@ -573,13 +573,83 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
 
 void Layer::InitParams(uint64_t, std::vector<std::vector<float>>*) const {}
 
+Shape WholeShape(const Shape& shard, const ParamSplit& split, int degree) {
+  if (split.dim < 0) return shard;
+  std::vector<int64_t> dims = shard.dims();
+  dims[split.dim] *= degree;
+  return Shape(std::move(dims));
+}
+
+namespace {
+
+// A split tensor as [outer, blocks, degree, part, inner]: member r holds
+// [outer, blocks, part, inner] of it.
+struct SplitView {
+  int64_t outer = 1, blocks = 1, part = 1, inner = 1;
+};
+
+SplitView ViewOf(const Shape& whole, const ParamSplit& split, int degree) {
+  SplitView v;
+  for (int i = 0; i < split.dim; ++i) v.outer *= whole[i];
+  for (int i = split.dim + 1; i < whole.rank(); ++i) v.inner *= whole[i];
+  v.blocks = split.blocks;
+  v.part = whole[split.dim] / (split.blocks * degree);
+  return v;
+}
+
+// Copies member r's runs between the whole tensor and its part.
+template <typename Fn>
+void ForEachRun(const SplitView& v, int degree, int r, Fn&& copy) {
+  const int64_t run = v.part * v.inner;
+  int64_t at = 0;
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t b = 0; b < v.blocks; ++b) {
+      const int64_t whole_at = ((o * v.blocks + b) * degree + r) * run;
+      copy(whole_at, at, run);
+      at += run;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> ShardOfWhole(const std::vector<float>& whole,
+                                const Shape& whole_shape,
+                                const ParamSplit& split,
+                                const TensorShard& shard) {
+  if (split.dim < 0 || shard.degree == 1) return whole;
+  const SplitView v = ViewOf(whole_shape, split, shard.degree);
+  std::vector<float> part(whole.size() / shard.degree);
+  ForEachRun(v, shard.degree, shard.rank,
+             [&](int64_t from, int64_t to, int64_t n) {
+               std::copy_n(whole.begin() + from, n, part.begin() + to);
+             });
+  return part;
+}
+
+std::vector<float> WholeOfShards(const std::vector<std::vector<float>>& parts,
+                                 const Shape& whole_shape,
+                                 const ParamSplit& split) {
+  const int degree = static_cast<int>(parts.size());
+  if (split.dim < 0 || degree == 1) return parts[0];
+  const SplitView v = ViewOf(whole_shape, split, degree);
+  std::vector<float> whole(static_cast<size_t>(whole_shape.numel()));
+  for (int r = 0; r < degree; ++r) {
+    ForEachRun(v, degree, r, [&](int64_t to, int64_t from, int64_t n) {
+      std::copy_n(parts[r].begin() + from, n, whole.begin() + to);
+    });
+  }
+  return whole;
+}
+
 absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
                                                    int index, const Shape& in,
-                                                   uint64_t seed) {
+                                                   uint64_t seed,
+                                                   const TensorShard& shard) {
   ASSIGN_OR_RETURN(
       SymbolicShape out,
       InferLayerShape(spec, index, SymbolicShape::Known(in.dims())));
-  return Make(spec, index, in, Shape(out.dims), seed);
+  return Make(spec, index, in, Shape(out.dims), seed, shard);
 }
 
 void RunDeferredGrads(Device& device, const DeferredGrads& deferred) {

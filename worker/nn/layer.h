@@ -32,6 +32,37 @@ struct ParamSpec {
   Shape shape;
 };
 
+// A layer's place in a tensor-parallel group (Megatron's tensor
+// parallelism): member `rank` of `degree`. Degree 1: the whole layer.
+struct TensorShard {
+  int rank = 0;
+  int degree = 1;
+};
+
+// How one parameter is split across a tensor-parallel group: not at all
+// (dim -1: every member holds the whole tensor, and its gradient comes out
+// the same on each), or along dimension `dim`, which holds `blocks` equal
+// blocks that are split each (c_attn's q, k and v: member r holds rows
+// [r, r + 1) / degree of each).
+struct ParamSplit {
+  int dim = -1;
+  int blocks = 1;
+};
+
+// The collectives a tensor-parallel layer runs in its passes (Megatron's
+// conjugate operators: the sum after a row-parallel map in forward, and of
+// the input gradient before a column-parallel map in backward). Members
+// call them in the same order; the result has the same bits on every
+// member. Not thread-safe: one pass at a time.
+class TensorParallelGroup {
+ public:
+  virtual ~TensorParallelGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // `t` becomes the element-wise sum over the members.
+  virtual absl::Status AllReduce(Device& device, const Tensor& t) = 0;
+};
+
 // What a forward or backward pass is for.
 struct PassContext {
   // Training (dropout active, tensors saved for backward) or evaluation.
@@ -42,6 +73,9 @@ struct PassContext {
   // Row of the minibatch where this (micro)batch starts: a microbatch draws
   // its rows' part of the minibatch's dropout mask.
   uint64_t sample_offset = 0;
+  // The tensor-parallel group of a layer built with a shard of degree > 1
+  // (not owned; null for whole layers).
+  TensorParallelGroup* tensor = nullptr;
 };
 
 // Tensors a layer saved in Forward for its Backward. One per (layer,
@@ -91,8 +125,16 @@ class Layer {
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
 
-  // Learnable tensors, in a fixed order (weight before bias).
+  // Learnable tensors, in a fixed order (weight before bias): this
+  // member's shard of each when the layer is tensor-parallel.
   virtual std::vector<ParamSpec> Params() const { return {}; }
+  // The layer's place in its tensor-parallel group, and how each of
+  // Params() is split (the whole tensor's shape: WholeShape).
+  const TensorShard& shard() const { return shard_; }
+  virtual ParamSplit SplitOf(int param) const {
+    (void)param;
+    return {};
+  }
   // Seeded initial values for Params(), PyTorch's default schemes. Each
   // vector is filled with the element count of the matching ParamSpec.
   virtual void InitParams(uint64_t seed,
@@ -141,21 +183,42 @@ class Layer {
       : index_(index),
         input_shape_(std::move(input_shape)),
         output_shape_(std::move(output_shape)) {}
+  Layer(int index, Shape input_shape, Shape output_shape, TensorShard shard)
+      : index_(index),
+        input_shape_(std::move(input_shape)),
+        output_shape_(std::move(output_shape)),
+        shard_(shard) {}
 
  private:
   int index_;
   Shape input_shape_;
   Shape output_shape_;
+  TensorShard shard_;
 };
+
+// The whole tensor's shape of a shard split as `split` over `degree`.
+Shape WholeShape(const Shape& shard, const ParamSplit& split, int degree);
+// Member `shard.rank`'s part of the values of a whole tensor of shape
+// `whole`, and the whole tensor from every member's part (in rank order).
+std::vector<float> ShardOfWhole(const std::vector<float>& whole,
+                                const Shape& whole_shape,
+                                const ParamSplit& split,
+                                const TensorShard& shard);
+std::vector<float> WholeOfShards(const std::vector<std::vector<float>>& parts,
+                                 const Shape& whole_shape,
+                                 const ParamSplit& split);
 
 // Builds layer `index` of a model from its spec, given the per-sample output
 // shape of the previous layer (or the data). INVALID_ARGUMENT naming the
 // field ("model.layers[3].linear.in_features=512 does not match the previous
 // layer's output 1024") when the spec does not fit.
-absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(const LayerSpec& spec,
-                                                   int index,
-                                                   const Shape& input_shape,
-                                                   uint64_t seed);
+// With a shard of degree > 1, the transformer's attention and blocks are
+// built tensor-parallel (their heads and MLP hidden units split; the
+// degree must divide both, else INVALID_ARGUMENT naming the field); other
+// layers are whole on every member.
+absl::StatusOr<std::unique_ptr<Layer>> CreateLayer(
+    const LayerSpec& spec, int index, const Shape& input_shape, uint64_t seed,
+    const TensorShard& shard = {});
 
 }  // namespace aqueduct
 

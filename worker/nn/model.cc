@@ -7,17 +7,19 @@ namespace aqueduct {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
                                                     const Shape& input_shape,
-                                                    uint64_t seed) {
+                                                    uint64_t seed,
+                                                    const TensorShard& shard) {
   if (spec.layers().empty()) {
     return absl::InvalidArgumentError("model.layers is empty");
   }
   std::unique_ptr<Model> model(new Model());
   model->input_shape_ = input_shape;
   model->seed_ = seed;
+  model->shard_ = shard;
   Shape shape = input_shape;
   for (int i = 0; i < spec.layers_size(); ++i) {
     ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
-                     CreateLayer(spec.layers(i), i, shape, seed));
+                     CreateLayer(spec.layers(i), i, shape, seed, shard));
     shape = layer->output_shape();
     model->layers_.push_back(std::move(layer));
   }

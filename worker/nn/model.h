@@ -27,9 +27,11 @@ class Model {
  public:
   // Builds the layers of `spec` for samples of `input_shape`. Validates every
   // layer; INVALID_ARGUMENT naming the field on a problem.
-  static absl::StatusOr<std::unique_ptr<Model>> Build(const ModelSpec& spec,
-                                                      const Shape& input_shape,
-                                                      uint64_t seed);
+  // With `shard` (degree > 1), this member's part of a tensor-parallel
+  // model (CreateLayer).
+  static absl::StatusOr<std::unique_ptr<Model>> Build(
+      const ModelSpec& spec, const Shape& input_shape, uint64_t seed,
+      const TensorShard& shard = {});
 
   int num_layers() const { return static_cast<int>(layers_.size()); }
   const Layer& layer(int i) const { return *layers_[i]; }
@@ -38,6 +40,7 @@ class Model {
     return layers_.empty() ? input_shape_ : layers_.back()->output_shape();
   }
   uint64_t seed() const { return seed_; }
+  const TensorShard& shard() const { return shard_; }
   // Weight tying (LayerSpec.tie_weight_to): the layer whose "weight" layer
   // `l` shares, or -1. Both hold a copy; see SumTiedGradients.
   int tied_to(int l) const { return tied_to_[l]; }
@@ -51,6 +54,7 @@ class Model {
   std::vector<int> tied_to_;
   Shape input_shape_;
   uint64_t seed_ = 0;
+  TensorShard shard_;
 };
 
 // One tensor per parameter of layers [begin, end) of a model, in layer order.

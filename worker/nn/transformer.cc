@@ -64,13 +64,18 @@ class SiteDropout {
   // to the gradient (the mask is a function of the key and the index).
   void Apply(Device& dev, DropoutSite site, const PassContext& ctx,
              const float* x, float* y, int64_t n, int64_t per_sample) const {
+    ApplyAt(dev, site, ctx, x, y, n,
+            ctx.sample_offset * static_cast<uint64_t>(per_sample));
+  }
+  // As Apply, x[0] being element `first` of the whole minibatch's site.
+  void ApplyAt(Device& dev, DropoutSite site, const PassContext& ctx,
+               const float* x, float* y, int64_t n, uint64_t first) const {
     // DropoutLayer's key is MixKey(seed, layer + 0x100000, minibatch); the
     // site in the high bits keeps these apart from it and from each other.
     const uint64_t key =
         MixKey(seed_, (site << 40) + 0x100000 + static_cast<uint64_t>(layer_),
                ctx.minibatch);
-    dev.Dropout(x, y, n, p_, key,
-                ctx.sample_offset * static_cast<uint64_t>(per_sample));
+    dev.Dropout(x, y, n, p_, key, first);
   }
 
  private:
@@ -107,6 +112,55 @@ absl::StatusOr<Tensor> InputGradBuffer(Device& dev, const Tensor& x,
                                        const DeferredGrads* deferred) {
   if (deferred == nullptr) return x;
   return dev.Allocate(x.shape(), DType::kF32);
+}
+
+// Megatron's sum over the tensor-parallel group (the forward of a
+// row-parallel map's output, the backward of a column-parallel map's
+// input): nothing for a whole layer.
+absl::Status SumOverGroup(Device& dev, const PassContext& ctx,
+                          const TensorShard& shard, int layer,
+                          const Tensor& t) {
+  if (shard.degree == 1) return absl::OkStatus();
+  if (ctx.tensor == nullptr || ctx.tensor->size() != shard.degree ||
+      ctx.tensor->rank() != shard.rank) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layers.", layer, " is member ", shard.rank, " of a tensor-parallel "
+        "group of ", shard.degree, " but runs in ",
+        ctx.tensor == nullptr ? std::string("none")
+                              : absl::StrCat("member ", ctx.tensor->rank(),
+                                             " of ", ctx.tensor->size())));
+  }
+  return ctx.tensor->AllReduce(dev, t);
+}
+
+// How each tensor-parallel parameter is split, by name (the others are
+// whole on every member).
+ParamSplit SplitByName(const std::string& name) {
+  if (name == "attn.c_attn.weight" || name == "attn.c_attn.bias") {
+    return {0, 3};  // q, k and v, each split by heads
+  }
+  if (name == "mlp.c_fc.weight" || name == "mlp.c_fc.bias") return {0, 1};
+  if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") {
+    return {1, 1};
+  }
+  return {};
+}
+
+// Fills `values` with this member's shards of what `fill(i, name, whole
+// values)` writes for each whole parameter: initial values that do not
+// depend on the tensor-parallel degree.
+template <typename Fill>
+void InitShards(const Layer& layer, std::vector<std::vector<float>>* values,
+                Fill&& fill) {
+  const std::vector<ParamSpec> specs = layer.Params();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParamSplit split = layer.SplitOf(static_cast<int>(i));
+    const Shape whole =
+        WholeShape(specs[i].shape, split, layer.shard().degree);
+    std::vector<float> v(static_cast<size_t>(whole.numel()));
+    fill(static_cast<int>(i), specs[i].name, whole, &v);
+    (*values)[i] = ShardOfWhole(v, whole, split, layer.shard());
+  }
 }
 
 // One operand of the per-head GEMMs: head h's matrix for sample s starts at
@@ -148,16 +202,23 @@ struct AttentionSaved {
 
 // nanoGPT's CausalSelfAttention over [B, T, C], shared by the attention
 // layer and the block. Heads are strided views of qkv and of the merged
-// output (row stride 3C or C): no per-head copies.
+// output (row stride 3C or C): no per-head copies. Tensor-parallel, this
+// member's heads: qkv [B, T, 3I] and merged [B, T, I], I = C / t.
 class Attention {
  public:
-  Attention(int64_t dim, int64_t heads, const SiteDropout& dropout)
+  Attention(int64_t dim, int64_t heads, const SiteDropout& dropout,
+            const TensorShard& shard, int layer)
       : dim_(dim),
         heads_(heads),
+        local_heads_(heads / shard.degree),
         head_dim_(dim / heads),
+        inner_(dim / shard.degree),
+        first_head_(shard.rank * (heads / shard.degree)),
         scale_(static_cast<float>(1.0 /
                                   std::sqrt(static_cast<double>(dim / heads)))),
-        dropout_(dropout) {}
+        dropout_(dropout),
+        shard_(shard),
+        layer_(layer) {}
 
   // out = attn(h). `saved` is filled in any case (temporaries when not
   // training).
@@ -178,33 +239,59 @@ class Attention {
   // half of the [T, T] scores.
   double FlopsPerSample(int64_t t) const {
     const double td = static_cast<double>(t), c = static_cast<double>(dim_);
-    return 2.0 * td * (4.0 * c * c) + 2.0 * td * td * c;
+    return (2.0 * td * (4.0 * c * c) + 2.0 * td * td * c) / shard_.degree;
   }
 
  private:
   // Part 0, 1 or 2 (q, k, v) of a [B, T, 3C] tensor, per head.
   HeadView Qkv(const Tensor& t, int part) const {
     const int64_t len = t.shape()[1];
-    return {t.f32() + part * dim_, 3 * dim_, len * 3 * dim_, head_dim_};
+    return {t.f32() + part * inner_, 3 * inner_, len * 3 * inner_, head_dim_};
   }
   // [B, H, T, T] scores or probabilities, per head.
   HeadView Scores(const Tensor& t) const {
     const int64_t len = t.shape()[2];
-    return {t.f32(), len, heads_ * len * len, len * len};
+    return {t.f32(), len, local_heads_ * len * len, len * len};
   }
-  // [B, T, C] with head h in columns [h * hd, (h + 1) * hd).
+  // [B, T, I] with head h in columns [h * hd, (h + 1) * hd).
   HeadView Merged(const Tensor& t) const {
     const int64_t len = t.shape()[1];
-    return {t.f32(), dim_, len * dim_, head_dim_};
+    return {t.f32(), inner_, len * inner_, head_dim_};
   }
+  // Dropout of the attention weights x ([B, H/t, T, T]) into y, each
+  // element masked as the whole layer's element of its head.
+  void WeightsDropout(Device& dev, const PassContext& ctx, const float* x,
+                      float* y, int64_t batch, int64_t len) const;
   void HeadsBackward(Device& dev, const AttentionSaved& saved,
                      const Tensor& dmerged, const PassContext& ctx,
                      const Tensor& scratch, const Tensor& dqkv) const;
 
-  int64_t dim_, heads_, head_dim_;
+  int64_t dim_, heads_, local_heads_, head_dim_, inner_, first_head_;
   float scale_;
   SiteDropout dropout_;
+  TensorShard shard_;
+  int layer_;
 };
+
+void Attention::WeightsDropout(Device& dev, const PassContext& ctx,
+                               const float* x, float* y, int64_t batch,
+                               int64_t len) const {
+  const int64_t per_head = len * len;
+  if (shard_.degree == 1) {
+    dropout_.Apply(dev, kAttentionWeights, ctx, x, y, batch * heads_ * per_head,
+                   heads_ * per_head);
+    return;
+  }
+  const int64_t local = local_heads_ * per_head;
+  for (int64_t s = 0; s < batch; ++s) {
+    const uint64_t sample = ctx.sample_offset + static_cast<uint64_t>(s);
+    const uint64_t first = (sample * static_cast<uint64_t>(heads_) +
+                            static_cast<uint64_t>(first_head_)) *
+                           static_cast<uint64_t>(per_head);
+    dropout_.ApplyAt(dev, kAttentionWeights, ctx, x + s * local, y + s * local,
+                     local, first);
+  }
+}
 
 absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
                                 const Tensor& h, const PassContext& ctx,
@@ -212,29 +299,35 @@ absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
   const int64_t batch = h.shape()[0], len = h.shape()[1];
   const int64_t rows = batch * len;
   ASSIGN_OR_RETURN(saved->qkv,
-                   dev.Allocate(Shape({batch, len, 3 * dim_}), DType::kF32));
-  LinearForward(dev, h.f32(), rows, dim_, 3 * dim_, *w.attn_w, w.attn_b,
+                   dev.Allocate(Shape({batch, len, 3 * inner_}), DType::kF32));
+  LinearForward(dev, h.f32(), rows, dim_, 3 * inner_, *w.attn_w, w.attn_b,
                 saved->qkv.f32());
   // S = q k^T per head, then P = causal softmax of S / sqrt(hd).
   ASSIGN_OR_RETURN(saved->probs,
-                   dev.Allocate(Shape({batch, heads_, len, len}), DType::kF32));
-  PerHeadGemm(dev, heads_, batch, false, true, len, len, head_dim_,
+                   dev.Allocate(Shape({batch, local_heads_, len, len}),
+                                DType::kF32));
+  PerHeadGemm(dev, local_heads_, batch, false, true, len, len, head_dim_,
               Qkv(saved->qkv, 0), Qkv(saved->qkv, 1), Scores(saved->probs));
-  dev.CausalSoftmax(saved->probs.f32(), batch * heads_, len, scale_);
+  dev.CausalSoftmax(saved->probs.f32(), batch * local_heads_, len, scale_);
   Tensor weights = saved->probs;
   if (dropout_.active(ctx)) {
     ASSIGN_OR_RETURN(weights, dev.Allocate(saved->probs.shape(), DType::kF32));
-    dropout_.Apply(dev, kAttentionWeights, ctx, saved->probs.f32(),
-                   weights.f32(), weights.numel(), heads_ * len * len);
+    WeightsDropout(dev, ctx, saved->probs.f32(), weights.f32(), batch, len);
   }
-  // y = P v per head, written straight into the merged [B, T, C] layout.
+  // y = P v per head, written straight into the merged [B, T, I] layout.
   ASSIGN_OR_RETURN(saved->merged,
-                   dev.Allocate(Shape({batch, len, dim_}), DType::kF32));
-  PerHeadGemm(dev, heads_, batch, false, false, len, head_dim_, len,
+                   dev.Allocate(Shape({batch, len, inner_}), DType::kF32));
+  PerHeadGemm(dev, local_heads_, batch, false, false, len, head_dim_, len,
               Scores(weights), Qkv(saved->qkv, 2), Merged(saved->merged));
+  // c_proj, row-parallel: the members' partial outputs summed, then the
+  // bias once.
   ASSIGN_OR_RETURN(*out, dev.Allocate(Shape({batch, len, dim_}), DType::kF32));
-  LinearForward(dev, saved->merged.f32(), rows, dim_, dim_, *w.proj_w, w.proj_b,
-                out->f32());
+  LinearForward(dev, saved->merged.f32(), rows, inner_, dim_, *w.proj_w,
+                nullptr, out->f32());
+  RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard_, layer_, *out));
+  if (w.proj_b != nullptr) {
+    dev.AddBias(out->f32(), w.proj_b->f32(), rows, dim_, false);
+  }
   if (dropout_.active(ctx)) {
     dropout_.Apply(dev, kAttentionOutput, ctx, out->f32(), out->f32(),
                    rows * dim_, len * dim_);
@@ -256,8 +349,9 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
     dropout_.Apply(dev, kAttentionOutput, ctx, dy.f32(), dout.f32(),
                    rows * dim_, len * dim_);
   }
-  ASSIGN_OR_RETURN(Tensor dmerged, dev.Allocate(h.shape(), DType::kF32));
-  LinearBackward(dev, saved.merged, dout, rows, dim_, dim_, *w.proj_w,
+  ASSIGN_OR_RETURN(Tensor dmerged,
+                   dev.Allocate(saved.merged.shape(), DType::kF32));
+  LinearBackward(dev, saved.merged, dout, rows, inner_, dim_, *w.proj_w,
                  *grads.proj_w, grads.proj_b, accumulate, dmerged.f32(),
                  deferred);
   ASSIGN_OR_RETURN(Tensor dqkv, dev.Allocate(saved.qkv.shape(), DType::kF32));
@@ -269,8 +363,10 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
     ASSIGN_OR_RETURN(*dh, dev.Allocate(h.shape(), DType::kF32));
     dh_data = dh->f32();
   }
-  LinearBackward(dev, h, dqkv, rows, dim_, 3 * dim_, *w.attn_w, *grads.attn_w,
-                 grads.attn_b, accumulate, dh_data, deferred);
+  LinearBackward(dev, h, dqkv, rows, dim_, 3 * inner_, *w.attn_w,
+                 *grads.attn_w, grads.attn_b, accumulate, dh_data, deferred);
+  // c_attn is column-parallel: the members' parts of dh summed.
+  if (dh != nullptr) RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard_, layer_, *dh));
   return absl::OkStatus();
 }
 
@@ -281,28 +377,25 @@ void Attention::HeadsBackward(Device& dev, const AttentionSaved& saved,
                               const Tensor& scratch, const Tensor& dqkv) const {
   const int64_t batch = dmerged.shape()[0], len = dmerged.shape()[1];
   const bool dropping = dropout_.active(ctx);
-  const int64_t per_sample = heads_ * len * len;
   // dv = P'^T dy per head, P' the weights the forward used (dropped).
   if (dropping) {
-    dropout_.Apply(dev, kAttentionWeights, ctx, saved.probs.f32(),
-                   scratch.f32(), scratch.numel(), per_sample);
+    WeightsDropout(dev, ctx, saved.probs.f32(), scratch.f32(), batch, len);
   }
-  PerHeadGemm(dev, heads_, batch, true, false, len, head_dim_, len,
+  PerHeadGemm(dev, local_heads_, batch, true, false, len, head_dim_, len,
               Scores(dropping ? scratch : saved.probs), Merged(dmerged),
               Qkv(dqkv, 2));
   // dP' = dy v^T, then through the dropout mask and the softmax.
-  PerHeadGemm(dev, heads_, batch, false, true, len, len, head_dim_,
+  PerHeadGemm(dev, local_heads_, batch, false, true, len, len, head_dim_,
               Merged(dmerged), Qkv(saved.qkv, 2), Scores(scratch));
   if (dropping) {
-    dropout_.Apply(dev, kAttentionWeights, ctx, scratch.f32(), scratch.f32(),
-                   scratch.numel(), per_sample);
+    WeightsDropout(dev, ctx, scratch.f32(), scratch.f32(), batch, len);
   }
-  dev.CausalSoftmaxBackward(saved.probs.f32(), scratch.f32(), batch * heads_,
-                            len, scale_);
+  dev.CausalSoftmaxBackward(saved.probs.f32(), scratch.f32(),
+                            batch * local_heads_, len, scale_);
   // dq = dS k and dk = dS^T q.
-  PerHeadGemm(dev, heads_, batch, false, false, len, head_dim_, len,
+  PerHeadGemm(dev, local_heads_, batch, false, false, len, head_dim_, len,
               Scores(scratch), Qkv(saved.qkv, 1), Qkv(dqkv, 0));
-  PerHeadGemm(dev, heads_, batch, true, false, len, head_dim_, len,
+  PerHeadGemm(dev, local_heads_, batch, true, false, len, head_dim_, len,
               Scores(scratch), Qkv(saved.qkv, 0), Qkv(dqkv, 1));
 }
 
@@ -438,34 +531,41 @@ class PositionEmbeddingLayer final : public Layer {
 class CausalSelfAttentionLayer final : public Layer {
  public:
   CausalSelfAttentionLayer(int index, Shape shape, int64_t dim, int64_t heads,
-                           float dropout, bool bias, uint64_t seed)
-      : Layer(index, shape, shape),
+                           float dropout, bool bias, uint64_t seed,
+                           const TensorShard& shard)
+      : Layer(index, shape, shape, shard),
         dim_(dim),
         bias_(bias),
-        attention_(dim, heads, SiteDropout(dropout, seed, index)) {}
+        attention_(dim, heads, SiteDropout(dropout, seed, index), shard,
+                   index) {}
 
   std::string kind() const override { return "causal_self_attention"; }
 
   std::vector<ParamSpec> Params() const override {
+    const int64_t inner = dim_ / shard().degree;
     std::vector<ParamSpec> p = {
-        {"attn.c_attn.weight", Shape({3 * dim_, dim_})}};
-    if (bias_) p.push_back({"attn.c_attn.bias", Shape({3 * dim_})});
-    p.push_back({"attn.c_proj.weight", Shape({dim_, dim_})});
+        {"attn.c_attn.weight", Shape({3 * inner, dim_})}};
+    if (bias_) p.push_back({"attn.c_attn.bias", Shape({3 * inner})});
+    p.push_back({"attn.c_proj.weight", Shape({dim_, inner})});
     if (bias_) p.push_back({"attn.c_proj.bias", Shape({dim_})});
     return p;
   }
 
+  ParamSplit SplitOf(int param) const override {
+    return SplitByName(Params()[param].name);
+  }
+
   void InitParams(uint64_t seed,
                   std::vector<std::vector<float>>* values) const override {
-    const std::vector<ParamSpec> specs = Params();
-    for (size_t i = 0; i < specs.size(); ++i) {
-      std::vector<float>& v = (*values)[i];
-      if (specs[i].shape.rank() == 2) {
-        NormalInit(seed, index(), static_cast<int>(i), kInitStddev, &v);
-      } else {
-        std::fill(v.begin(), v.end(), 0.0f);
-      }
-    }
+    InitShards(*this, values,
+               [&](int i, const std::string&, const Shape& shape,
+                   std::vector<float>* v) {
+                 if (shape.rank() == 2) {
+                   NormalInit(seed, index(), i, kInitStddev, v);
+                 } else {
+                   std::fill(v->begin(), v->end(), 0.0f);
+                 }
+               });
   }
 
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
@@ -532,11 +632,12 @@ class TransformerBlockLayer final : public Layer {
   };
 
   TransformerBlockLayer(int index, Shape shape, const Config& config,
-                        uint64_t seed)
-      : Layer(index, shape, shape),
+                        uint64_t seed, const TensorShard& shard)
+      : Layer(index, shape, shape, shard),
         config_(config),
+        hidden_(config.hidden / shard.degree),
         dropout_(config.dropout, seed, index),
-        attention_(config.dim, config.heads, dropout_) {
+        attention_(config.dim, config.heads, dropout_, shard, index) {
     int next = 0;
     for (const auto& [name, slot] : SlotNames()) {
       const bool is_bias =
@@ -549,6 +650,9 @@ class TransformerBlockLayer final : public Layer {
   std::string kind() const override { return "transformer_block"; }
 
   std::vector<ParamSpec> Params() const override;
+  ParamSplit SplitOf(int param) const override {
+    return SplitByName(Params()[param].name);
+  }
   void InitParams(uint64_t seed,
                   std::vector<std::vector<float>>* values) const override;
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
@@ -571,7 +675,7 @@ class TransformerBlockLayer final : public Layer {
   double ForwardFlopsPerSample() const override {
     const double t = static_cast<double>(input_shape()[0]);
     return attention_.FlopsPerSample(input_shape()[0]) +
-           2.0 * t * (2.0 * config_.dim * config_.hidden);
+           2.0 * t * (2.0 * config_.dim * hidden_);
   }
 
  private:
@@ -605,20 +709,22 @@ class TransformerBlockLayer final : public Layer {
                                      DeferredGrads* deferred) const;
 
   Config config_;
+  int64_t hidden_;  // this member's hidden units (config_.hidden / t)
   BlockSlots slots_;
   SiteDropout dropout_;
   Attention attention_;
 };
 
 std::vector<ParamSpec> TransformerBlockLayer::Params() const {
-  const int64_t c = config_.dim, hidden = config_.hidden;
+  const int64_t c = config_.dim, hidden = hidden_;
+  const int64_t inner = c / shard().degree;
   const bool b = config_.bias;
   std::vector<ParamSpec> p;
   p.push_back({"ln_1.weight", Shape({c})});
   p.push_back({"ln_1.bias", Shape({c})});
-  p.push_back({"attn.c_attn.weight", Shape({3 * c, c})});
-  if (b) p.push_back({"attn.c_attn.bias", Shape({3 * c})});
-  p.push_back({"attn.c_proj.weight", Shape({c, c})});
+  p.push_back({"attn.c_attn.weight", Shape({3 * inner, c})});
+  if (b) p.push_back({"attn.c_attn.bias", Shape({3 * inner})});
+  p.push_back({"attn.c_proj.weight", Shape({c, inner})});
   if (b) p.push_back({"attn.c_proj.bias", Shape({c})});
   p.push_back({"ln_2.weight", Shape({c})});
   p.push_back({"ln_2.bias", Shape({c})});
@@ -631,17 +737,17 @@ std::vector<ParamSpec> TransformerBlockLayer::Params() const {
 
 void TransformerBlockLayer::InitParams(
     uint64_t seed, std::vector<std::vector<float>>* values) const {
-  const std::vector<ParamSpec> specs = Params();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    std::vector<float>& v = (*values)[i];
-    const std::string& name = specs[i].name;
-    if (specs[i].shape.rank() == 2) {
-      NormalInit(seed, index(), static_cast<int>(i), kInitStddev, &v);
-    } else {
-      const bool ln_weight = name == "ln_1.weight" || name == "ln_2.weight";
-      std::fill(v.begin(), v.end(), ln_weight ? 1.0f : 0.0f);
-    }
-  }
+  InitShards(*this, values,
+             [&](int i, const std::string& name, const Shape& shape,
+                 std::vector<float>* v) {
+               if (shape.rank() == 2) {
+                 NormalInit(seed, index(), i, kInitStddev, v);
+               } else {
+                 const bool ln_weight =
+                     name == "ln_1.weight" || name == "ln_2.weight";
+                 std::fill(v->begin(), v->end(), ln_weight ? 1.0f : 0.0f);
+               }
+             });
 }
 
 absl::StatusOr<Tensor> TransformerBlockLayer::Norm(
@@ -663,7 +769,7 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
                                             LayerCache* cache) const {
   const int64_t batch = x.shape()[0], len = x.shape()[1];
   const int64_t rows = batch * len, n = x.numel();
-  const int64_t c = config_.dim, hidden = config_.hidden;
+  const int64_t c = config_.dim, hidden = hidden_;
   Tensor mean, rstd;
   // x2 = x + attn(ln_1(x)). The LayerNorms' outputs and statistics are not
   // kept: backward recomputes them from x and x2 (cheap, and 2C floats per
@@ -683,9 +789,14 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
                 At(params, slots_.fc_b), f.f32());
   ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
   dev.Gelu(f.f32(), g.f32(), f.numel());
+  // c_proj, row-parallel: the partial outputs summed, then the bias once.
   ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
-  LinearForward(dev, g.f32(), rows, hidden, c, params[slots_.mlp_w],
-                At(params, slots_.mlp_b), y->f32());
+  LinearForward(dev, g.f32(), rows, hidden, c, params[slots_.mlp_w], nullptr,
+                y->f32());
+  RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard(), index(), *y));
+  if (slots_.mlp_b >= 0) {
+    dev.AddBias(y->f32(), params[slots_.mlp_b].f32(), rows, c, false);
+  }
   if (dropout_.active(ctx)) {
     dropout_.Apply(dev, kMlpOutput, ctx, y->f32(), y->f32(), n, len * c);
   }
@@ -703,7 +814,7 @@ absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
     absl::Span<const Tensor> grads, bool accumulate,
     DeferredGrads* deferred) const {
   const int64_t rows = x2.numel() / config_.dim, n = x2.numel();
-  const int64_t c = config_.dim, hidden = config_.hidden;
+  const int64_t c = config_.dim, hidden = hidden_;
   Tensor dm = dy;
   if (dropout_.active(ctx)) {
     ASSIGN_OR_RETURN(dm, dev.Allocate(dy.shape(), DType::kF32));
@@ -729,6 +840,8 @@ absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
   LinearBackward(dev, h2, dg, rows, c, hidden, params[slots_.fc_w],
                  grads[slots_.fc_w], At(grads, slots_.fc_b), accumulate,
                  dh2.f32(), deferred);
+  // c_fc is column-parallel: the members' parts of dh2 summed.
+  RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard(), index(), dh2));
   // ln_2, then the residual: dx2 = dy + ln_2'(dh2).
   ASSIGN_OR_RETURN(Tensor dx2, dev.Allocate(x2.shape(), DType::kF32));
   dev.LayerNormBackward(dh2.f32(), x2.f32(), params[slots_.ln2_w].f32(),
@@ -774,8 +887,31 @@ absl::Status TransformerBlockLayer::BackwardInput(
 
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
+// INVALID_ARGUMENT unless the shard's degree divides the heads (and so the
+// width) and the hidden units.
+absl::Status CheckShard(int index, const char* kind, int64_t heads,
+                        int64_t hidden, const TensorShard& shard) {
+  if (shard.degree < 1 || shard.rank < 0 || shard.rank >= shard.degree) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers[", index, "]: tensor-parallel member ",
+                     shard.rank, " of ", shard.degree, " is not a member"));
+  }
+  if (heads % shard.degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", index, "].", kind, ".heads=", heads,
+        " cannot be split across a tensor-parallel degree of ", shard.degree,
+        ": the degree must divide the heads"));
+  }
+  if (hidden % shard.degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", index, "].", kind, ".mlp_hidden=", hidden,
+        " cannot be split across a tensor-parallel degree of ", shard.degree));
+  }
+  return absl::OkStatus();
+}
+
 LayerOr MakeBlock(const v1::TransformerBlockSpec& s, int index, const Shape& in,
-                  uint64_t seed) {
+                  uint64_t seed, const TensorShard& shard) {
   TransformerBlockLayer::Config config;
   config.dim = s.dim();
   config.heads = s.heads();
@@ -783,15 +919,17 @@ LayerOr MakeBlock(const v1::TransformerBlockSpec& s, int index, const Shape& in,
   config.dropout = s.dropout();
   config.eps = s.has_eps() ? s.eps() : 1e-5f;
   config.bias = !s.has_bias() || s.bias();
+  RETURN_IF_ERROR(CheckShard(index, "transformer_block", config.heads,
+                             config.hidden, shard));
   return std::unique_ptr<Layer>(
-      std::make_unique<TransformerBlockLayer>(index, in, config, seed));
+      std::make_unique<TransformerBlockLayer>(index, in, config, seed, shard));
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Layer>> MakeTransformerLayer(
     const LayerSpec& spec, int index, const Shape& in, const Shape& out,
-    uint64_t seed) {
+    uint64_t seed, const TensorShard& shard) {
   switch (spec.kind_case()) {
     case LayerSpec::kTokenEmbedding:
       return std::unique_ptr<Layer>(std::make_unique<TokenEmbeddingLayer>(
@@ -803,12 +941,14 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeTransformerLayer(
           spec.position_embedding().dim()));
     case LayerSpec::kCausalSelfAttention: {
       const v1::CausalSelfAttentionSpec& s = spec.causal_self_attention();
+      RETURN_IF_ERROR(CheckShard(index, "causal_self_attention", s.heads(),
+                                 s.heads(), shard));
       return std::unique_ptr<Layer>(std::make_unique<CausalSelfAttentionLayer>(
           index, in, s.dim(), s.heads(), s.dropout(), !s.has_bias() || s.bias(),
-          seed));
+          seed, shard));
     }
     case LayerSpec::kTransformerBlock:
-      return MakeBlock(spec.transformer_block(), index, in, seed);
+      return MakeBlock(spec.transformer_block(), index, in, seed, shard);
     default:
       break;
   }

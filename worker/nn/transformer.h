@@ -42,10 +42,22 @@ void NormalInit(uint64_t seed, int layer, int param, float stddev,
 // Builds layer `index` when `spec` is a token_embedding,
 // position_embedding, causal_self_attention or transformer_block whose
 // shapes InferLayerShape has accepted (`in` and `out` per sample);
-// INVALID_ARGUMENT for any other kind.
+// INVALID_ARGUMENT for any other kind, or for a shard whose degree does not
+// divide the heads (and the MLP's hidden units).
+//
+// Tensor parallelism (shard.degree > 1), as Megatron-LM's: c_attn and
+// mlp.c_fc are column-parallel (member r holds heads [r, r + 1) * H / t of
+// q, k and v, and that share of the hidden units), attn.c_proj and
+// mlp.c_proj row-parallel (the matching input columns; their biases whole
+// on every member, added once after the sum). Forward sums each half's
+// output over the group (PassContext.tensor), backward the gradient of
+// each half's input; the LayerNorms and the residual stream are whole on
+// every member. Initial values are the whole layer's, split, and dropout
+// masks index the whole layer's elements, so training does not depend on
+// the degree beyond the order of floating-point sums.
 absl::StatusOr<std::unique_ptr<Layer>> MakeTransformerLayer(
     const LayerSpec& spec, int index, const Shape& in, const Shape& out,
-    uint64_t seed);
+    uint64_t seed, const TensorShard& shard = {});
 
 }  // namespace aqueduct
 

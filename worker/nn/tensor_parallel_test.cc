@@ -1,0 +1,270 @@
+// Megatron tensor parallelism in the GPT layers (transformer.h): a block or
+// attention split across 2 and 4 members (threads over an in-memory
+// communicator's ProcessGroup) computes what the whole layer computes,
+// forward and backward, fused and split (B = I + W), with dropout; the
+// members end with the same bits; initial values and dropout masks do not
+// depend on the degree; shards and whole tensors convert both ways; the
+// errors name what is wrong.
+#include "worker/nn/tensor_parallel.h"
+
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "common/comm/in_memory.h"
+#include "common/comm/process_group.h"
+#include "common/device/cpu_device.h"
+#include "gtest/gtest.h"
+#include "worker/nn/layer.h"
+#include "worker/nn/model.h"
+#include "worker/nn/test_util.h"
+
+namespace aqueduct {
+namespace {
+
+using Values = std::vector<std::vector<float>>;
+
+constexpr char kBlock[] =
+    "transformer_block { dim: 16 heads: 4 mlp_hidden: 32 dropout: 0.2 }";
+constexpr char kAttention[] =
+    "causal_self_attention { dim: 16 heads: 4 dropout: 0.2 }";
+const Shape kSample({6, 16});
+constexpr int64_t kBatch = 3;
+
+std::unique_ptr<Layer> Build(const std::string& text, TensorShard shard) {
+  auto layer = CreateLayer(ParseLayer(text), 1, kSample, 42, shard);
+  EXPECT_TRUE(layer.ok()) << layer.status();
+  return layer.ok() ? std::move(*layer) : nullptr;
+}
+
+Tensor Upload(Device& dev, const std::vector<float>& v, const Shape& shape) {
+  Tensor t = *dev.Allocate(shape, DType::kF32);
+  EXPECT_TRUE(dev.CopyFromHost(v.data(), t).ok());
+  return t;
+}
+
+std::vector<float> Download(const Tensor& t) {
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
+
+std::vector<double> Wide(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// What one member's (or the whole layer's) pass produced.
+struct PassResult {
+  std::vector<float> y, dx;
+  Values grads;
+};
+
+// Forward then backward through `layer` (split into I and W when `split`),
+// in a training pass of minibatch 5 whose batch starts at row 2.
+PassResult RunPass(const Layer& layer, const Values& params,
+                   const std::vector<float>& x, const std::vector<float>& dy,
+                   bool split, TensorParallelGroup* group) {
+  CpuDevice dev;
+  PassContext ctx;
+  ctx.minibatch = 5;
+  ctx.sample_offset = 2;
+  ctx.tensor = group;
+  std::vector<Tensor> p, g;
+  const std::vector<ParamSpec> specs = layer.Params();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    p.push_back(Upload(dev, params[i], specs[i].shape));
+    g.push_back(*dev.Zeros(specs[i].shape, DType::kF32));
+  }
+  const Shape batch({kBatch, kSample[0], kSample[1]});
+  LayerCache cache;
+  Tensor y, dx;
+  PassResult out;
+  absl::Status s =
+      layer.Forward(dev, p, Upload(dev, x, batch), ctx, &y, &cache);
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return out;
+  out.y = Download(y);
+  DeferredGrads deferred;
+  s = layer.BackwardInput(dev, p, cache, Upload(dev, dy, batch), ctx, &dx, g,
+                          false, split ? &deferred : nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  if (split) RunDeferredGrads(dev, deferred);
+  out.dx = Download(dx);
+  for (const Tensor& t : g) out.grads.push_back(Download(t));
+  return out;
+}
+
+// The whole layer's pass and each of `degree` members' passes, the members
+// on threads joined by a ProcessGroup.
+struct Comparison {
+  PassResult whole;
+  std::vector<PassResult> members;
+  std::unique_ptr<Layer> whole_layer;
+  std::vector<std::unique_ptr<Layer>> member_layers;
+};
+
+Comparison Compare(const std::string& text, int degree, bool split) {
+  Comparison c;
+  std::mt19937 rng(7);
+  c.whole_layer = Build(text, {});
+  Values whole_params;
+  for (const ParamSpec& p : c.whole_layer->Params()) {
+    whole_params.push_back(Random(p.shape.numel(), &rng, -0.5f, 0.5f));
+  }
+  const int64_t n = kBatch * kSample.numel();
+  const std::vector<float> x = Random(n, &rng), dy = Random(n, &rng);
+  c.whole = RunPass(*c.whole_layer, whole_params, x, dy, split, nullptr);
+  auto hub = std::make_shared<InMemoryHub>(degree);
+  std::vector<int> ranks(degree);
+  for (int r = 0; r < degree; ++r) ranks[r] = r;
+  c.members.resize(degree);
+  c.member_layers.resize(degree);
+  for (int r = 0; r < degree; ++r) c.member_layers[r] = Build(text, {r, degree});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < degree; ++r) {
+    threads.emplace_back([&, r] {
+      InMemoryCommunicator comm(hub, r);
+      auto group = ProcessGroup::Make(&comm, ranks, 0, "tensor group");
+      ASSERT_TRUE(group.ok());
+      ProcessGroupTensorParallel tp(group->get(), absl::Seconds(20));
+      const Layer& layer = *c.member_layers[r];
+      Values shards;
+      for (size_t i = 0; i < whole_params.size(); ++i) {
+        const ParamSplit split_i = layer.SplitOf(static_cast<int>(i));
+        shards.push_back(ShardOfWhole(whole_params[i],
+                                      c.whole_layer->Params()[i].shape,
+                                      split_i, {r, degree}));
+      }
+      c.members[r] = RunPass(layer, shards, x, dy, split, &tp);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return c;
+}
+
+void ExpectMembersMatchTheWholeLayer(const Comparison& c) {
+  const int degree = static_cast<int>(c.members.size());
+  for (int r = 0; r < degree; ++r) {
+    // The residual stream and its gradient: the same bits on every member.
+    EXPECT_EQ(c.members[r].y, c.members[0].y) << "member " << r;
+    EXPECT_EQ(c.members[r].dx, c.members[0].dx) << "member " << r;
+  }
+  EXPECT_LT(RelativeError(Wide(c.members[0].y), Wide(c.whole.y)), 1e-6);
+  EXPECT_LT(RelativeError(Wide(c.members[0].dx), Wide(c.whole.dx)), 1e-6);
+  const std::vector<ParamSpec> specs = c.whole_layer->Params();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::vector<std::vector<float>> parts;
+    for (const PassResult& m : c.members) parts.push_back(m.grads[i]);
+    const ParamSplit split = c.member_layers[0]->SplitOf(static_cast<int>(i));
+    if (split.dim < 0) {
+      for (int r = 1; r < degree; ++r) {
+        EXPECT_EQ(parts[r], parts[0]) << specs[i].name << " member " << r;
+      }
+    }
+    const std::vector<float> whole = WholeOfShards(parts, specs[i].shape, split);
+    EXPECT_LT(RelativeError(Wide(whole), Wide(c.whole.grads[i])), 1e-6)
+        << specs[i].name;
+  }
+}
+
+TEST(TensorParallelTest, BlockMembersComputeTheWholeBlock) {
+  for (int degree : {2, 4}) {
+    for (bool split : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "degree " << degree << " split "
+                                      << split);
+      ExpectMembersMatchTheWholeLayer(Compare(kBlock, degree, split));
+    }
+  }
+}
+
+TEST(TensorParallelTest, AttentionMembersComputeTheWholeAttention) {
+  for (int degree : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << "degree " << degree);
+    ExpectMembersMatchTheWholeLayer(Compare(kAttention, degree, false));
+  }
+}
+
+TEST(TensorParallelTest, ShardsAreThePartsOfTheWholeLayersParameters) {
+  auto whole = Build(kBlock, {});
+  auto part = Build(kBlock, {1, 2});
+  ASSERT_TRUE(whole && part);
+  const std::vector<ParamSpec> ws = whole->Params(), ps = part->Params();
+  ASSERT_EQ(ws.size(), ps.size());
+  std::map<std::string, std::string> shapes;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_EQ(ws[i].name, ps[i].name);
+    EXPECT_EQ(WholeShape(ps[i].shape, part->SplitOf(i), 2), ws[i].shape)
+        << ws[i].name;
+    shapes[ps[i].name] = ps[i].shape.ToString();
+  }
+  EXPECT_EQ(shapes["attn.c_attn.weight"], "[24, 16]");
+  EXPECT_EQ(shapes["attn.c_attn.bias"], "[24]");
+  EXPECT_EQ(shapes["attn.c_proj.weight"], "[16, 8]");
+  EXPECT_EQ(shapes["attn.c_proj.bias"], "[16]");
+  EXPECT_EQ(shapes["mlp.c_fc.weight"], "[16, 16]");
+  EXPECT_EQ(shapes["mlp.c_proj.weight"], "[16, 16]");
+  EXPECT_EQ(shapes["ln_1.weight"], "[16]");
+  // Initial values: the whole layer's, split.
+  Values wv(ws.size()), pv(ps.size());
+  for (size_t i = 0; i < ws.size(); ++i) {
+    wv[i].resize(ws[i].shape.numel());
+    pv[i].resize(ps[i].shape.numel());
+  }
+  whole->InitParams(9, &wv);
+  part->InitParams(9, &pv);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    EXPECT_EQ(pv[i], ShardOfWhole(wv[i], ws[i].shape, part->SplitOf(i), {1, 2}))
+        << ws[i].name;
+  }
+}
+
+// c_attn's weight [3 * 4, 2] split over 2: member r holds rows [2r, 2r + 2)
+// of each of q, k and v.
+TEST(TensorParallelTest, ShardOfWholeSplitsEachBlock) {
+  std::vector<float> whole(24);
+  for (int i = 0; i < 24; ++i) whole[i] = static_cast<float>(i);
+  const Shape shape({12, 2});
+  const ParamSplit qkv{0, 3};
+  const std::vector<float> r1 = ShardOfWhole(whole, shape, qkv, {1, 2});
+  EXPECT_EQ(r1, (std::vector<float>{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                    23}));
+  const std::vector<float> r0 = ShardOfWhole(whole, shape, qkv, {0, 2});
+  EXPECT_EQ(WholeOfShards({r0, r1}, shape, qkv), whole);
+  const ParamSplit columns{1, 1};
+  const Shape wide({2, 4});
+  const std::vector<float> w8(whole.begin(), whole.begin() + 8);
+  EXPECT_EQ(ShardOfWhole(w8, wide, columns, {1, 2}),
+            (std::vector<float>{2, 3, 6, 7}));
+  EXPECT_EQ(WholeOfShards({ShardOfWhole(w8, wide, columns, {0, 2}),
+                           ShardOfWhole(w8, wide, columns, {1, 2})},
+                          wide, columns),
+            w8);
+}
+
+TEST(TensorParallelTest, ErrorsNameTheProblem) {
+  auto bad = CreateLayer(ParseLayer(kBlock), 3, kSample, 42, {0, 3});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "model.layers[3].transformer_block.heads=4 cannot be split "
+                "across a tensor-parallel degree of 3"),
+            std::string::npos)
+      << bad.status();
+  // A member that runs without its group.
+  auto part = Build(kBlock, {0, 2});
+  CpuDevice dev;
+  std::vector<Tensor> p;
+  for (const ParamSpec& s : part->Params()) {
+    p.push_back(*dev.Zeros(s.shape, DType::kF32));
+  }
+  Tensor y;
+  LayerCache cache;
+  const absl::Status s = part->Forward(
+      dev, p, *dev.Zeros(Shape({1, 6, 16}), DType::kF32), PassContext(), &y,
+      &cache);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("member 0 of a tensor-parallel group of 2 but "
+                             "runs in none"),
+            std::string::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace aqueduct
