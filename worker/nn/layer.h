@@ -63,6 +63,15 @@ class TensorParallelGroup {
   virtual absl::Status AllReduce(Device& device, const Tensor& t) = 0;
 };
 
+// Activation recomputation (Megatron-LM's): what a transformer layer keeps
+// from its forward for its backward. kNone: everything its backward reads.
+// kSelective: not the attention weights ([B, H, T, T], the largest part at
+// long contexts); backward recomputes them from q and k. kFull: only the
+// layer's input; backward reruns the forward first. The gradients are the
+// same bits in every mode (the same kernels on the same inputs, the same
+// dropout masks); layers other than the transformer's keep what they keep.
+enum class Recompute { kNone = 0, kSelective = 1, kFull = 2 };
+
 // What a forward or backward pass is for.
 struct PassContext {
   // Training (dropout active, tensors saved for backward) or evaluation.
@@ -76,12 +85,16 @@ struct PassContext {
   // The tensor-parallel group of a layer built with a shard of degree > 1
   // (not owned; null for whole layers).
   TensorParallelGroup* tensor = nullptr;
+  // What a training forward keeps for backward (the stage's choice).
+  Recompute recompute = Recompute::kNone;
 };
 
 // Tensors a layer saved in Forward for its Backward. One per (layer,
 // minibatch in flight).
 struct LayerCache {
   std::vector<Tensor> tensors;
+  // What the forward kept (PassContext.recompute when it ran).
+  Recompute recompute = Recompute::kNone;
 };
 
 // One linear map's weight gradient left for later: dW[out, in] (+)=

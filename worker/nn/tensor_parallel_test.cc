@@ -4,7 +4,8 @@
 // forward and backward, fused and split (B = I + W), with dropout; the
 // members end with the same bits; initial values and dropout masks do not
 // depend on the degree; shards and whole tensors convert both ways; the
-// errors name what is wrong.
+// errors name what is wrong. Activation recomputation (selective, full)
+// gives the same bits as none while keeping less, whole and split.
 #include "worker/nn/tensor_parallel.h"
 
 #include <functional>
@@ -55,18 +56,21 @@ std::vector<double> Wide(const std::vector<float>& v) {
 struct PassResult {
   std::vector<float> y, dx;
   Values grads;
+  size_t kept_bytes = 0;  // what the forward kept for backward
 };
 
 // Forward then backward through `layer` (split into I and W when `split`),
 // in a training pass of minibatch 5 whose batch starts at row 2.
 PassResult RunPass(const Layer& layer, const Values& params,
                    const std::vector<float>& x, const std::vector<float>& dy,
-                   bool split, TensorParallelGroup* group) {
+                   bool split, TensorParallelGroup* group,
+                   Recompute recompute = Recompute::kNone) {
   CpuDevice dev;
   PassContext ctx;
   ctx.minibatch = 5;
   ctx.sample_offset = 2;
   ctx.tensor = group;
+  ctx.recompute = recompute;
   std::vector<Tensor> p, g;
   const std::vector<ParamSpec> specs = layer.Params();
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -82,6 +86,9 @@ PassResult RunPass(const Layer& layer, const Values& params,
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return out;
   out.y = Download(y);
+  for (const Tensor& t : cache.tensors) {
+    if (t.defined()) out.kept_bytes += t.nbytes();
+  }
   DeferredGrads deferred;
   s = layer.BackwardInput(dev, p, cache, Upload(dev, dy, batch), ctx, &dx, g,
                           false, split ? &deferred : nullptr);
@@ -101,7 +108,8 @@ struct Comparison {
   std::vector<std::unique_ptr<Layer>> member_layers;
 };
 
-Comparison Compare(const std::string& text, int degree, bool split) {
+Comparison Compare(const std::string& text, int degree, bool split,
+                   Recompute recompute = Recompute::kNone) {
   Comparison c;
   std::mt19937 rng(7);
   c.whole_layer = Build(text, {});
@@ -111,7 +119,8 @@ Comparison Compare(const std::string& text, int degree, bool split) {
   }
   const int64_t n = kBatch * kSample.numel();
   const std::vector<float> x = Random(n, &rng), dy = Random(n, &rng);
-  c.whole = RunPass(*c.whole_layer, whole_params, x, dy, split, nullptr);
+  c.whole = RunPass(*c.whole_layer, whole_params, x, dy, split, nullptr,
+                    recompute);
   auto hub = std::make_shared<InMemoryHub>(degree);
   std::vector<int> ranks(degree);
   for (int r = 0; r < degree; ++r) ranks[r] = r;
@@ -133,7 +142,7 @@ Comparison Compare(const std::string& text, int degree, bool split) {
                                       c.whole_layer->Params()[i].shape,
                                       split_i, {r, degree}));
       }
-      c.members[r] = RunPass(layer, shards, x, dy, split, &tp);
+      c.members[r] = RunPass(layer, shards, x, dy, split, &tp, recompute);
     });
   }
   for (auto& t : threads) t.join();
@@ -180,6 +189,39 @@ TEST(TensorParallelTest, AttentionMembersComputeTheWholeAttention) {
     SCOPED_TRACE(testing::Message() << "degree " << degree);
     ExpectMembersMatchTheWholeLayer(Compare(kAttention, degree, false));
   }
+}
+
+// The whole layer in each recomputation mode: the same bits as none, and
+// less kept (full: the input only).
+TEST(RecomputeTest, EveryModeGivesTheSameBitsKeepingLess) {
+  for (const char* text : {kBlock, kAttention}) {
+    for (bool split : {false, true}) {
+      SCOPED_TRACE(testing::Message() << text << " split " << split);
+      const Comparison none = Compare(text, 1, split, Recompute::kNone);
+      const Comparison selective = Compare(text, 1, split, Recompute::kSelective);
+      const Comparison full = Compare(text, 1, split, Recompute::kFull);
+      for (const Comparison* c : {&selective, &full}) {
+        EXPECT_EQ(c->whole.y, none.whole.y);
+        EXPECT_EQ(c->whole.dx, none.whole.dx);
+        EXPECT_EQ(c->whole.grads, none.whole.grads);
+      }
+      EXPECT_LT(selective.whole.kept_bytes, none.whole.kept_bytes);
+      // The attention weights: 3 samples x 4 heads x 6 x 6 floats.
+      EXPECT_EQ(none.whole.kept_bytes - selective.whole.kept_bytes,
+                3u * 4 * 6 * 6 * 4);
+      EXPECT_EQ(full.whole.kept_bytes, 3u * 6 * 16 * 4);
+    }
+  }
+}
+
+// Full recomputation inside a tensor-parallel block reruns its sums in
+// backward, in the same order on every member.
+TEST(RecomputeTest, FullRecomputationOfATensorParallelBlock) {
+  const Comparison c = Compare(kBlock, 2, true, Recompute::kFull);
+  ExpectMembersMatchTheWholeLayer(c);
+  const Comparison plain = Compare(kBlock, 2, true, Recompute::kNone);
+  EXPECT_EQ(c.members[0].grads, plain.members[0].grads);
+  EXPECT_EQ(c.members[1].dx, plain.members[1].dx);
 }
 
 TEST(TensorParallelTest, ShardsAreThePartsOfTheWholeLayersParameters) {

@@ -226,9 +226,15 @@ class Attention {
                        const PassContext& ctx, Tensor* out,
                        AttentionSaved* saved) const;
 
+  // The causal softmax of q k^T / sqrt(hd) per head, from qkv: the
+  // attention weights before dropout, [B, H/t, T, T].
+  absl::StatusOr<Tensor> Probabilities(Device& dev, const Tensor& qkv) const;
+
   // From dy (left unchanged), dh (allocated and written when not null) and
   // the parameter gradients (written, or added to when accumulating; the
-  // projections' left in `deferred` when it is not null).
+  // projections' left in `deferred` when it is not null). Recomputes the
+  // attention weights when `saved.probs` is undefined (selective
+  // recomputation).
   absl::Status Backward(Device& dev, const AttentionTensors& w,
                         const AttentionSaved& saved, const Tensor& h,
                         const Tensor& dy, const PassContext& ctx, Tensor* dh,
@@ -302,13 +308,7 @@ absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
                    dev.Allocate(Shape({batch, len, 3 * inner_}), DType::kF32));
   LinearForward(dev, h.f32(), rows, dim_, 3 * inner_, *w.attn_w, w.attn_b,
                 saved->qkv.f32());
-  // S = q k^T per head, then P = causal softmax of S / sqrt(hd).
-  ASSIGN_OR_RETURN(saved->probs,
-                   dev.Allocate(Shape({batch, local_heads_, len, len}),
-                                DType::kF32));
-  PerHeadGemm(dev, local_heads_, batch, false, true, len, len, head_dim_,
-              Qkv(saved->qkv, 0), Qkv(saved->qkv, 1), Scores(saved->probs));
-  dev.CausalSoftmax(saved->probs.f32(), batch * local_heads_, len, scale_);
+  ASSIGN_OR_RETURN(saved->probs, Probabilities(dev, saved->qkv));
   Tensor weights = saved->probs;
   if (dropout_.active(ctx)) {
     ASSIGN_OR_RETURN(weights, dev.Allocate(saved->probs.shape(), DType::kF32));
@@ -335,14 +335,31 @@ absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
   return absl::OkStatus();
 }
 
+absl::StatusOr<Tensor> Attention::Probabilities(Device& dev,
+                                                const Tensor& qkv) const {
+  const int64_t batch = qkv.shape()[0], len = qkv.shape()[1];
+  // S = q k^T per head, then P = causal softmax of S / sqrt(hd).
+  ASSIGN_OR_RETURN(Tensor probs,
+                   dev.Allocate(Shape({batch, local_heads_, len, len}),
+                                DType::kF32));
+  PerHeadGemm(dev, local_heads_, batch, false, true, len, len, head_dim_,
+              Qkv(qkv, 0), Qkv(qkv, 1), Scores(probs));
+  dev.CausalSoftmax(probs.f32(), batch * local_heads_, len, scale_);
+  return probs;
+}
+
 absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
-                                 const AttentionSaved& saved, const Tensor& h,
+                                 const AttentionSaved& kept, const Tensor& h,
                                  const Tensor& dy, const PassContext& ctx,
                                  Tensor* dh, const AttentionTensors& grads,
                                  bool accumulate,
                                  DeferredGrads* deferred) const {
   const int64_t batch = h.shape()[0], len = h.shape()[1];
   const int64_t rows = batch * len;
+  AttentionSaved saved = kept;
+  if (!saved.probs.defined()) {
+    ASSIGN_OR_RETURN(saved.probs, Probabilities(dev, saved.qkv));
+  }
   Tensor dout = dy;
   if (dropout_.active(ctx)) {
     ASSIGN_OR_RETURN(dout, dev.Allocate(dy.shape(), DType::kF32));
@@ -403,6 +420,18 @@ void Attention::HeadsBackward(Device& dev, const AttentionSaved& saved,
 // absent one (slot -1: a bias the layer does not have).
 const Tensor* At(absl::Span<const Tensor> tensors, int slot) {
   return slot < 0 ? nullptr : &tensors[slot];
+}
+
+// Full recomputation: the layer's forward again from the input `cache`
+// kept, into `redone` (nothing to do unless the forward kept only that).
+absl::Status Redo(const Layer& layer, Device& dev,
+                  absl::Span<const Tensor> params, const LayerCache& cache,
+                  const PassContext& ctx, LayerCache* redone) {
+  if (cache.recompute != Recompute::kFull) return absl::OkStatus();
+  PassContext again = ctx;
+  again.recompute = Recompute::kNone;
+  Tensor y;
+  return layer.Forward(dev, params, cache.tensors[0], again, &y, redone);
 }
 
 // ---------------------------------------------------------- TokenEmbedding
@@ -574,8 +603,18 @@ class CausalSelfAttentionLayer final : public Layer {
     AttentionSaved saved;
     RETURN_IF_ERROR(
         attention_.Forward(dev, Tensors(params), x, ctx, y, &saved));
-    if (ctx.training) {
-      cache->tensors = {x, saved.qkv, saved.probs, saved.merged};
+    if (!ctx.training) return absl::OkStatus();
+    cache->recompute = ctx.recompute;
+    switch (ctx.recompute) {
+      case Recompute::kFull:
+        cache->tensors = {x};
+        break;
+      case Recompute::kSelective:
+        cache->tensors = {x, saved.qkv, Tensor(), saved.merged};
+        break;
+      case Recompute::kNone:
+        cache->tensors = {x, saved.qkv, saved.probs, saved.merged};
+        break;
     }
     return absl::OkStatus();
   }
@@ -594,7 +633,10 @@ class CausalSelfAttentionLayer final : public Layer {
                              const PassContext& ctx, Tensor* dx,
                              absl::Span<const Tensor> grads, bool accumulate,
                              DeferredGrads* deferred) const override {
-    const std::vector<Tensor>& c = cache.tensors;
+    LayerCache redone;
+    RETURN_IF_ERROR(Redo(*this, dev, params, cache, ctx, &redone));
+    const std::vector<Tensor>& c =
+        cache.recompute == Recompute::kFull ? redone.tensors : cache.tensors;
     const AttentionSaved saved{c[1], c[2], c[3]};
     return attention_.Backward(dev, Tensors(params), saved, c[0], dy, ctx, dx,
                                Tensors(grads), accumulate, deferred);
@@ -802,8 +844,18 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
   }
   dev.Axpby(n, 1.0f, x2.f32(), 1.0f, y->f32());
   // The GELU output is recomputed from f in backward, too.
-  if (ctx.training) {
-    cache->tensors = {x, x2, saved.qkv, saved.probs, saved.merged, f};
+  if (!ctx.training) return absl::OkStatus();
+  cache->recompute = ctx.recompute;
+  switch (ctx.recompute) {
+    case Recompute::kFull:
+      cache->tensors = {x};
+      break;
+    case Recompute::kSelective:
+      cache->tensors = {x, x2, saved.qkv, Tensor(), saved.merged, f};
+      break;
+    case Recompute::kNone:
+      cache->tensors = {x, x2, saved.qkv, saved.probs, saved.merged, f};
+      break;
   }
   return absl::OkStatus();
 }
@@ -857,7 +909,10 @@ absl::Status TransformerBlockLayer::BackwardInput(
     const Tensor& dy, const PassContext& ctx, Tensor* dx,
     absl::Span<const Tensor> grads, bool accumulate,
     DeferredGrads* deferred) const {
-  const std::vector<Tensor>& c = cache.tensors;
+  LayerCache redone;
+  RETURN_IF_ERROR(Redo(*this, dev, params, cache, ctx, &redone));
+  const std::vector<Tensor>& c =
+      cache.recompute == Recompute::kFull ? redone.tensors : cache.tensors;
   const Tensor& x = c[0];
   const Tensor& x2 = c[1];
   const AttentionSaved saved{c[2], c[3], c[4]};
