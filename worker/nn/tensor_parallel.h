@@ -7,11 +7,14 @@
 #ifndef AQUEDUCT_WORKER_NN_TENSOR_PARALLEL_H_
 #define AQUEDUCT_WORKER_NN_TENSOR_PARALLEL_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "common/comm/process_group.h"
+#include "common/safetensors.h"
 #include "worker/nn/layer.h"
+#include "worker/nn/model.h"
 
 namespace aqueduct {
 
@@ -30,6 +33,31 @@ class ProcessGroupTensorParallel final : public TensorParallelGroup {
   absl::Duration timeout_;
   std::vector<float> staging_;
 };
+
+// Files of whole tensors and a tensor-parallel member's parts: weights,
+// checkpoints and exported models hold whole tensors under today's names,
+// so that they load at any degree.
+//
+// How the file tensor `name` ("layers.<i>.<param>", or an optimizer's
+// "layers.<i>.<param>.<state>") is split in `model` (whole or a member's:
+// the split does not depend on the degree); dim -1 for a tensor that is
+// not split or not the model's.
+ParamSplit SplitOfTensor(const Model& model, const std::string& name);
+
+// Member `shard.rank`'s part of each split tensor of a file of whole ones
+// (the rest, and the metadata, as they are). INVALID_ARGUMENT naming a
+// tensor the degree does not divide.
+absl::StatusOr<SafetensorsFile> ShardFile(const SafetensorsFile& whole,
+                                          const Model& model,
+                                          const TensorShard& shard);
+
+// The whole file from every member's part: each split tensor gathered over
+// `group` (members call this with files of the same names and shapes, in
+// the same order of calls). The group's errors, labelled.
+absl::StatusOr<SafetensorsFile> GatherWholeFile(const SafetensorsFile& part,
+                                                const Model& model,
+                                                ProcessGroup& group,
+                                                absl::Time deadline);
 
 }  // namespace aqueduct
 

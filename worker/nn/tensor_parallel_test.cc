@@ -8,6 +8,7 @@
 // gives the same bits as none while keeping less, whole and split.
 #include "worker/nn/tensor_parallel.h"
 
+#include <cstring>
 #include <functional>
 #include <random>
 #include <thread>
@@ -306,6 +307,68 @@ TEST(TensorParallelTest, ErrorsNameTheProblem) {
                              "runs in none"),
             std::string::npos)
       << s;
+}
+
+// A file of whole tensors (weights, optimizer state, a stranger) split for
+// 2 members and gathered back over their group: the same file.
+TEST(TensorParallelFileTest, ShardThenGatherGivesTheWholeFileBack) {
+  ModelSpec spec;
+  *spec.add_layers() = ParseLayer(kBlock);
+  auto model = Model::Build(spec, kSample, 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::mt19937 rng(3);
+  SafetensorsFile whole;
+  whole.metadata["version"] = "4";
+  auto add = [&](const std::string& name, Shape shape) {
+    HostTensor t;
+    t.shape = shape;
+    const std::vector<float> v = Random(shape.numel(), &rng);
+    t.data.resize(v.size() * 4);
+    std::memcpy(t.data.data(), v.data(), t.data.size());
+    whole.tensors[name] = t;
+  };
+  add("layers.0.attn.c_attn.weight", Shape({48, 16}));
+  add("layers.0.attn.c_attn.weight.exp_avg", Shape({48, 16}));
+  add("layers.0.mlp.c_proj.weight", Shape({16, 32}));
+  add("layers.0.mlp.c_proj.bias", Shape({16}));
+  add("layers.0.ln_1.weight", Shape({16}));
+  add("unrelated", Shape({5}));
+  EXPECT_EQ(SplitOfTensor(**model, "layers.0.attn.c_attn.weight.exp_avg").dim,
+            0);
+  EXPECT_EQ(SplitOfTensor(**model, "layers.0.mlp.c_proj.weight").dim, 1);
+  EXPECT_EQ(SplitOfTensor(**model, "layers.0.ln_1.weight").dim, -1);
+  EXPECT_EQ(SplitOfTensor(**model, "layers.7.ln_1.weight").dim, -1);
+  auto hub = std::make_shared<InMemoryHub>(2);
+  std::vector<SafetensorsFile> back(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      InMemoryCommunicator comm(hub, r);
+      auto group = ProcessGroup::Make(&comm, {0, 1}, 0, "tensor group");
+      ASSERT_TRUE(group.ok());
+      auto part = ShardFile(whole, **model, {r, 2});
+      ASSERT_TRUE(part.ok()) << part.status();
+      EXPECT_EQ(part->tensors["layers.0.attn.c_attn.weight"].shape,
+                Shape({24, 16}));
+      EXPECT_EQ(part->tensors["layers.0.mlp.c_proj.weight"].shape,
+                Shape({16, 16}));
+      auto gathered = GatherWholeFile(*part, **model, **group,
+                                      absl::Now() + absl::Seconds(20));
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      back[r] = *std::move(gathered);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(back[r].metadata, whole.metadata);
+    ASSERT_EQ(back[r].tensors.size(), whole.tensors.size());
+    for (const auto& [name, t] : whole.tensors) {
+      EXPECT_EQ(back[r].tensors[name].shape, t.shape) << name;
+      EXPECT_EQ(back[r].tensors[name].data, t.data) << name;
+    }
+  }
+  auto bad = ShardFile(whole, **model, {0, 3});
+  EXPECT_FALSE(bad.ok());
 }
 
 }  // namespace
