@@ -57,8 +57,12 @@ TEST(RankMeshTest, GroupsPartitionTheRanksAlongEveryAxis) {
           if (axis != MeshAxis::kPipeline) {
             EXPECT_EQ(c.pipeline, first.pipeline);
           }
-          if (axis != MeshAxis::kData) EXPECT_EQ(c.data, first.data);
-          if (axis != MeshAxis::kTensor) EXPECT_EQ(c.tensor, first.tensor);
+          if (axis != MeshAxis::kData) {
+            EXPECT_EQ(c.data, first.data);
+          }
+          if (axis != MeshAxis::kTensor) {
+            EXPECT_EQ(c.tensor, first.tensor);
+          }
         }
       }
       EXPECT_EQ(static_cast<int>(covered.size()), mesh.size());

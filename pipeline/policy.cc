@@ -325,6 +325,14 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
         "pipeline.microbatches=", p.microbatches(), " must not be negative"));
   }
   policy.microbatches = p.microbatches();
+  if (p.tensor_parallel() < 0 || p.tensor_parallel() > kMaxTensorParallel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.tensor_parallel=", p.tensor_parallel(), " must be in [1, ",
+        kMaxTensorParallel, "] (0: 1)"));
+  }
+  policy.tensor_parallel = p.tensor_parallel();
+  ASSIGN_OR_RETURN(policy.recompute,
+                   ParseRecompute(p.recompute(), "pipeline.recompute"));
   RETURN_IF_ERROR(ApplyProgram(p, &policy));
   if (policy.schedule != v1::SCHEDULE_CUSTOM) {
     ASSIGN_OR_RETURN(policy.chunks, ChunksOf(p, policy.schedule));

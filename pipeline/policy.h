@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pipeline/ir/action.h"
+#include "pipeline/recompute.h"
 #include "proto/types.h"
 
 namespace aqueduct {
@@ -71,6 +72,9 @@ bool HoldsChunks(Schedule schedule);
 
 // The most chunks per worker.
 inline constexpr int kMaxChunks = 64;
+// The largest tensor-parallel degree (a group's ring has at most this many
+// steps per phase; Megatron keeps it within a node, 8 GPUs).
+inline constexpr int kMaxTensorParallel = 64;
 
 // A job's pipeline section with every default applied.
 struct PipelinePolicy {
@@ -96,6 +100,9 @@ struct PipelinePolicy {
   int chunks = 1;
   // A custom program's chunks sit in a V (rank r: r and 2p-1-r).
   bool v_placement = false;
+  // pipeline.tensor_parallel (0: unset) and pipeline.recompute.
+  int tensor_parallel = 0;
+  Recompute recompute = Recompute::kNone;
 };
 
 // The longest schedule program a spec may carry.

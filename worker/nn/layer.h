@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "common/device/device.h"
 #include "common/tensor.h"
+#include "pipeline/recompute.h"
 #include "proto/types.h"
 
 namespace aqueduct {
@@ -63,15 +64,6 @@ class TensorParallelGroup {
   virtual absl::Status AllReduce(Device& device, const Tensor& t) = 0;
 };
 
-// Activation recomputation (Megatron-LM's): what a transformer layer keeps
-// from its forward for its backward. kNone: everything its backward reads.
-// kSelective: not the attention weights ([B, H, T, T], the largest part at
-// long contexts); backward recomputes them from q and k. kFull: only the
-// layer's input; backward reruns the forward first. The gradients are the
-// same bits in every mode (the same kernels on the same inputs, the same
-// dropout masks); layers other than the transformer's keep what they keep.
-enum class Recompute { kNone = 0, kSelective = 1, kFull = 2 };
-
 // What a forward or backward pass is for.
 struct PassContext {
   // Training (dropout active, tensors saved for backward) or evaluation.
@@ -85,7 +77,9 @@ struct PassContext {
   // The tensor-parallel group of a layer built with a shard of degree > 1
   // (not owned; null for whole layers).
   TensorParallelGroup* tensor = nullptr;
-  // What a training forward keeps for backward (the stage's choice).
+  // What a training forward keeps for backward (the stage's choice;
+  // pipeline/recompute.h). Layers other than the transformer's keep what
+  // they keep.
   Recompute recompute = Recompute::kNone;
 };
 

@@ -33,6 +33,18 @@ absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
     layout.ranks.emplace_back(st.worker_ranks().begin(),
                               st.worker_ranks().end());
     layout.warmup_depth.push_back(st.warmup_depth());
+    const int t = std::max(1, st.tensor_parallel());
+    if (st.worker_ranks_size() % t != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan stage ", s, " names ", st.worker_ranks_size(),
+          " worker ranks, not a multiple of its tensor-parallel degree ", t));
+    }
+    layout.tensor.push_back(t);
+    ASSIGN_OR_RETURN(
+        Recompute mode,
+        ParseRecompute(st.recompute(), absl::StrCat("plan stage ", s,
+                                                    " recompute")));
+    layout.recompute.push_back(mode);
     expected = st.end_layer();
   }
   if (expected != num_layers) {
@@ -42,6 +54,18 @@ absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
   }
   layout.layer_begin.push_back(num_layers);
   return layout;
+}
+
+std::vector<int> PipelineLayout::DataGroup(int s, int k) const {
+  std::vector<int> group;
+  for (int d = 0; d < Replicas(s); ++d) group.push_back(RankAt(s, d, k));
+  return group;
+}
+
+std::vector<int> PipelineLayout::TensorGroup(int s, int d) const {
+  std::vector<int> group;
+  for (int k = 0; k < TensorDegree(s); ++k) group.push_back(RankAt(s, d, k));
+  return group;
 }
 
 ir::Layout PipelineLayout::ChunkLayout() const {
@@ -75,10 +99,12 @@ absl::Status CheckChunks(const PipelineLayout& layout) {
   }
   for (int s = 0; s < layout.num_stages(); ++s) {
     const int first = l.StagesOf(l.RankOf(s)).front();
-    if (layout.ranks[s] != layout.ranks[first]) {
+    if (layout.ranks[s] != layout.ranks[first] ||
+        layout.TensorDegree(s) != layout.TensorDegree(first)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "plan stage ", s, " is a chunk of pipeline position ", l.RankOf(s),
-          " and must sit on the ranks of stage ", first));
+          " and must sit on the ranks (and tensor groups) of stage ",
+          first));
     }
   }
   return absl::OkStatus();
@@ -94,9 +120,12 @@ absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
   }
   const std::vector<int>& ranks = layout.ranks[stages[0]];
   ProgramConfig c;
-  c.replicas = static_cast<int>(ranks.size());
-  const int replica = static_cast<int>(
-      std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  c.replicas = layout.Replicas(stages[0]);
+  // The members of a tensor group run their replica's list.
+  const int replica = static_cast<int>(std::find(ranks.begin(), ranks.end(),
+                                                 rank) -
+                                       ranks.begin()) /
+                      layout.TensorDegree(stages[0]);
   for (int j = 0; j < layout.microbatches; ++j) {
     if (ReplicaFor(j, c.replicas) == replica) c.mine.push_back(j);
   }
@@ -117,7 +146,7 @@ absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
 }
 
 int64_t JobLayout::loss_samples_per_minibatch() const {
-  const int replicas = static_cast<int>(pipeline.ranks.back().size());
+  const int replicas = pipeline.Replicas(pipeline.num_stages() - 1);
   const int micro = pipeline.microbatches;
   int mine = 0;
   for (int j = 0; j < micro; ++j) mine += ReplicaFor(j, replicas) == replica;
@@ -127,7 +156,9 @@ int64_t JobLayout::loss_samples_per_minibatch() const {
 absl::Status CheckAssignment(const StageAssignment& a) {
   if (a.job_id().empty() || a.stage() < 0 ||
       a.stage() >= a.plan().stages_size() || a.replica() < 0 ||
-      a.replica() >= a.plan().stages(a.stage()).replicas()) {
+      a.replica() >= a.plan().stages(a.stage()).replicas() *
+                         std::max(1, a.plan().stages(a.stage())
+                                         .tensor_parallel())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment of stage ", a.stage(), " replica ", a.replica(),
         " does not fit its plan of ", a.plan().stages_size(), " stage(s)"));
@@ -136,7 +167,8 @@ absl::Status CheckAssignment(const StageAssignment& a) {
 }
 
 bool RunsLocally(const PartitionPlan& plan) {
-  return plan.stages_size() == 1 && plan.stages(0).replicas() == 1;
+  return plan.stages_size() == 1 && plan.stages(0).replicas() == 1 &&
+         plan.stages(0).tensor_parallel() <= 1;
 }
 
 absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
@@ -191,7 +223,9 @@ absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
                      " worker rank(s); this worker is replica ", a.replica()));
   }
   layout.stage = a.stage();
-  layout.replica = a.replica();
+  const int t = layout.pipeline.TensorDegree(a.stage());
+  layout.replica = a.replica() / t;
+  layout.member = a.replica() % t;
   layout.rank = a.rank();
   layout.world_size = a.world_size();
   layout.layer_begin = layout.pipeline.layer_begin[a.stage()];

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "pipeline/ir/action.h"
 #include "pipeline/policy.h"
+#include "pipeline/recompute.h"
 #include "pipeline/schedule.h"
 #include "proto/service_types.h"
 #include "proto/types.h"
@@ -27,8 +28,13 @@ struct PipelineLayout {
   Schedule policy = v1::SCHEDULE_1F1B_STASHED;
   // Stage s runs layers [layer_begin[s], layer_begin[s + 1]).
   std::vector<int> layer_begin;
-  // Ranks of each stage's replicas.
+  // Ranks of each stage's workers: its replicas' tensor groups,
+  // replica-major (ranks[s][d * t + k]: member k of replica d).
   std::vector<std::vector<int>> ranks;
+  // Tensor-parallel degree of each stage (empty: 1 everywhere).
+  std::vector<int> tensor;
+  // Activation recomputation of each stage (empty: none).
+  std::vector<Recompute> recompute;
   // Warm-up depth of each stage.
   std::vector<int> warmup_depth;
   int64_t num_minibatches = 0;
@@ -45,6 +51,22 @@ struct PipelineLayout {
   std::shared_ptr<const ir::Program> program;
 
   int num_stages() const { return static_cast<int>(ranks.size()); }
+  int TensorDegree(int s) const { return tensor.empty() ? 1 : tensor[s]; }
+  // Data-parallel replicas of stage s.
+  int Replicas(int s) const {
+    return static_cast<int>(ranks[s].size()) / TensorDegree(s);
+  }
+  Recompute RecomputeOf(int s) const {
+    return recompute.empty() ? Recompute::kNone : recompute[s];
+  }
+  // Member k of replica d of stage s.
+  int RankAt(int s, int d, int k) const {
+    return ranks[s][d * TensorDegree(s) + k];
+  }
+  // The ranks of member k of every replica of stage s (its data-parallel
+  // group), and of every member of replica d (its tensor group).
+  std::vector<int> DataGroup(int s, int k) const;
+  std::vector<int> TensorGroup(int s, int d) const;
   // Where the stages sit among the pipeline positions.
   ir::Layout ChunkLayout() const;
   // The stages `rank` holds, in increasing order (one but for chunks).
@@ -76,7 +98,10 @@ struct JobLayout {
   PipelineLayout pipeline;
   PipelinePolicy policy;
   int stage = 0;  // The first of `stages`.
+  // Data-parallel replica, and member of that replica's tensor group (the
+  // assignment's replica is d * t + k).
   int replica = 0;
+  int member = 0;
   int rank = 0;
   int world_size = 1;
   // Every stage this worker holds, in order (several chunks: interleaved

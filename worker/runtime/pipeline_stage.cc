@@ -55,14 +55,15 @@ uint64_t GradientTag(int64_t minibatch, int microbatch) {
 
 PipelineStage::PipelineStage(const Model* model, const JobSpec& spec,
                              const PipelineLayout& layout, int stage,
-                             int replica, Device* device, Communicator* comm,
+                             int slot, Device* device, Communicator* comm,
                              const Dataset* train, ParameterSet params,
                              Options options)
     : model_(model),
       spec_(spec),
       layout_(layout),
       stage_(stage),
-      replica_(replica),
+      replica_(slot / layout.TensorDegree(stage)),
+      member_(slot % layout.TensorDegree(stage)),
       device_(device),
       comm_(comm),
       train_(train),
@@ -79,8 +80,28 @@ int PipelineStage::MicroRows() const {
 }
 
 int PipelineStage::PeerRank(int stage, int microbatch) const {
-  const auto& ranks = layout_.ranks[stage];
-  return ranks[ReplicaFor(microbatch, static_cast<int>(ranks.size()))];
+  const int d = ReplicaFor(microbatch, layout_.Replicas(stage));
+  return layout_.RankAt(stage, d, member_ % layout_.TensorDegree(stage));
+}
+
+// Member k' of the other stage's group receives from member k' % t here.
+std::vector<int> PipelineStage::SendPeers(int stage, int microbatch) const {
+  const int d = ReplicaFor(microbatch, layout_.Replicas(stage));
+  std::vector<int> peers;
+  for (int k = member_; k < layout_.TensorDegree(stage); k += Degree()) {
+    peers.push_back(layout_.RankAt(stage, d, k));
+  }
+  return peers;
+}
+
+PassContext PipelineStage::TrainingPass(int64_t m, int j) const {
+  PassContext ctx;
+  ctx.training = true;
+  ctx.minibatch = static_cast<uint64_t>(m);
+  ctx.sample_offset = static_cast<uint64_t>(j) * MicroRows();
+  ctx.tensor = tensor_.get();
+  ctx.recompute = layout_.RecomputeOf(stage_);
+  return ctx;
 }
 
 // The stash rules count minibatches and versions from the start of this run
@@ -109,12 +130,36 @@ absl::Status PipelineStage::BuildOps(std::vector<Op>* ops) {
   config.stage = stage_;
   config.num_stages = layout_.num_stages();
   config.replica = replica_;
-  config.replicas = static_cast<int>(layout_.ranks[stage_].size());
+  config.replicas = layout_.Replicas(stage_);
   config.warmup_depth = layout_.warmup_depth[stage_];
   config.num_minibatches = layout_.num_minibatches - first_;
   config.microbatches = layout_.microbatches;
   ASSIGN_OR_RETURN(*ops, BuildSchedule(config));
   for (Op& op : *ops) op.minibatch += first_;
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::PrepareTensorGroup() {
+  const TensorShard& shard = model_->shard();
+  if (shard.degree != Degree() || shard.rank != member_) {
+    return absl::InternalError(absl::StrCat(
+        Who(), " is member ", member_, " of a tensor group of ", Degree(),
+        " but its model was built as member ", shard.rank, " of ",
+        shard.degree));
+  }
+  if (Degree() == 1) return absl::OkStatus();
+  ProcessGroup* group = options_.tensor_group;
+  if (group == nullptr || group->size() != Degree() ||
+      group->rank() != member_) {
+    return absl::InternalError(absl::StrCat(
+        Who(), " is member ", member_, " of a tensor group of ", Degree(),
+        " but was given ",
+        group == nullptr ? std::string("no group")
+                         : absl::StrCat("member ", group->rank(), " of ",
+                                        group->size())));
+  }
+  tensor_ = std::make_unique<ProcessGroupTensorParallel>(group,
+                                                         options_.timeout);
   return absl::OkStatus();
 }
 
@@ -133,6 +178,7 @@ absl::Status PipelineStage::Prepare() {
   ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec_));
   pipemare_warmup_ = policy.pipemare_warmup_steps;
   RETURN_IF_ERROR(CheckTies());
+  RETURN_IF_ERROR(PrepareTensorGroup());
   if (stage_ == 0) {
     if (train_ == nullptr) {
       return absl::FailedPreconditionError("the input stage has no data");
@@ -146,9 +192,12 @@ absl::Status PipelineStage::Prepare() {
                    CreateOptimizer(spec_.optimizer(), latest_, device_,
                                    layout_.num_minibatches));
   if (options_.restore != nullptr) {
-    RETURN_IF_ERROR(Annotate(ImportTrainingState(*options_.restore, *device_,
-                                                 latest_, optimizer_.get()),
-                             "restoring the checkpoint"));
+    // Checkpoints hold whole tensors: this member takes its part.
+    ASSIGN_OR_RETURN(const SafetensorsFile part,
+                     ShardFile(*options_.restore, *model_, model_->shard()));
+    RETURN_IF_ERROR(Annotate(
+        ImportTrainingState(part, *device_, latest_, optimizer_.get()),
+        "restoring the checkpoint"));
     if (optimizer_->steps() != first_) {
       return absl::InvalidArgumentError(
           absl::StrCat("the checkpoint's optimizer made ", optimizer_->steps(),
@@ -350,8 +399,11 @@ absl::Status PipelineStage::Send(FrameKind kind, int64_t m, int j) {
   Outgoing out = std::move(it->second);
   outgoing_.erase(it);
   const int to = kind == FrameKind::kActivation ? stage_ + 1 : stage_ - 1;
-  return PostSend(PeerRank(to, j), out.info, out.data,
-                  out.labels.defined() ? &out.labels : nullptr);
+  for (int peer : SendPeers(to, j)) {
+    RETURN_IF_ERROR(PostSend(peer, out.info, out.data,
+                             out.labels.defined() ? &out.labels : nullptr));
+  }
+  return absl::OkStatus();
 }
 
 std::string PipelineStage::Who() const {
@@ -453,10 +505,7 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   ParameterSet range = *weights;  // Handles (shared buffers), not a copy.
   range.begin = begin;
   range.end = end;
-  PassContext ctx;
-  ctx.training = true;
-  ctx.minibatch = static_cast<uint64_t>(m);
-  ctx.sample_offset = static_cast<uint64_t>(j) * rows;
+  const PassContext ctx = TrainingPass(m, j);
   Tensor y;
   const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(ForwardRange(*model_, *device_, range, x, ctx, &y, &f.cache));
@@ -481,7 +530,10 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
     // Reported per sample (a sample's loss: the mean over its tokens), so
     // the minibatch's mean is the mean over every token.
     const double per_sample = static_cast<double>(f.labels.numel()) / rows;
-    if (options_.on_loss) options_.on_loss(m, sum / per_sample, rows);
+    // A tensor group's members compute the same loss: member 0 reports it.
+    if (options_.on_loss && member_ == 0) {
+      options_.on_loss(m, sum / per_sample, rows);
+    }
     f.dlogits = loss.dlogits;
   } else {
     FrameInfo info{FrameKind::kActivation, m, j, comm_->rank(), version};
@@ -494,7 +546,7 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   // The next minibatch with a forward to come: this one until the last of
   // its microbatches this replica runs (2BW's later microbatches use the
   // version the first did, which must stay kept).
-  const int replicas = static_cast<int>(layout_.ranks[stage_].size());
+  const int replicas = layout_.Replicas(stage_);
   const bool last = j + replicas >= layout_.microbatches;
   next_forward_ = std::max(next_forward_, last ? m + 1 : m);
   stats_.peak_in_flight =
@@ -507,7 +559,6 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
 }
 
 absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
-  const int rows = MicroRows();
   const int S = layout_.num_stages();
   const int begin = layout_.layer_begin[stage_];
   const int end = layout_.layer_begin[stage_ + 1];
@@ -536,10 +587,7 @@ absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
   ParameterSet grads = grads_;
   grads.begin = begin;
   grads.end = end;
-  PassContext ctx;
-  ctx.training = true;
-  ctx.minibatch = static_cast<uint64_t>(m);
-  ctx.sample_offset = static_cast<uint64_t>(j) * rows;
+  const PassContext ctx = TrainingPass(m, j);
   Tensor dx;
   bool accumulate = accumulated_ && SplitsMinibatches(layout_.policy);
   if (split) {
@@ -595,7 +643,7 @@ absl::Status PipelineStage::BackwardWeight(int64_t m, int j) {
 }
 
 absl::Status PipelineStage::AllReduce(int64_t m) {
-  const std::vector<int>& group = layout_.ranks[stage_];
+  const std::vector<int> group = layout_.DataGroup(stage_, member_);
   std::vector<float> flat(static_cast<size_t>(grads_.numel()));
   size_t offset = 0;
   for (const Tensor& g : grads_.tensors) {
@@ -647,8 +695,10 @@ absl::Status PipelineStage::CheckTies() const {
 // each other their gradient of the weight and both add the other's, so
 // both copies take the step of the sum. Replica r of one stage sends to
 // every replica q of the other with q % (this stage's replicas) == r, and
-// receives from replica r % (the other's replicas). Two stages of one rank
-// (ZB-V's first and last) hand theirs over in memory.
+// receives from replica r % (the other's replicas); likewise between the
+// members of their tensor groups (tied weights are whole on every member).
+// Two stages of one rank (ZB-V's first and last) hand theirs over in
+// memory.
 absl::Status PipelineStage::PostTiedGradients(int64_t m) {
   const auto ties = model_->ties();
   for (size_t t = 0; t < ties.size(); ++t) {
@@ -656,20 +706,21 @@ absl::Status PipelineStage::PostTiedGradients(int64_t m) {
     if (Holds(owner) == Holds(tied)) continue;  // Summed locally, or not ours.
     const int mine = Holds(owner) ? owner : tied;
     const int other = StageOf(Holds(owner) ? tied : owner);
-    const auto& peers = layout_.ranks[other];
-    const int replicas = static_cast<int>(layout_.ranks[stage_].size());
     const Tensor& g = WeightOf(*model_, grads_, mine);
     std::string out(g.nbytes(), '\0');
     RETURN_IF_ERROR(device_->CopyToHost(g, out.data()));
     RETURN_IF_ERROR(device_->Synchronize());
     const uint64_t tag = FrameTag(FrameKind::kTiedGradient, m,
                                   static_cast<int>(t), ChunkOfStage(stage_));
-    for (size_t q = 0; q < peers.size(); ++q) {
-      if (static_cast<int>(q) % replicas != replica_) continue;
-      if (peers[q] == comm_->rank()) {
-        local_->tied[tag] = out;
-      } else {
-        tied_sends_.push_back(comm_->SendExact(peers[q], tag, out));
+    for (int d = replica_; d < layout_.Replicas(other);
+         d += layout_.Replicas(stage_)) {
+      for (int k = member_; k < layout_.TensorDegree(other); k += Degree()) {
+        const int peer = layout_.RankAt(other, d, k);
+        if (peer == comm_->rank()) {
+          local_->tied[tag] = out;
+        } else {
+          tied_sends_.push_back(comm_->SendExact(peer, tag, out));
+        }
       }
     }
   }
@@ -684,11 +735,12 @@ absl::Status PipelineStage::FinishTiedGradients(int64_t m) {
     if (Holds(owner) == Holds(tied)) continue;
     const int mine = Holds(owner) ? owner : tied;
     const int other = StageOf(Holds(owner) ? tied : owner);
-    const auto& peers = layout_.ranks[other];
     const Tensor& g = WeightOf(*model_, grads_, mine);
     const uint64_t tag = FrameTag(FrameKind::kTiedGradient, m,
                                   static_cast<int>(t), ChunkOfStage(other));
-    const int from = peers[replica_ % static_cast<int>(peers.size())];
+    const int from =
+        layout_.RankAt(other, replica_ % layout_.Replicas(other),
+                       member_ % layout_.TensorDegree(other));
     std::string in;
     if (from == comm_->rank()) {
       auto it = local_->tied.find(tag);
@@ -743,6 +795,8 @@ absl::Status PipelineStage::Step(int64_t m) {
   stats_.committed_version = version_;
   RETURN_IF_ERROR(Checkpoint());
   const int64_t every = options_.eval_every;
+  // Every member of replica 0's tensor group: each sends the evaluator its
+  // part.
   if (every > 0 && version_ % every == 0 && replica_ == 0 &&
       version_ < layout_.num_minibatches && options_.on_eval) {
     return options_.on_eval(version_, latest_);
@@ -751,12 +805,23 @@ absl::Status PipelineStage::Step(int64_t m) {
 }
 
 absl::Status PipelineStage::Checkpoint() {
-  if (!options_.on_checkpoint || replica_ != 0 ||
+  if (replica_ != 0 ||
       !CheckpointDue(version_, layout_.num_minibatches,
                      options_.checkpoint_every, options_.checkpoint_at)) {
     return absl::OkStatus();
   }
-  return options_.on_checkpoint(version_, latest_, *optimizer_);
+  if (Degree() == 1) {
+    if (!options_.on_checkpoint) return absl::OkStatus();
+    return options_.on_checkpoint(version_, latest_, *optimizer_);
+  }
+  // Whole tensors, gathered by every member; member 0 hands them on.
+  ASSIGN_OR_RETURN(SafetensorsFile part,
+                   ExportTrainingState(*device_, latest_, *optimizer_, {}));
+  ASSIGN_OR_RETURN(SafetensorsFile whole,
+                   GatherWholeFile(part, *model_, *options_.tensor_group,
+                                   absl::Now() + options_.timeout));
+  if (member_ != 0 || !options_.on_checkpoint_file) return absl::OkStatus();
+  return options_.on_checkpoint_file(version_, std::move(whole));
 }
 
 }  // namespace aqueduct

@@ -41,6 +41,7 @@
 #include "worker/data/dataset.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
+#include "worker/nn/tensor_parallel.h"
 #include "worker/runtime/frame.h"
 #include "worker/runtime/layout.h"
 
@@ -108,12 +109,23 @@ class PipelineStage {
     int64_t eval_every = 0;
     std::function<absl::Status(int64_t version, const ParameterSet& params)>
         on_eval;
+    // A tensor-parallel stage (layout.TensorDegree > 1): its replica's
+    // tensor group, whose members run the same list in step; the model
+    // must be built as this member's shard. Its checkpoints are gathered
+    // into whole tensors over the group by every member of replica 0, and
+    // member 0 hands the whole training state to `on_checkpoint_file`
+    // (on_checkpoint is not called).
+    ProcessGroup* tensor_group = nullptr;
+    std::function<absl::Status(int64_t version, SafetensorsFile state)>
+        on_checkpoint_file;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's
   // layers; `train` the training data (read by the input stage only).
+  // `slot`: this worker's index among the stage's ranks (replica d, member
+  // k of its tensor group: d * t + k).
   PipelineStage(const Model* model, const JobSpec& spec,
-                const PipelineLayout& layout, int stage, int replica,
+                const PipelineLayout& layout, int stage, int slot,
                 Device* device, Communicator* comm, const Dataset* train,
                 ParameterSet params, Options options);
 
@@ -197,6 +209,9 @@ class PipelineStage {
   bool MustKeep(int64_t version) const;
   absl::Status BuildOps(std::vector<Op>* ops);
   absl::Status Prepare();
+  // The tensor group's collectives for the layers (degree > 1); INTERNAL
+  // when the model or the group is not this member's.
+  absl::Status PrepareTensorGroup();
   // Whether the stage that holds `stage`'s replica for microbatch j is on
   // this rank.
   bool Local(int stage, int microbatch) const;
@@ -204,12 +219,19 @@ class PipelineStage {
   int ChunkOfStage(int stage) const;
   absl::Status Checkpoint();
   int MicroRows() const;
+  // The rank of `stage` this one receives microbatch j's frames from (the
+  // member of the other stage's tensor group that matches this one), and
+  // the ranks it sends them to (every member of the other's group that
+  // receives from this one).
   int PeerRank(int stage, int microbatch) const;
+  std::vector<int> SendPeers(int stage, int microbatch) const;
+  int Degree() const { return layout_.TensorDegree(stage_); }
+  PassContext TrainingPass(int64_t m, int j) const;
 
   const Model* model_;
   const JobSpec spec_;
   const PipelineLayout layout_;
-  const int stage_, replica_;
+  const int stage_, replica_, member_;
   Device* device_;
   Communicator* comm_;
   const Dataset* train_;
@@ -253,6 +275,7 @@ class PipelineStage {
   std::map<std::pair<int, std::pair<int64_t, int>>, Outgoing> outgoing_;
   std::vector<std::unique_ptr<Work>> tied_sends_;
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
+  std::unique_ptr<TensorParallelGroup> tensor_;  // Degree > 1 only.
   StageStats stats_;
 };
 
