@@ -17,6 +17,7 @@
 #include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
+#include "coordinator/planner/tensor_groups.h"
 #include "coordinator/topology.h"
 #include "pipeline/failure.h"
 #include "pipeline/ir/action.h"
@@ -108,6 +109,13 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const std::vector<PlannerLevel>& levels,
                                      int64_t worker_memory = 0);
 
+// The plan of `workers` (tensor groups, when the stages are) over a
+// member's profile: the planner's cut, chunks folded onto the workers.
+absl::StatusOr<PartitionPlan> PlanGroups(
+    const JobSpec& spec, const PipelinePolicy& policy,
+    const ProfileGraph& profile, int workers,
+    const std::vector<PlannerLevel>& levels);
+
 // The most activations a worker of `plan` holds at once under its
 // decided schedule, in microbatches of its share (the simulator's peak);
 // 0 when it has no one-minibatch program.
@@ -189,19 +197,59 @@ absl::StatusOr<PartitionPlan> ChooseSchedule(
   return *std::move(best);
 }
 
+// A member's profile when the stages are tensor groups of `degree` (or
+// recompute): pipeline/tensor_groups.h.
+absl::StatusOr<ModelProfile> ProfileFor(const JobSpec& spec,
+                                        const PipelinePolicy& policy,
+                                        const ModelProfile& profile,
+                                        int degree) {
+  if (degree == 1 && policy.recompute == Recompute::kNone) return profile;
+  MemberCosts costs;
+  costs.degree = degree;
+  costs.recompute = policy.recompute;
+  costs.bandwidth_bytes_per_s = policy.bandwidth_bytes_per_s;
+  costs.batch_size = spec.batch_size();
+  return MemberProfile(spec.model(), profile, costs);
+}
+
 absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const ModelProfile& profile, int workers,
                                      const std::vector<PlannerLevel>& levels,
                                      int64_t worker_memory) {
-  auto graph = ProfileGraph::FromProto(profile);
-  if (!graph.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the profile is invalid: ", graph.status().message()));
-  }
   ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
   if (policy.schedule == v1::SCHEDULE_AUTO) {
     return ChooseSchedule(spec, profile, workers, levels, worker_memory);
   }
+  // Tensor groups: planned as workers / degree workers of a member's
+  // profile, then expanded.
+  const int degree = std::max(1, policy.tensor_parallel);
+  if (workers % degree != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pipeline.tensor_parallel=", degree, " does not divide the job's ",
+        workers, " workers"));
+  }
+  ASSIGN_OR_RETURN(const ModelProfile member,
+                   ProfileFor(spec, policy, profile, degree));
+  auto graph = ProfileGraph::FromProto(member);
+  if (!graph.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile is invalid: ", graph.status().message()));
+  }
+  ASSIGN_OR_RETURN(PartitionPlan plan,
+                   PlanGroups(spec, policy, *graph, workers / degree,
+                              degree > 1 ? std::vector<PlannerLevel>{}
+                                         : levels));
+  ExpandTensorGroups(degree, policy.recompute, &plan);
+  RETURN_IF_ERROR(
+      DecidePipeline(policy, spec, plan.workers_used() / degree, &plan));
+  return plan;
+}
+
+absl::StatusOr<PartitionPlan> PlanGroups(
+    const JobSpec& spec, const PipelinePolicy& policy,
+    const ProfileGraph& profile, int workers,
+    const std::vector<PlannerLevel>& levels) {
+  const ProfileGraph* graph = &profile;
   const int chunks = policy.chunks;
   auto request = RequestFor(spec, workers * chunks,
                             chunks > 1 ? std::vector<PlannerLevel>{} : levels);
@@ -225,7 +273,6 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
         absl::StrCat("planning failed: ", chunked, plan.status().message()));
   }
   if (chunks > 1) RETURN_IF_ERROR(FoldChunks(policy, workers, &*plan));
-  RETURN_IF_ERROR(DecidePipeline(policy, spec, plan->workers_used(), &*plan));
   return plan;
 }
 

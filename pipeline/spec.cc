@@ -416,6 +416,39 @@ absl::Status CheckTiesAndSchedule(const ModelSpec& model,
   return absl::OkStatus();
 }
 
+// Tensor groups: the degree divides the workers and every transformer
+// layer's heads and MLP width.
+absl::Status CheckTensorGroups(const ModelSpec& model,
+                               const PipelinePolicy& pipeline) {
+  const int t = std::max(1, pipeline.tensor_parallel);
+  if (t == 1) return absl::OkStatus();
+  if (pipeline.workers % t != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.tensor_parallel=", t, " does not divide "
+                     "pipeline.workers=", pipeline.workers));
+  }
+  for (int l = 0; l < model.layers_size(); ++l) {
+    const LayerSpec& layer = model.layers(l);
+    int64_t heads = 0, hidden = 0;
+    if (layer.has_transformer_block()) {
+      const auto& b = layer.transformer_block();
+      heads = b.heads();
+      hidden = b.has_mlp_hidden() ? b.mlp_hidden() : 4 * b.dim();
+    } else if (layer.has_causal_self_attention()) {
+      heads = layer.causal_self_attention().heads();
+    } else {
+      continue;
+    }
+    if (heads % t != 0 || hidden % t != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.tensor_parallel=", t, " does not divide model.layers[",
+          l, "]'s ", heads, " heads",
+          hidden > 0 ? absl::StrCat(" and ", hidden, " MLP units") : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The pipeline fields ResolvePipeline leaves unbounded above.
 absl::Status CheckPipelineLimits(const v1::PipelineSpec& p) {
   RETURN_IF_ERROR(
@@ -708,6 +741,7 @@ absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec,
                    InferModelShapes(spec.model(), summary.input));
   RETURN_IF_ERROR(CheckLogits(summary, spec.data(), spec.model()));
   RETURN_IF_ERROR(CheckTiesAndSchedule(spec.model(), summary.pipeline));
+  RETURN_IF_ERROR(CheckTensorGroups(spec.model(), summary.pipeline));
   RETURN_IF_ERROR(CheckMemory(spec, summary, memory));
   return summary;
 }

@@ -1,7 +1,9 @@
 #include "worker/runtime/evaluation.h"
 
+#include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -11,15 +13,28 @@ namespace aqueduct {
 
 namespace {
 
-// Tags of the weights messages: kWeightsTag + stage at the end, and
-// kEvalTag + (version << 12) + stage for a periodic evaluation (clear of
-// frame tags, which stay below 2^58 for any feasible minibatch count).
+// Tags of the weights messages: kWeightsTag + (member << 40) + stage at
+// the end, and kEvalTag + (member << 46) + (version << 12) + stage for a
+// periodic evaluation (member: of a tensor group, below kMaxTensorParallel
+// = 64; clear of frame tags, which stay below 2^58 for any feasible
+// minibatch count, and of group tags, from 2^60).
 constexpr uint64_t kWeightsTag = uint64_t{1} << 58;
 constexpr uint64_t kEvalTag = uint64_t{1} << 59;
 
-uint64_t EvalTag(int64_t version, int stage) {
-  return kEvalTag + (static_cast<uint64_t>(version) << 12) +
+uint64_t WeightsTag(int stage, int member) {
+  return kWeightsTag + (static_cast<uint64_t>(member) << 40) +
          static_cast<uint64_t>(stage);
+}
+
+uint64_t EvalTag(int64_t version, int stage, int member) {
+  return kEvalTag + (static_cast<uint64_t>(member) << 46) +
+         (static_cast<uint64_t>(version) << 12) + static_cast<uint64_t>(stage);
+}
+
+// The worker that gathers and evaluates: member 0 of the output stage's
+// replica 0.
+bool IsEvaluator(const JobLayout& layout) {
+  return layout.output_stage() && layout.member == 0;
 }
 
 // The parameters' bytes on the host, tensor after tensor.
@@ -36,45 +51,77 @@ absl::StatusOr<std::string> Flatten(Device& device,
   return out;
 }
 
-// Copies stage `s`'s flattened weights into its tensors of `full` (the
-// whole model's parameters).
-absl::Status Unflatten(const std::string& bytes, const PipelineLayout& layout,
-                       int s, Device& device, ParameterSet& full) {
-  const int first = full.offsets[layout.layer_begin[s]];
-  const int end = full.offsets[layout.layer_begin[s + 1]];
-  size_t offset = 0;
-  for (int i = first; i < end; ++i) {
-    const Tensor& t = full.tensors[i];
-    if (offset + t.nbytes() > bytes.size()) {
+// One tensor of `full` from every member's part of it, at `offset` in each
+// member's flattened weights (advanced past it).
+absl::Status UnflattenTensor(const std::vector<std::string>& parts,
+                             const Tensor& whole, const ParamSplit& split,
+                             int s, Device& device, size_t* offset) {
+  const int t = static_cast<int>(parts.size());
+  const bool split_here = t > 1 && split.dim >= 0;
+  const size_t bytes = split_here ? whole.nbytes() / t : whole.nbytes();
+  for (const std::string& part : parts) {
+    if (*offset + bytes > part.size()) {
       return absl::DataLossError(
-          absl::StrCat("the weights of stage ", s, " have ", bytes.size(),
+          absl::StrCat("the weights of stage ", s, " have ", part.size(),
                        " bytes, fewer than the model needs"));
     }
-    RETURN_IF_ERROR(device.CopyFromHost(bytes.data() + offset, t));
-    offset += t.nbytes();
+  }
+  if (!split_here) {
+    RETURN_IF_ERROR(device.CopyFromHost(parts[0].data() + *offset, whole));
+    *offset += bytes;
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<float>> shards(t);
+  for (int k = 0; k < t; ++k) {
+    shards[k].resize(bytes / sizeof(float));
+    std::memcpy(shards[k].data(), parts[k].data() + *offset, bytes);
+  }
+  *offset += bytes;
+  const std::vector<float> values =
+      WholeOfShards(shards, whole.shape(), split);
+  return device.CopyFromHost(values.data(), whole);
+}
+
+// Copies stage `s`'s flattened weights (one part per member of its tensor
+// group) into its tensors of `full` (the whole model's parameters).
+absl::Status Unflatten(const std::vector<std::string>& parts,
+                       const Model& model, const PipelineLayout& layout, int s,
+                       Device& device, ParameterSet& full) {
+  size_t offset = 0;
+  for (int l = layout.layer_begin[s]; l < layout.layer_begin[s + 1]; ++l) {
+    for (int i = full.offsets[l]; i < full.offsets[l + 1]; ++i) {
+      const ParamSplit split = model.layer(l).SplitOf(i - full.offsets[l]);
+      RETURN_IF_ERROR(UnflattenTensor(parts, full.tensors[i], split, s,
+                                      device, &offset));
+    }
   }
   return absl::OkStatus();
 }
 
 // The evaluator: every stage's weights (its own, and replica 0's of the
-// others) in one parameter set of the whole model.
+// others, each member's part of a tensor-parallel one) in one parameter set
+// of the whole model.
 absl::StatusOr<ParameterSet> GatherWeights(
-    const EvaluationInputs& in, std::function<uint64_t(int)> tag_of) {
+    const EvaluationInputs& in, std::function<uint64_t(int, int)> tag_of) {
   const PipelineLayout& layout = in.layout->pipeline;
   const int S = layout.num_stages();
   ASSIGN_OR_RETURN(
       ParameterSet full,
       InitParameters(*in.model, 0, in.model->num_layers(), in.device));
   for (int s = 0; s < S; ++s) {
-    std::string bytes;
-    auto mine = in.local.find(s);
-    if (mine != in.local.end()) {
-      ASSIGN_OR_RETURN(bytes, Flatten(*in.device, *mine->second));
-    } else {
-      ASSIGN_OR_RETURN(bytes, in.comm->Recv(layout.ranks[s][0], tag_of(s))
-                                  ->Wait(absl::Now() + in.timeout));
+    std::vector<std::string> parts(layout.TensorDegree(s));
+    for (int k = 0; k < layout.TensorDegree(s); ++k) {
+      auto mine = in.local.find(s);
+      if (k == 0 && mine != in.local.end()) {
+        ASSIGN_OR_RETURN(parts[k], Flatten(*in.device, *mine->second));
+      } else {
+        ASSIGN_OR_RETURN(parts[k],
+                         in.comm->Recv(layout.RankAt(s, 0, k), tag_of(s, k))
+                             ->Wait(absl::Now() + in.timeout));
+      }
     }
-    RETURN_IF_ERROR(Unflatten(bytes, layout, s, *in.device, full));
+    RETURN_IF_ERROR(
+        Unflatten(parts, *in.model, layout, s, *in.device, full));
   }
   return full;
 }
@@ -85,18 +132,18 @@ absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in) {
   const JobLayout& layout = *in.layout;
   EndOfJob end;
   if (layout.replica != 0) return end;
-  if (!layout.output_stage()) {
+  if (!IsEvaluator(layout)) {
     for (const auto& [stage, params] : in.local) {
       ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *params));
       RETURN_IF_ERROR(in.comm
-                          ->Send(layout.evaluator_rank(), kWeightsTag + stage,
+                          ->Send(layout.evaluator_rank(),
+                                 WeightsTag(stage, layout.member),
                                  std::move(flat))
                           ->Wait(absl::Now() + in.timeout));
     }
     return end;
   }
-  ASSIGN_OR_RETURN(ParameterSet full,
-                   GatherWeights(in, [](int s) { return kWeightsTag + s; }));
+  ASSIGN_OR_RETURN(ParameterSet full, GatherWeights(in, WeightsTag));
   if (in.has_test_split) {
     if (in.test == nullptr) {
       return absl::InternalError("the test split did not load");
@@ -119,10 +166,11 @@ absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
         absl::StrCat("an evaluation called for stage ", in.stage,
                      ", which this worker does not hold"));
   }
-  if (!layout.output_stage()) {
+  if (!IsEvaluator(layout)) {
     ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *mine->second));
-    sends->push_back(in.comm->Send(
-        layout.evaluator_rank(), EvalTag(version, in.stage), std::move(flat)));
+    sends->push_back(in.comm->Send(layout.evaluator_rank(),
+                                   EvalTag(version, in.stage, layout.member),
+                                   std::move(flat)));
     return std::nullopt;
   }
   // The evaluator's rank: its other chunks step before the output stage
@@ -131,8 +179,9 @@ absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
   if (in.test == nullptr) {
     return absl::InternalError("the held-out split did not load");
   }
-  ASSIGN_OR_RETURN(ParameterSet full, GatherWeights(in, [version](int s) {
-                     return EvalTag(version, s);
+  ASSIGN_OR_RETURN(ParameterSet full,
+                   GatherWeights(in, [version](int s, int member) {
+                     return EvalTag(version, s, member);
                    }));
   return Evaluate(*in.model, in.device, full, *in.test, layout.batch_size);
 }

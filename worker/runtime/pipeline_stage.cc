@@ -804,12 +804,23 @@ absl::Status PipelineStage::Step(int64_t m) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> PipelineStage::CheckpointNow() {
+  const bool due = CheckpointDue(version_, layout_.num_minibatches,
+                                 options_.checkpoint_every,
+                                 options_.checkpoint_at);
+  if (Degree() == 1 || options_.checkpoint_at == nullptr) return due;
+  // The coordinator's pick reaches the members at different times: they
+  // agree (any member's due makes it due for all) before they gather.
+  float votes = due ? 1.0f : 0.0f;
+  RETURN_IF_ERROR(options_.tensor_group->AllReduce(
+      &votes, 1, absl::Now() + options_.timeout));
+  return votes > 0;
+}
+
 absl::Status PipelineStage::Checkpoint() {
-  if (replica_ != 0 ||
-      !CheckpointDue(version_, layout_.num_minibatches,
-                     options_.checkpoint_every, options_.checkpoint_at)) {
-    return absl::OkStatus();
-  }
+  if (replica_ != 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool now, CheckpointNow());
+  if (!now) return absl::OkStatus();
   if (Degree() == 1) {
     if (!options_.on_checkpoint) return absl::OkStatus();
     return options_.on_checkpoint(version_, latest_, *optimizer_);

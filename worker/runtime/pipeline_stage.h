@@ -218,6 +218,9 @@ class PipelineStage {
   // Which of its rank's chunks `stage` is (in frame tags).
   int ChunkOfStage(int stage) const;
   absl::Status Checkpoint();
+  // Whether this version is checkpointed (the members of a tensor group
+  // agree on the coordinator's pick).
+  absl::StatusOr<bool> CheckpointNow();
   int MicroRows() const;
   // The rank of `stage` this one receives microbatch j's frames from (the
   // member of the other stage's tensor group that matches this one), and

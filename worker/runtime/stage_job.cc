@@ -106,35 +106,62 @@ absl::StatusOr<std::unique_ptr<CheckpointWriter>> MakeWriter(
 
 // init_weights (layers of params) read under --data_root: a regular file
 // whose header fits it, read until the job stops.
+// A tensor-parallel member takes its part of the file's whole tensors.
 absl::Status LoadInitWeights(const std::string& path, const JobEnv& env,
-                             Device& device, const ParameterSet& params) {
+                             const Model& model, Device& device,
+                             const ParameterSet& params) {
   const FileAccess files = JobFiles(env);
   ASSIGN_OR_RETURN(
       const SafetensorsFile file,
       ReadSafetensorsUnder(files.data, path, "init_weights", files.stop));
-  return Annotate(ImportParameters(file, device, params),
-                  absl::StrCat("init_weights: '", path, "'"));
+  const std::string what = absl::StrCat("init_weights: '", path, "'");
+  absl::StatusOr<SafetensorsFile> part =
+      ShardFile(file, model, model.shard());
+  if (!part.ok()) return Annotate(part.status(), what);
+  return Annotate(ImportParameters(*part, device, params), what);
 }
 
 // The hook a stage (or the local trainer) calls at a checkpoint version:
 // copies the state to host memory and queues it for `writer`.
+std::map<std::string, std::string> CheckpointMetadata(
+    const StageAssignment& a, int stage, int64_t version) {
+  return {{"job_id", a.job_id()},
+          {"version", absl::StrCat(version)},
+          {"stage", absl::StrCat(stage)},
+          {"attempt", absl::StrCat(a.attempt())}};
+}
+
+void Enqueue(const StageAssignment& a, CheckpointWriter* writer,
+             int64_t version, SafetensorsFile state) {
+  absl::Status queued = writer->Enqueue(version, std::move(state));
+  if (!queued.ok()) {
+    AQ_LOG_WARN("job {}: {}", a.job_id(), std::string(queued.message()));
+  }
+}
+
 std::function<absl::Status(int64_t, const ParameterSet&, const Optimizer&)>
 CheckpointHook(const StageAssignment& a, int stage, Device* device,
                CheckpointWriter* writer) {
   return [&a, stage, device, writer](
              int64_t version, const ParameterSet& params,
              const Optimizer& optimizer) -> absl::Status {
-    std::map<std::string, std::string> metadata = {
-        {"job_id", a.job_id()},
-        {"version", absl::StrCat(version)},
-        {"stage", absl::StrCat(stage)},
-        {"attempt", absl::StrCat(a.attempt())}};
     ASSIGN_OR_RETURN(SafetensorsFile state,
-                     ExportTrainingState(*device, params, optimizer, metadata));
-    absl::Status queued = writer->Enqueue(version, std::move(state));
-    if (!queued.ok()) {
-      AQ_LOG_WARN("job {}: {}", a.job_id(), std::string(queued.message()));
+                     ExportTrainingState(*device, params, optimizer,
+                                         CheckpointMetadata(a, stage, version)));
+    Enqueue(a, writer, version, std::move(state));
+    return absl::OkStatus();
+  };
+}
+
+// A tensor-parallel stage's: the whole state its members gathered.
+std::function<absl::Status(int64_t, SafetensorsFile)> CheckpointFileHook(
+    const StageAssignment& a, int stage, CheckpointWriter* writer) {
+  return [&a, stage, writer](int64_t version,
+                             SafetensorsFile state) -> absl::Status {
+    for (auto& [key, value] : CheckpointMetadata(a, stage, version)) {
+      state.metadata[key] = value;
     }
+    Enqueue(a, writer, version, std::move(state));
     return absl::OkStatus();
   };
 }
@@ -280,12 +307,21 @@ class PipelineJob {
   EvaluationInputs EvalInputs(int stage);
   absl::Status EvaluatePeriodically(int stage, int64_t version);
 
+  // The model the stages run: this member's part when they are
+  // tensor-parallel, else the whole (job_'s, which evaluation uses).
+  const Model& StageModel() const {
+    return member_model_ != nullptr ? *member_model_ : *job_.model;
+  }
+  int Degree() const { return layout_.pipeline.TensorDegree(layout_.stage); }
+
   const StageAssignment& a_;
   const JobEnv& env_;
   ValidatedJob job_;
+  std::unique_ptr<Model> member_model_;
   JobLayout layout_;
   std::unique_ptr<Device> device_;
   DataPlane plane_;
+  std::unique_ptr<ProcessGroup> tensor_group_;  // Degree > 1 only.
   std::optional<DataSplits> data_;  // Input and output stages only.
   std::vector<Held> held_;
   // Sends of weights to periodic evaluations, not waited for yet.
@@ -318,6 +354,12 @@ absl::Status PipelineJob::Prepare() {
   for (int stage : layout_.stages) {
     ProgressOf(env_, stage)->SetTotalSteps(layout_.total_steps);
   }
+  if (Degree() > 1) {
+    ASSIGN_OR_RETURN(member_model_,
+                     Model::Build(a_.spec().model(), job_.model->input_shape(),
+                                  job_.model->seed(),
+                                  {layout_.member, Degree()}));
+  }
   ASSIGN_OR_RETURN(device_, CreateDevice(env_.device, env_.threads));
   return absl::OkStatus();
 }
@@ -327,6 +369,15 @@ absl::Status PipelineJob::Connect() {
       plane_, env_.data_plane->Connect(layout_, a_.rendezvous_key(), env_.store,
                                        env_.peer_timeout, env_.stop));
   if (env_.on_data_plane) env_.on_data_plane(&plane_);
+  if (Degree() > 1) {
+    ASSIGN_OR_RETURN(
+        tensor_group_,
+        ProcessGroup::Make(
+            plane_.comm.get(),
+            layout_.pipeline.TensorGroup(layout_.stage, layout_.replica), 0,
+            absl::StrCat("the tensor group of stage ", layout_.stage,
+                         " replica ", layout_.replica)));
+  }
   return absl::OkStatus();
 }
 
@@ -340,7 +391,7 @@ absl::Status PipelineJob::LoadInputs() {
 
 absl::Status PipelineJob::LoadStage(Held& held) {
   const JobSpec& spec = a_.spec();
-  ASSIGN_OR_RETURN(held.params, InitParameters(*job_.model, held.layer_begin,
+  ASSIGN_OR_RETURN(held.params, InitParameters(StageModel(), held.layer_begin,
                                                held.layer_end, device_.get()));
   ASSIGN_OR_RETURN(held.restore,
                    RestoreState(a_, env_, job_.model->num_layers(),
@@ -348,9 +399,9 @@ absl::Status PipelineJob::LoadStage(Held& held) {
   ASSIGN_OR_RETURN(held.writer, MakeWriter(a_, env_, held.stage,
                                            held.layer_begin, held.layer_end));
   if (!spec.init_weights().empty() && !held.restore.has_value()) {
-    RETURN_IF_ERROR(
-        LoadInitWeights(spec.init_weights(), env_, *device_, *held.params));
-    CopyTiedWeights(*job_.model, *device_, *held.params);
+    RETURN_IF_ERROR(LoadInitWeights(spec.init_weights(), env_, StageModel(),
+                                    *device_, *held.params));
+    CopyTiedWeights(StageModel(), *device_, *held.params);
   }
   return absl::OkStatus();
 }
@@ -373,11 +424,20 @@ PipelineStage::Options PipelineJob::StageOptions(Held& held) {
     options.restore = &*held.restore;
     options.first_minibatch = a_.restore().version();
   }
-  if (held.writer != nullptr) {
+  options.tensor_group = tensor_group_.get();
+  // A tensor group's members all gather at a checkpoint (replica 0's);
+  // member 0 writes.
+  const bool gathers = Degree() > 1 && layout_.replica == 0 &&
+                       !a_.spec().checkpoint().dir().empty();
+  if (held.writer != nullptr || gathers) {
     options.checkpoint_every = a_.spec().checkpoint().every_steps();
     options.checkpoint_at = env_.checkpoint_at;
+  }
+  if (held.writer != nullptr) {
     options.on_checkpoint =
         CheckpointHook(a_, held.stage, device_.get(), held.writer.get());
+    options.on_checkpoint_file =
+        CheckpointFileHook(a_, held.stage, held.writer.get());
   }
   if (a_.spec().eval_every() > 0 && HasTestSplit(a_.spec().data())) {
     options.eval_every = a_.spec().eval_every();
@@ -417,11 +477,13 @@ absl::Status PipelineJob::Train() {
   for (Held& held : held_) {
     const Dataset* train = held.stage == 0 ? &data_->train : nullptr;
     held.runner = std::make_unique<PipelineStage>(
-        job_.model.get(), a_.spec(), layout_.pipeline, held.stage,
-        layout_.replica, device_.get(), plane_.comm.get(), train,
-        std::move(*held.params), StageOptions(held));
+        &StageModel(), a_.spec(), layout_.pipeline, held.stage,
+        layout_.replica * Degree() + layout_.member, device_.get(),
+        plane_.comm.get(), train, std::move(*held.params), StageOptions(held));
     held.params.reset();
-    const bool output = held.stage == layout_.num_stages() - 1;
+    // A tensor group's member 0 reports its losses.
+    const bool output = held.stage == layout_.num_stages() - 1 &&
+                        layout_.member == 0;
     ProgressOf(env_, held.stage)
         ->Begin(output ? layout_.loss_samples_per_minibatch() : 0);
   }
