@@ -82,6 +82,17 @@ class RankMesh {
 absl::Status CheckTensorGroupsWithin(const RankMesh& mesh,
                                      const std::vector<int>& group_sizes);
 
+// Bytes one member of a tensor group of `degree` sends in a tensor-parallel
+// transformer layer's sums over `rows` positions of width `dim` (Megatron's
+// conjugate operators over ring all-reduces, common/comm/process_group.h):
+//   a block:            2 all-reduces forward + 2 backward
+//   an attention layer: 1 + 1
+// each of rows * dim floats, of which a ring member sends 2 (t - 1) / t
+// (exactly, when t divides rows * dim). `forward_only`: the forward's
+// sums alone (evaluation).
+double TensorGroupBytesPerLayer(int64_t rows, int64_t dim, int degree,
+                                bool block, bool forward_only);
+
 }  // namespace aqueduct
 
 #endif  // AQUEDUCT_PIPELINE_MESH_H_

@@ -25,6 +25,7 @@
 #define AQUEDUCT_COORDINATOR_PLANNER_TENSOR_GROUPS_H_
 
 #include "absl/status/statusor.h"
+#include "pipeline/mesh.h"
 #include "pipeline/recompute.h"
 #include "proto/types.h"
 
@@ -50,13 +51,6 @@ absl::StatusOr<ModelProfile> MemberProfile(const ModelSpec& model,
 // ranks r * degree .. r * degree + degree - 1; each stage records the
 // degree and `recompute`.
 void ExpandTensorGroups(int degree, Recompute recompute, PartitionPlan* plan);
-
-// Bytes one member sends per step in a tensor-parallel transformer layer's
-// sums (the formula above, for the communicator's count): a block's 4
-// all-reduces (2 with `forward_only`) of B*T*C floats each, 2 (t - 1) / t
-// of each.
-double TensorGroupBytesPerLayer(int64_t rows, int64_t dim, int degree,
-                                bool block, bool forward_only);
 
 }  // namespace aqueduct
 

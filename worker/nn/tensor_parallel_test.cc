@@ -16,7 +16,9 @@
 #include "common/comm/in_memory.h"
 #include "common/comm/process_group.h"
 #include "common/device/cpu_device.h"
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
+#include "pipeline/mesh.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/model.h"
 #include "worker/nn/test_util.h"
@@ -107,6 +109,7 @@ struct Comparison {
   std::vector<PassResult> members;
   std::unique_ptr<Layer> whole_layer;
   std::vector<std::unique_ptr<Layer>> member_layers;
+  std::vector<int64_t> bytes_sent;  // By each member, in its group's sums.
 };
 
 Comparison Compare(const std::string& text, int degree, bool split,
@@ -128,6 +131,7 @@ Comparison Compare(const std::string& text, int degree, bool split,
   c.members.resize(degree);
   c.member_layers.resize(degree);
   for (int r = 0; r < degree; ++r) c.member_layers[r] = Build(text, {r, degree});
+  c.bytes_sent.resize(degree);
   std::vector<std::thread> threads;
   for (int r = 0; r < degree; ++r) {
     threads.emplace_back([&, r] {
@@ -135,6 +139,7 @@ Comparison Compare(const std::string& text, int degree, bool split,
       auto group = ProcessGroup::Make(&comm, ranks, 0, "tensor group");
       ASSERT_TRUE(group.ok());
       ProcessGroupTensorParallel tp(group->get(), absl::Seconds(20));
+      absl::Cleanup count = [&] { c.bytes_sent[r] = (*group)->bytes_sent(); };
       const Layer& layer = *c.member_layers[r];
       Values shards;
       for (size_t i = 0; i < whole_params.size(); ++i) {
@@ -183,6 +188,27 @@ TEST(TensorParallelTest, BlockMembersComputeTheWholeBlock) {
       ExpectMembersMatchTheWholeLayer(Compare(kBlock, degree, split));
     }
   }
+}
+
+// The bytes each member's communicator sent in a block's and an attention
+// layer's forward and backward: the formula of pipeline/mesh.h.
+TEST(TensorParallelTest, TrafficPerLayerIsTheFormulas) {
+  const int64_t rows = kBatch * kSample[0], dim = kSample[1];
+  for (int degree : {2, 4}) {
+    const Comparison block = Compare(kBlock, degree, false);
+    const Comparison attention = Compare(kAttention, degree, false);
+    for (int r = 0; r < degree; ++r) {
+      EXPECT_EQ(block.bytes_sent[r],
+                TensorGroupBytesPerLayer(rows, dim, degree, true, false))
+          << "degree " << degree << " member " << r;
+      EXPECT_EQ(attention.bytes_sent[r],
+                TensorGroupBytesPerLayer(rows, dim, degree, false, false))
+          << "degree " << degree << " member " << r;
+    }
+  }
+  // 3 x 6 positions of 16 floats, 2 members: 4 sums of 288 floats, each
+  // member sending 2 (t - 1) / t = 1 buffer's worth of each.
+  EXPECT_EQ(TensorGroupBytesPerLayer(18, 16, 2, true, false), 4 * 288 * 4);
 }
 
 TEST(TensorParallelTest, AttentionMembersComputeTheWholeAttention) {
