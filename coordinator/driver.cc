@@ -17,7 +17,7 @@
 #include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
-#include "coordinator/planner/tensor_groups.h"
+#include "coordinator/planning.h"
 #include "coordinator/topology.h"
 #include "pipeline/failure.h"
 #include "pipeline/ir/action.h"
@@ -26,255 +26,6 @@
 namespace aqueduct {
 
 namespace {
-
-// The planner's request for a job on `workers` workers: on `levels`, or
-// when there are none on one level at the spec's bandwidth.
-absl::StatusOr<PlanRequest> RequestFor(
-    const JobSpec& spec, int workers,
-    const std::vector<PlannerLevel>& levels = {}) {
-  ASSIGN_OR_RETURN(PipelinePolicy policy, ResolvePipeline(spec));
-  PlanRequest request;
-  request.cost_model = policy.cost_model;
-  request.schedule = policy.schedule;
-  request.levels = {{workers, policy.bandwidth_bytes_per_s}};
-  if (!levels.empty()) request.levels = levels;
-  request.threads = 1;
-  // Optimizer state per parameter byte, for the predicted memory.
-  const OptimizerSpec& opt = spec.optimizer();
-  request.optimizer_state_factor =
-      opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
-  auto microbatches = MicrobatchesFor(policy, spec.batch_size(), workers);
-  request.microbatches = microbatches.ok() ? *microbatches : 1;
-  // Weight stashing runs unreplicated stages: plan a straight pipeline.
-  request.straight_pipeline = StashesWeights(policy.schedule);
-  return request;
-}
-
-// Several chunks per worker (interleaved_1f1b, zb_v): the plan of a
-// straight pipeline over workers * chunks stages, each stage then placed on
-// the worker of its pipeline position (a loop, or zb_v's V).
-absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
-                        PartitionPlan* plan) {
-  ir::Layout where;
-  where.ranks = workers;
-  where.stages_per_rank = policy.chunks;
-  where.placement = policy.schedule == v1::SCHEDULE_ZB_V || policy.v_placement
-                        ? ir::Placement::kV
-                        : ir::Placement::kLoop;
-  if (plan->stages_size() != where.stages()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ScheduleName(policy.schedule), " on ", workers, " workers needs ",
-        where.stages(), " stages (", policy.chunks,
-        " chunks per worker); the planner cut the model into ",
-        plan->stages_size(), ": it has too few layers to cut"));
-  }
-  for (int s = 0; s < plan->stages_size(); ++s) {
-    PlanStage* stage = plan->mutable_stages(s);
-    stage->clear_worker_ranks();
-    stage->add_worker_ranks(where.RankOf(s));
-    stage->set_replicas(1);
-  }
-  plan->set_workers_used(workers);
-  plan->set_workers_total(workers);
-  return absl::OkStatus();
-}
-
-// The pipeline decided once, into the plan: schedule, microbatches,
-// chunks and transport for these workers, and the simulator's bubble.
-// INVALID_ARGUMENT naming the rule when the microbatches do not fit (the
-// job fails, or a restart onto these workers does, with that reason).
-absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
-                            int workers, PartitionPlan* plan) {
-  ASSIGN_OR_RETURN(const int micro,
-                   MicrobatchesFor(policy, spec.batch_size(), workers));
-  v1::PipelineDecision* d = plan->mutable_pipeline();
-  d->set_schedule(ScheduleName(policy.schedule));
-  d->set_microbatches(micro);
-  d->set_chunks(policy.chunks);
-  d->set_transport(TransportName(policy.transport));
-  if (policy.schedule == v1::SCHEDULE_CUSTOM) {
-    ASSIGN_OR_RETURN(const ir::Program program, CustomProgram(spec.pipeline()));
-    d->set_program(ir::ProgramText(program));
-  }
-  const absl::StatusOr<ir::Simulation> predicted = SimulateDecision(*plan);
-  if (predicted.ok()) {
-    d->set_predicted_bubble(predicted->bubble);
-    d->set_predicted_step_s(predicted->step_time);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
-                                     const ModelProfile& profile, int workers,
-                                     const std::vector<PlannerLevel>& levels,
-                                     int64_t worker_memory = 0);
-
-// The plan of `workers` (tensor groups, when the stages are) over a
-// member's profile: the planner's cut, chunks folded onto the workers.
-absl::StatusOr<PartitionPlan> PlanGroups(
-    const JobSpec& spec, const PipelinePolicy& policy,
-    const ProfileGraph& profile, int workers,
-    const std::vector<PlannerLevel>& levels);
-
-// The most activations a worker of `plan` holds at once under its
-// decided schedule, in microbatches of its share (the simulator's peak);
-// 0 when it has no one-minibatch program.
-double PeakActivations(const PartitionPlan& plan) {
-  const absl::StatusOr<ir::Simulation> sim = SimulateDecision(plan);
-  if (!sim.ok()) return 0;
-  return *std::max_element(sim->peak_activations.begin(),
-                           sim->peak_activations.end());
-}
-
-// The most memory a worker of `plan` is predicted to hold: the planner's
-// per-stage figures (which count 1F1B's activations in flight) summed
-// over a worker's chunks, with the activations scaled by how many more
-// the schedule keeps than 1F1B (`ratio`, at least 1; it scales the whole
-// figure, so it overstates).
-double WorkerMemory(const PartitionPlan& plan, double ratio) {
-  std::map<int, double> per_worker;
-  for (const PlanStage& stage : plan.stages()) {
-    for (int rank : stage.worker_ranks()) {
-      per_worker[rank] += stage.predicted_memory_bytes();
-    }
-  }
-  double most = 0;
-  for (const auto& [rank, bytes] : per_worker) most = std::max(most, bytes);
-  return most * std::max(1.0, ratio);
-}
-
-// schedule "auto": every schedule that flushes, planned for these workers
-// and simulated; the fastest whose predicted memory fits `worker_memory`
-// (0: unknown, then none that keeps more activations than 1F1B).
-absl::StatusOr<PartitionPlan> ChooseSchedule(
-    const JobSpec& spec, const ModelProfile& profile, int workers,
-    const std::vector<PlannerLevel>& levels, int64_t worker_memory) {
-  std::optional<PartitionPlan> best;
-  std::vector<std::string> notes;
-  double baseline = 0;  // 1f1b_flush's peak.
-  for (Schedule s :
-       {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2,
-        v1::SCHEDULE_INTERLEAVED_1F1B, v1::SCHEDULE_ZB_V}) {
-    JobSpec candidate = spec;
-    candidate.mutable_pipeline()->set_schedule(ScheduleName(s));
-    candidate.mutable_pipeline()->clear_chunks();
-    auto plan = PlanOn(candidate, profile, workers, levels);
-    if (!plan.ok()) {
-      notes.push_back(
-          absl::StrCat(ScheduleName(s), ": ", plan.status().message()));
-      continue;
-    }
-    const double peak = PeakActivations(*plan);
-    if (s == v1::SCHEDULE_1F1B_FLUSH) baseline = peak;
-    const double ratio = baseline > 0 ? peak / baseline : 1;
-    const double memory = WorkerMemory(*plan, ratio);
-    if (worker_memory > 0 ? memory > static_cast<double>(worker_memory)
-                          : ratio > 1.0 + 1e-9) {
-      notes.push_back(absl::StrFormat(
-          "%s: predicted %.3g bytes per worker (%.2fx 1F1B's activations), "
-          "more than %s",
-          ScheduleName(s), memory, ratio,
-          worker_memory > 0 ? absl::StrCat(worker_memory, " bytes")
-                            : std::string("1F1B's (worker memory unknown)")));
-      continue;
-    }
-    const v1::PipelineDecision& d = plan->pipeline();
-    notes.push_back(absl::StrFormat("%s: %.4g s, bubble %.1f%%",
-                                    ScheduleName(s), d.predicted_step_s(),
-                                    d.predicted_bubble() * 100));
-    if (!best.has_value() ||
-        d.predicted_step_s() < best->pipeline().predicted_step_s()) {
-      best = *std::move(plan);
-    }
-  }
-  if (!best.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "schedule auto: no schedule fits: ", absl::StrJoin(notes, "; ")));
-  }
-  best->mutable_pipeline()->set_chosen_by(
-      absl::StrCat("auto chose ", best->pipeline().schedule(), " (",
-                   absl::StrJoin(notes, "; "), ")"));
-  return *std::move(best);
-}
-
-// A member's profile when the stages are tensor groups of `degree` (or
-// recompute): pipeline/tensor_groups.h.
-absl::StatusOr<ModelProfile> ProfileFor(const JobSpec& spec,
-                                        const PipelinePolicy& policy,
-                                        const ModelProfile& profile,
-                                        int degree) {
-  if (degree == 1 && policy.recompute == Recompute::kNone) return profile;
-  MemberCosts costs;
-  costs.degree = degree;
-  costs.recompute = policy.recompute;
-  costs.bandwidth_bytes_per_s = policy.bandwidth_bytes_per_s;
-  costs.batch_size = spec.batch_size();
-  return MemberProfile(spec.model(), profile, costs);
-}
-
-absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
-                                     const ModelProfile& profile, int workers,
-                                     const std::vector<PlannerLevel>& levels,
-                                     int64_t worker_memory) {
-  ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
-  if (policy.schedule == v1::SCHEDULE_AUTO) {
-    return ChooseSchedule(spec, profile, workers, levels, worker_memory);
-  }
-  // Tensor groups: planned as workers / degree workers of a member's
-  // profile, then expanded.
-  const int degree = std::max(1, policy.tensor_parallel);
-  if (workers % degree != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "pipeline.tensor_parallel=", degree, " does not divide the job's ",
-        workers, " workers"));
-  }
-  ASSIGN_OR_RETURN(const ModelProfile member,
-                   ProfileFor(spec, policy, profile, degree));
-  auto graph = ProfileGraph::FromProto(member);
-  if (!graph.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the profile is invalid: ", graph.status().message()));
-  }
-  ASSIGN_OR_RETURN(PartitionPlan plan,
-                   PlanGroups(spec, policy, *graph, workers / degree,
-                              degree > 1 ? std::vector<PlannerLevel>{}
-                                         : levels));
-  ExpandTensorGroups(degree, policy.recompute, &plan);
-  RETURN_IF_ERROR(
-      DecidePipeline(policy, spec, plan.workers_used() / degree, &plan));
-  return plan;
-}
-
-absl::StatusOr<PartitionPlan> PlanGroups(
-    const JobSpec& spec, const PipelinePolicy& policy,
-    const ProfileGraph& profile, int workers,
-    const std::vector<PlannerLevel>& levels) {
-  const ProfileGraph* graph = &profile;
-  const int chunks = policy.chunks;
-  auto request = RequestFor(spec, workers * chunks,
-                            chunks > 1 ? std::vector<PlannerLevel>{} : levels);
-  if (!request.ok()) return request.status();
-  if (chunks > 1) {
-    request->straight_pipeline = true;
-    auto micro = MicrobatchesFor(policy, spec.batch_size(), workers);
-    request->microbatches = micro.ok() ? *micro : 1;
-  }
-  auto plan = MakePlan(*graph, *request);
-  if (!plan.ok()) {
-    // With chunks the planner saw workers x chunks "workers": say so.
-    const std::string chunked =
-        chunks > 1 ? absl::StrCat(ScheduleName(policy.schedule), " on ",
-                                  workers, " workers holds ", chunks,
-                                  " chunks each, so the model is cut into ",
-                                  workers * chunks, " stages: ")
-                   : "";
-    return absl::Status(
-        plan.status().code(),
-        absl::StrCat("planning failed: ", chunked, plan.status().message()));
-  }
-  if (chunks > 1) RETURN_IF_ERROR(FoldChunks(policy, workers, &*plan));
-  return plan;
-}
 
 bool MeasuresTopology(const JobSpec& spec) {
   auto policy = ResolvePipeline(spec);
@@ -388,6 +139,12 @@ bool JobDriver::ReadInput(const std::string& job_id, Input* in) {
         status.ok() ? status->info().device().memory_bytes() : 0);
     in->link_probe_ports.push_back(
         status.ok() ? status->info().link_probe_port() : 0);
+    HostShare share;
+    if (status.ok()) {
+      const v1::DeviceInfo& d = status->info().device();
+      share = {status->info().host(), d.threads(), d.host_cores()};
+    }
+    in->shares.push_back(share);
   }
   return true;
 }
@@ -417,14 +174,16 @@ absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
   for (int64_t bytes : in.memory_bytes) {
     if (bytes > 0 && (smallest == 0 || bytes < smallest)) smallest = bytes;
   }
-  return PlanFor(in.spec, in.profile, workers, smallest);
+  return PlanFor(in.spec, in.profile, workers, smallest,
+                 StepLatencyOf(in.shares));
 }
 
 absl::StatusOr<PartitionPlan> JobDriver::PlanFor(const JobSpec& spec,
                                                  const ModelProfile& profile,
                                                  int workers,
-                                                 int64_t worker_memory) {
-  return PlanOn(spec, profile, workers, {}, worker_memory);
+                                                 int64_t worker_memory,
+                                                 double step_latency_s) {
+  return PlanOn(spec, profile, workers, {}, worker_memory, step_latency_s);
 }
 
 absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {
@@ -445,7 +204,7 @@ absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {
     // why (aq plan JOB).
     AQ_LOG_WARN("measuring the links of {} worker(s) failed, planning flat: {}",
                 n, topology.status().ToString());
-    auto plan = PlanOn(in.spec, in.profile, n, {});
+    auto plan = PlanOn(in.spec, in.profile, n, {}, 0, StepLatencyOf(in.shares));
     if (plan.ok()) {
       plan->mutable_topology()->set_kind("flat");
       plan->mutable_topology()->set_probe_seconds(seconds);
@@ -461,9 +220,11 @@ absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {
   Reorder(in.addresses, topology->order);
   Reorder(in.memory_bytes, topology->order);
   Reorder(in.link_probe_ports, topology->order);
+  Reorder(in.shares, topology->order);
   AQ_LOG_INFO("measured the links of {} worker(s) in {:.2f} s: {} group(s)", n,
               seconds, topology->groups.size());
-  auto plan = PlanOn(in.spec, in.profile, n, topology->levels);
+  auto plan = PlanOn(in.spec, in.profile, n, topology->levels, 0,
+                     StepLatencyOf(in.shares));
   if (plan.ok()) *plan->mutable_topology() = described;
   return plan;
 }
@@ -474,7 +235,7 @@ void JobDriver::PlanAhead(const std::string& job_id, const Input& in) {
   std::map<int, PartitionPlan> plans;
   for (int n = static_cast<int>(in.reserved.size()) - 1; n >= 1; --n) {
     if (in.ready_plans.count(n) > 0) continue;
-    auto plan = PlanFor(in.spec, in.profile, n);
+    auto plan = PlanFor(in.spec, in.profile, n, 0, StepLatencyOf(in.shares));
     if (plan.ok()) plans.emplace(n, *std::move(plan));
   }
   absl::MutexLock lock(&mu_);

@@ -25,6 +25,7 @@
 #include "coordinator/job_events.h"
 #include "coordinator/job_table.h"
 #include "coordinator/options.h"
+#include "coordinator/planning.h"
 #include "coordinator/registry.h"
 #include "coordinator/worker_client.h"
 #include "proto/service_types.h"
@@ -49,10 +50,9 @@ class JobDriver {
   // at the spec's bandwidth, with the pipeline decided into it (schedule
   // "auto" picks one that fits `worker_memory` bytes per worker; 0:
   // unknown).
-  static absl::StatusOr<PartitionPlan> PlanFor(const JobSpec& spec,
-                                               const ModelProfile& profile,
-                                               int workers,
-                                               int64_t worker_memory = 0);
+  static absl::StatusOr<PartitionPlan> PlanFor(
+      const JobSpec& spec, const ModelProfile& profile, int workers,
+      int64_t worker_memory = 0, double step_latency_s = kRingStepLatencyS);
 
  private:
   // What Drive reads of the job, under the mutex, once.
@@ -65,6 +65,9 @@ class JobDriver {
     std::vector<int64_t> memory_bytes;
     // Each reserved worker's link probe port (0: none).
     std::vector<int> link_probe_ports;
+    // Each reserved worker's host, compute threads and host cores (0: not
+    // reported), for the collectives' latency (planning.h).
+    std::vector<HostShare> shares;
     int attempt = 0;
     v1::CheckpointManifest restore;
     std::map<int, PartitionPlan> ready_plans;

@@ -331,8 +331,10 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
         kMaxTensorParallel, "] (0: 1)"));
   }
   policy.tensor_parallel = p.tensor_parallel();
+  policy.recompute_fixed = !p.recompute().empty() && p.recompute() != "auto";
   ASSIGN_OR_RETURN(policy.recompute,
-                   ParseRecompute(p.recompute(), "pipeline.recompute"));
+                   ParseRecompute(policy.recompute_fixed ? p.recompute() : "",
+                                  "pipeline.recompute"));
   RETURN_IF_ERROR(ApplyProgram(p, &policy));
   if (policy.schedule != v1::SCHEDULE_CUSTOM) {
     ASSIGN_OR_RETURN(policy.chunks, ChunksOf(p, policy.schedule));

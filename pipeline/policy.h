@@ -100,9 +100,12 @@ struct PipelinePolicy {
   int chunks = 1;
   // A custom program's chunks sit in a V (rank r: r and 2p-1-r).
   bool v_placement = false;
-  // pipeline.tensor_parallel (0: unset) and pipeline.recompute.
+  // pipeline.tensor_parallel (0: unset, the planner's choice) and
+  // pipeline.recompute ("" or "auto": the planner's choice, when
+  // recompute_fixed is false).
   int tensor_parallel = 0;
   Recompute recompute = Recompute::kNone;
+  bool recompute_fixed = false;
 };
 
 // The longest schedule program a spec may carry.

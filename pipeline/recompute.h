@@ -20,7 +20,8 @@ enum class Recompute { kNone = 0, kSelective = 1, kFull = 2 };
 // "none", "selective", "full".
 const char* RecomputeName(Recompute mode);
 
-// From a spec or plan ("" is none). INVALID_ARGUMENT naming `field` and
+// From a spec or plan ("" is none; the planner reads "" and "auto" in a
+// spec as its choice, pipeline/policy.h). INVALID_ARGUMENT naming `field` and
 // the accepted spellings otherwise.
 absl::StatusOr<Recompute> ParseRecompute(const std::string& text,
                                          const std::string& field);

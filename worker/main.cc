@@ -255,6 +255,9 @@ WorkerInfo DescribeWorker(Device& device, int port) {
   info.mutable_device()->set_name(device.name());
   info.mutable_device()->set_memory_bytes(
       static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+  info.mutable_device()->set_threads(ThreadsFromFlags());
+  info.mutable_device()->set_host_cores(
+      static_cast<int32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
   if (absl::GetFlag(FLAGS_measure_gemm)) {
     auto gflops = MeasureGemmGflops(&device, 512, 3);
     if (gflops.ok()) info.mutable_device()->set_gemm_gflops(*gflops);

@@ -374,15 +374,38 @@ absl::StatusOr<ir::Simulation> SimulateDecision(const PartitionPlan& plan) {
                          busiest.compute_s);
 }
 
+namespace {
+
+// The configurations the joint planner weighed, chosen first.
+std::string FormatCandidates(const v1::PipelineDecision& d) {
+  if (d.candidates().empty()) return "";
+  std::string out = absl::StrFormat(
+      "weighed %d configurations:\n  %-7s %-10s %-16s %7s %9s %12s %14s  %s\n",
+      d.candidates_size(), "tensor", "recompute", "schedule", "stages",
+      "replicas", "pred s", "memory/worker", "");
+  for (const v1::PlanCandidate& c : d.candidates()) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("  %-7d %-10s %-16s %7d %9d %12.6f %10.1f MiB  %s\n",
+                        c.tensor_parallel(), c.recompute(), c.schedule(),
+                        c.stages(), c.replicas(), c.predicted_step_s(),
+                        c.predicted_memory_bytes() / (1 << 20),
+                        c.rejected().empty() ? "chosen" : c.rejected()));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatPlan(const PartitionPlan& plan) {
   std::string out = absl::StrFormat(
       "cost model %s, %d of %d workers, NOAM %d\n", plan.cost_model(),
       plan.workers_used(), plan.workers_total(), plan.noam());
   absl::StrAppend(&out, FormatTopology(plan));
   absl::StrAppend(
-      &out, absl::StrFormat("%-6s %-13s %-13s %8s %6s %10s %10s %12s\n",
-                            "stage", "states", "layers", "replicas", "depth",
-                            "pred ms", "compute ms", "memory MiB"));
+      &out, absl::StrFormat("%-6s %-13s %-13s %8s %6s %6s %10s %10s %12s\n",
+                            "stage", "states", "layers", "replicas", "tensor",
+                            "depth", "pred ms", "compute ms", "memory MiB"));
   for (int s = 0; s < plan.stages_size(); ++s) {
     const PlanStage& st = plan.stages(s);
     const std::string layers =
@@ -391,9 +414,10 @@ std::string FormatPlan(const PartitionPlan& plan) {
             : "-";
     absl::StrAppend(
         &out,
-        absl::StrFormat("%-6d %-13s %-13s %8d %6d %10.3f %10.3f %12.1f\n", s,
-                        absl::StrCat("[", st.start(), ", ", st.end(), ")"),
-                        layers, st.replicas(), st.warmup_depth(),
+        absl::StrFormat("%-6d %-13s %-13s %8d %6d %6d %10.3f %10.3f %12.1f\n",
+                        s, absl::StrCat("[", st.start(), ", ", st.end(), ")"),
+                        layers, st.replicas(),
+                        std::max(1, st.tensor_parallel()), st.warmup_depth(),
                         st.predicted_time_s() * 1e3, st.compute_time_s() * 1e3,
                         st.predicted_memory_bytes() / (1 << 20)));
   }
@@ -419,6 +443,12 @@ std::string FormatPlan(const PartitionPlan& plan) {
     }
     absl::StrAppend(&out, "\n");
     if (!d.chosen_by().empty()) absl::StrAppend(&out, d.chosen_by(), "\n");
+    if (d.tensor_parallel() > 1 || !d.recompute().empty()) {
+      absl::StrAppend(&out, "tensor parallel ", std::max(1, d.tensor_parallel()),
+                      ", recompute ",
+                      d.recompute().empty() ? "none" : d.recompute(), "\n");
+    }
+    absl::StrAppend(&out, FormatCandidates(d));
   }
   return out;
 }

@@ -14,7 +14,8 @@
 //                         biases, stay whole: a few C floats)
 //   sums:                 a block: 2 forward + 2 backward all-reduces of
 //                         B*T*C floats; an attention layer: 1 + 1. A ring
-//                         moves 2 (t - 1) / t of each per member.
+//                         moves 2 (t - 1) / t of each per member, in
+//                         2 (t - 1) steps of a latency each.
 //   selective recompute:  saved bytes - B*H*T*T*4 / degree; backward +
 //                         forward * 2T^2C / (24TC^2 + 2T^2C)  (the core)
 //   full recompute:       saved bytes = the layer's input, B*T*C*4;
@@ -34,9 +35,13 @@ namespace aqueduct {
 struct MemberCosts {
   int degree = 1;
   Recompute recompute = Recompute::kNone;
-  // Of the links between a group's members (bytes/s).
+  // Of the links between a group's members (bytes/s), and the latency of
+  // one ring step on them (2 (t - 1) steps per all-reduce).
   double bandwidth_bytes_per_s = 1e9;
+  double step_latency_s = 50e-6;
   int64_t batch_size = 1;
+  // Each sum runs once per microbatch (the latencies add up).
+  int microbatches = 1;
 };
 
 // The profile of one member of a tensor group running `profile`'s layers

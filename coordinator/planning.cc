@@ -1,0 +1,480 @@
+#include "coordinator/planning.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "coordinator/planner/profile_graph.h"
+#include "coordinator/planner/tensor_groups.h"
+#include "pipeline/ir/action.h"
+#include "pipeline/policy.h"
+
+namespace aqueduct {
+
+namespace {
+
+// The planner's request for a job on `workers` workers: on `levels`, or
+// when there are none on one level at the spec's bandwidth.
+absl::StatusOr<PlanRequest> RequestFor(
+    const JobSpec& spec, int workers,
+    const std::vector<PlannerLevel>& levels = {}) {
+  ASSIGN_OR_RETURN(PipelinePolicy policy, ResolvePipeline(spec));
+  PlanRequest request;
+  request.cost_model = policy.cost_model;
+  request.schedule = policy.schedule;
+  request.levels = {{workers, policy.bandwidth_bytes_per_s}};
+  if (!levels.empty()) request.levels = levels;
+  request.threads = 1;
+  // Optimizer state per parameter byte, for the predicted memory.
+  const OptimizerSpec& opt = spec.optimizer();
+  request.optimizer_state_factor =
+      opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
+  auto microbatches = MicrobatchesFor(policy, spec.batch_size(), workers);
+  request.microbatches = microbatches.ok() ? *microbatches : 1;
+  // Weight stashing runs unreplicated stages: plan a straight pipeline.
+  request.straight_pipeline = StashesWeights(policy.schedule);
+  return request;
+}
+
+// Several chunks per worker (interleaved_1f1b, zb_v): the plan of a
+// straight pipeline over workers * chunks stages, each stage then placed on
+// the worker of its pipeline position (a loop, or zb_v's V).
+absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
+                        PartitionPlan* plan) {
+  ir::Layout where;
+  where.ranks = workers;
+  where.stages_per_rank = policy.chunks;
+  where.placement = policy.schedule == v1::SCHEDULE_ZB_V || policy.v_placement
+                        ? ir::Placement::kV
+                        : ir::Placement::kLoop;
+  if (plan->stages_size() != where.stages()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ScheduleName(policy.schedule), " on ", workers, " workers needs ",
+        where.stages(), " stages (", policy.chunks,
+        " chunks per worker); the planner cut the model into ",
+        plan->stages_size(), ": it has too few layers to cut"));
+  }
+  for (int s = 0; s < plan->stages_size(); ++s) {
+    PlanStage* stage = plan->mutable_stages(s);
+    stage->clear_worker_ranks();
+    stage->add_worker_ranks(where.RankOf(s));
+    stage->set_replicas(1);
+  }
+  plan->set_workers_used(workers);
+  plan->set_workers_total(workers);
+  return absl::OkStatus();
+}
+
+// The pipeline decided once, into the plan: schedule, microbatches,
+// chunks and transport for these workers, and the simulator's bubble.
+// INVALID_ARGUMENT naming the rule when the microbatches do not fit (the
+// job fails, or a restart onto these workers does, with that reason).
+absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
+                            int workers, PartitionPlan* plan) {
+  ASSIGN_OR_RETURN(const int micro,
+                   MicrobatchesFor(policy, spec.batch_size(), workers));
+  v1::PipelineDecision* d = plan->mutable_pipeline();
+  d->set_schedule(ScheduleName(policy.schedule));
+  d->set_microbatches(micro);
+  d->set_chunks(policy.chunks);
+  d->set_transport(TransportName(policy.transport));
+  if (policy.schedule == v1::SCHEDULE_CUSTOM) {
+    ASSIGN_OR_RETURN(const ir::Program program, CustomProgram(spec.pipeline()));
+    d->set_program(ir::ProgramText(program));
+  }
+  const absl::StatusOr<ir::Simulation> predicted = SimulateDecision(*plan);
+  if (predicted.ok()) {
+    d->set_predicted_bubble(predicted->bubble);
+    d->set_predicted_step_s(predicted->step_time);
+  }
+  return absl::OkStatus();
+}
+
+// The plan of `workers` (tensor groups, when the stages are) over a
+// member's profile: the planner's cut, chunks folded onto the workers.
+absl::StatusOr<PartitionPlan> PlanGroups(
+    const JobSpec& spec, const PipelinePolicy& policy,
+    const ProfileGraph& profile, int workers,
+    const std::vector<PlannerLevel>& levels);
+
+// The most activations a worker of `plan` holds at once under its
+// decided schedule, in microbatches of its share (the simulator's peak);
+// 0 when it has no one-minibatch program.
+double PeakActivations(const PartitionPlan& plan) {
+  const absl::StatusOr<ir::Simulation> sim = SimulateDecision(plan);
+  if (!sim.ok()) return 0;
+  return *std::max_element(sim->peak_activations.begin(),
+                           sim->peak_activations.end());
+}
+
+// The most memory a worker of `plan` is predicted to hold: the planner's
+// per-stage figures (which count 1F1B's activations in flight) summed
+// over a worker's chunks, with the activations scaled by how many more
+// the schedule keeps than 1F1B (`ratio`, at least 1; it scales the whole
+// figure, so it overstates).
+double WorkerMemory(const PartitionPlan& plan, double ratio) {
+  std::map<int, double> per_worker;
+  for (const PlanStage& stage : plan.stages()) {
+    for (int rank : stage.worker_ranks()) {
+      per_worker[rank] += stage.predicted_memory_bytes();
+    }
+  }
+  double most = 0;
+  for (const auto& [rank, bytes] : per_worker) most = std::max(most, bytes);
+  return most * std::max(1.0, ratio);
+}
+
+// schedule "auto": every schedule that flushes, planned for these workers
+// and simulated; the fastest whose predicted memory fits `worker_memory`
+// (0: unknown, then none that keeps more activations than 1F1B).
+absl::StatusOr<PartitionPlan> ChooseSchedule(
+    const JobSpec& spec, const ModelProfile& profile, int workers,
+    const std::vector<PlannerLevel>& levels, int64_t worker_memory,
+    double latency) {
+  std::optional<PartitionPlan> best;
+  std::vector<std::string> notes;
+  double baseline = 0;  // 1f1b_flush's peak.
+  for (Schedule s :
+       {v1::SCHEDULE_1F1B_FLUSH, v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2,
+        v1::SCHEDULE_INTERLEAVED_1F1B, v1::SCHEDULE_ZB_V}) {
+    JobSpec candidate = spec;
+    candidate.mutable_pipeline()->set_schedule(ScheduleName(s));
+    candidate.mutable_pipeline()->clear_chunks();
+    auto plan = PlanOn(candidate, profile, workers, levels, 0, latency);
+    if (!plan.ok()) {
+      notes.push_back(
+          absl::StrCat(ScheduleName(s), ": ", plan.status().message()));
+      continue;
+    }
+    const double peak = PeakActivations(*plan);
+    if (s == v1::SCHEDULE_1F1B_FLUSH) baseline = peak;
+    const double ratio = baseline > 0 ? peak / baseline : 1;
+    const double memory = WorkerMemory(*plan, ratio);
+    if (worker_memory > 0 ? memory > static_cast<double>(worker_memory)
+                          : ratio > 1.0 + 1e-9) {
+      notes.push_back(absl::StrFormat(
+          "%s: predicted %.3g bytes per worker (%.2fx 1F1B's activations), "
+          "more than %s",
+          ScheduleName(s), memory, ratio,
+          worker_memory > 0 ? absl::StrCat(worker_memory, " bytes")
+                            : std::string("1F1B's (worker memory unknown)")));
+      continue;
+    }
+    const v1::PipelineDecision& d = plan->pipeline();
+    notes.push_back(absl::StrFormat("%s: %.4g s, bubble %.1f%%",
+                                    ScheduleName(s), d.predicted_step_s(),
+                                    d.predicted_bubble() * 100));
+    if (!best.has_value() ||
+        d.predicted_step_s() < best->pipeline().predicted_step_s()) {
+      best = *std::move(plan);
+    }
+  }
+  if (!best.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "schedule auto: no schedule fits: ", absl::StrJoin(notes, "; ")));
+  }
+  best->mutable_pipeline()->set_chosen_by(
+      absl::StrCat("auto chose ", best->pipeline().schedule(), " (",
+                   absl::StrJoin(notes, "; "), ")"));
+  return *std::move(best);
+}
+
+// A member's profile when the stages are tensor groups of `degree` (or
+// recompute): pipeline/tensor_groups.h.
+absl::StatusOr<ModelProfile> ProfileFor(const JobSpec& spec,
+                                        const PipelinePolicy& policy,
+                                        const ModelProfile& profile,
+                                        int degree, int workers,
+                                        double latency) {
+  if (degree == 1 && policy.recompute == Recompute::kNone) return profile;
+  MemberCosts costs;
+  costs.degree = degree;
+  costs.recompute = policy.recompute;
+  costs.bandwidth_bytes_per_s = policy.bandwidth_bytes_per_s;
+  costs.batch_size = spec.batch_size();
+  costs.step_latency_s = latency;
+  auto micro = MicrobatchesFor(policy, spec.batch_size(), workers / degree);
+  costs.microbatches = micro.ok() ? *micro : 1;
+  return MemberProfile(spec.model(), profile, costs);
+}
+
+// Whether `degree` splits every transformer layer of `model` (heads and
+// MLP width).
+bool SplitsEveryLayer(const ModelSpec& model, int degree) {
+  for (const LayerSpec& l : model.layers()) {
+    if (l.has_transformer_block()) {
+      const auto& b = l.transformer_block();
+      const int64_t hidden = b.has_mlp_hidden() ? b.mlp_hidden() : 4 * b.dim();
+      if (b.heads() % degree != 0 || hidden % degree != 0) return false;
+    } else if (l.has_causal_self_attention() &&
+               l.causal_self_attention().heads() % degree != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool HasTransformerLayers(const ModelSpec& model) {
+  for (const LayerSpec& l : model.layers()) {
+    if (l.has_transformer_block() || l.has_causal_self_attention()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The tensor degrees the planner weighs: the spec's; else every degree
+// that divides the workers (and the innermost level's groups, so that a
+// tensor group stays inside one) and splits every transformer layer; 1
+// alone for models without transformer layers, schedules that stash
+// weights or hold chunks, and custom programs.
+std::vector<int> DegreesToWeigh(const JobSpec& spec,
+                                const PipelinePolicy& policy, int workers,
+                                const std::vector<PlannerLevel>& levels) {
+  if (policy.tensor_parallel > 0) return {policy.tensor_parallel};
+  if (!HasTransformerLayers(spec.model()) ||
+      !SplitsMinibatches(policy.schedule) || policy.chunks > 1 ||
+      policy.schedule == v1::SCHEDULE_CUSTOM) {
+    return {1};
+  }
+  std::vector<int> degrees;
+  const int inner = levels.empty() ? workers : levels.front().workers;
+  for (int t = 1; t <= std::min(workers, kMaxTensorParallel); ++t) {
+    if (workers % t == 0 && inner % t == 0 &&
+        SplitsEveryLayer(spec.model(), t)) {
+      degrees.push_back(t);
+    }
+  }
+  return degrees;
+}
+
+std::vector<Recompute> ModesToWeigh(const JobSpec& spec,
+                                    const PipelinePolicy& policy) {
+  if (policy.recompute_fixed || !HasTransformerLayers(spec.model())) {
+    return {policy.recompute};
+  }
+  return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+}
+
+double StepOf(const PartitionPlan& plan) {
+  return plan.pipeline().predicted_step_s() > 0
+             ? plan.pipeline().predicted_step_s()
+             : plan.time_per_minibatch_s();
+}
+
+// One configuration planned, for the joint choice.
+struct Weighed {
+  v1::PlanCandidate candidate;
+  std::optional<PartitionPlan> plan;
+};
+
+Weighed Weigh(const JobSpec& spec, const ModelProfile& profile, int workers,
+              const std::vector<PlannerLevel>& levels, int64_t worker_memory,
+              double latency, int degree, Recompute mode) {
+  Weighed w;
+  v1::PlanCandidate& c = w.candidate;
+  c.set_tensor_parallel(degree);
+  c.set_recompute(RecomputeName(mode));
+  JobSpec fixed = spec;
+  fixed.mutable_pipeline()->set_tensor_parallel(degree);
+  fixed.mutable_pipeline()->set_recompute(RecomputeName(mode));
+  absl::StatusOr<PartitionPlan> plan =
+      PlanOn(fixed, profile, workers, levels, worker_memory, latency);
+  if (!plan.ok()) {
+    c.set_rejected(std::string(plan.status().message()));
+    return w;
+  }
+  c.set_schedule(plan->pipeline().schedule());
+  c.set_predicted_step_s(StepOf(*plan));
+  c.set_predicted_memory_bytes(WorkerMemory(*plan, 1));
+  c.set_stages(plan->stages_size());
+  for (const PlanStage& s : plan->stages()) {
+    c.set_replicas(std::max(c.replicas(), s.replicas()));
+  }
+  if (worker_memory > 0 &&
+      c.predicted_memory_bytes() > static_cast<double>(worker_memory)) {
+    c.set_rejected(absl::StrFormat(
+        "needs %.3g bytes per worker, more than the smallest worker's %d",
+        c.predicted_memory_bytes(), worker_memory));
+    return w;
+  }
+  w.plan = *std::move(plan);
+  return w;
+}
+
+// Faster first; among equals, the smaller degree and less recomputation.
+bool Better(const v1::PlanCandidate& a, const v1::PlanCandidate& b) {
+  if (a.predicted_step_s() != b.predicted_step_s()) {
+    return a.predicted_step_s() < b.predicted_step_s();
+  }
+  if (a.tensor_parallel() != b.tensor_parallel()) {
+    return a.tensor_parallel() < b.tensor_parallel();
+  }
+  return a.recompute() < b.recompute();
+}
+
+// Pipeline stages, replicas, tensor degree, recomputation (and, under
+// "auto", the schedule) chosen together: every configuration the spec
+// leaves open planned, the fastest predicted that fits the smallest
+// worker's memory kept, the others listed with why they lost.
+absl::StatusOr<PartitionPlan> PlanJointly(
+    const JobSpec& spec, const ModelProfile& profile, int workers,
+    const std::vector<PlannerLevel>& levels, int64_t worker_memory,
+    double latency, const std::vector<int>& degrees,
+    const std::vector<Recompute>& modes) {
+  std::vector<Weighed> all;
+  for (int t : degrees) {
+    for (Recompute r : modes) {
+      all.push_back(
+          Weigh(spec, profile, workers, levels, worker_memory, latency, t, r));
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Weighed& a, const Weighed& b) {
+                     if (a.plan.has_value() != b.plan.has_value()) {
+                       return a.plan.has_value();
+                     }
+                     return a.plan.has_value() &&
+                            Better(a.candidate, b.candidate);
+                   });
+  if (!all.front().plan.has_value()) {
+    std::vector<std::string> why;
+    for (const Weighed& w : all) {
+      why.push_back(absl::StrCat("tensor ", w.candidate.tensor_parallel(),
+                                 ", recompute ", w.candidate.recompute(), ": ",
+                                 w.candidate.rejected()));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no configuration fits: ", absl::StrJoin(why, "; ")));
+  }
+  PartitionPlan best = *all.front().plan;
+  const double fastest = all.front().candidate.predicted_step_s();
+  for (size_t i = 0; i < all.size(); ++i) {
+    v1::PlanCandidate c = all[i].candidate;
+    if (i > 0 && all[i].plan.has_value()) {
+      c.set_rejected(absl::StrFormat(
+          "slower: %.1f%% over the chosen",
+          100 * (c.predicted_step_s() / std::max(fastest, 1e-12) - 1)));
+    }
+    *best.mutable_pipeline()->add_candidates() = c;
+  }
+  return best;
+}
+
+}  // namespace
+
+double StepLatencyOf(const std::vector<HostShare>& workers) {
+  std::map<std::string, std::pair<int, int>> hosts;  // threads, cores
+  for (const HostShare& w : workers) {
+    auto& [threads, cores] = hosts[w.host];
+    threads += w.threads;
+    cores = std::max(cores, w.cores);
+  }
+  for (const auto& [host, use] : hosts) {
+    if (use.second > 0 && use.first > use.second) {
+      return kOversubscribedStepLatencyS;
+    }
+  }
+  return kRingStepLatencyS;
+}
+
+absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
+                                     const ModelProfile& profile, int workers,
+                                     const std::vector<PlannerLevel>& levels,
+                                     int64_t worker_memory,
+                                     double step_latency_s) {
+  ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
+  const std::vector<int> degrees =
+      DegreesToWeigh(spec, policy, workers, levels);
+  const std::vector<Recompute> modes = ModesToWeigh(spec, policy);
+  if (degrees.size() > 1 || modes.size() > 1) {
+    return PlanJointly(spec, profile, workers, levels, worker_memory,
+                       step_latency_s, degrees, modes);
+  }
+  if (policy.schedule == v1::SCHEDULE_AUTO) {
+    return ChooseSchedule(spec, profile, workers, levels, worker_memory,
+                          step_latency_s);
+  }
+  // Tensor groups: planned as workers / degree workers of a member's
+  // profile, then expanded.
+  const int degree = std::max(1, policy.tensor_parallel);
+  if (workers % degree != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pipeline.tensor_parallel=", degree, " does not divide the job's ",
+        workers, " workers"));
+  }
+  // A tensor group sits inside the innermost level's group, on its links.
+  std::vector<PlannerLevel> member_levels = levels;
+  PipelinePolicy member_policy = policy;
+  if (degree > 1 && !levels.empty()) {
+    if (levels.front().workers % degree != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pipeline.tensor_parallel=", degree, " does not divide the ",
+          levels.front().workers,
+          " workers of the innermost group of the measured topology: a "
+          "tensor group would straddle two"));
+    }
+    member_levels.front().workers /= degree;
+    member_policy.bandwidth_bytes_per_s = levels.front().bandwidth_bytes_per_s;
+  }
+  ASSIGN_OR_RETURN(const ModelProfile member,
+                   ProfileFor(spec, member_policy, profile, degree, workers,
+                              step_latency_s));
+  auto graph = ProfileGraph::FromProto(member);
+  if (!graph.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profile is invalid: ", graph.status().message()));
+  }
+  ASSIGN_OR_RETURN(PartitionPlan plan, PlanGroups(spec, policy, *graph,
+                                                  workers / degree,
+                                                  member_levels));
+  ExpandTensorGroups(degree, policy.recompute, &plan);
+  RETURN_IF_ERROR(
+      DecidePipeline(policy, spec, plan.workers_used() / degree, &plan));
+  plan.mutable_pipeline()->set_tensor_parallel(degree);
+  plan.mutable_pipeline()->set_recompute(RecomputeName(policy.recompute));
+  return plan;
+}
+
+namespace {
+
+absl::StatusOr<PartitionPlan> PlanGroups(
+    const JobSpec& spec, const PipelinePolicy& policy,
+    const ProfileGraph& profile, int workers,
+    const std::vector<PlannerLevel>& levels) {
+  const ProfileGraph* graph = &profile;
+  const int chunks = policy.chunks;
+  auto request = RequestFor(spec, workers * chunks,
+                            chunks > 1 ? std::vector<PlannerLevel>{} : levels);
+  if (!request.ok()) return request.status();
+  if (chunks > 1) {
+    request->straight_pipeline = true;
+    auto micro = MicrobatchesFor(policy, spec.batch_size(), workers);
+    request->microbatches = micro.ok() ? *micro : 1;
+  }
+  auto plan = MakePlan(*graph, *request);
+  if (!plan.ok()) {
+    // With chunks the planner saw workers x chunks "workers": say so.
+    const std::string chunked =
+        chunks > 1 ? absl::StrCat(ScheduleName(policy.schedule), " on ",
+                                  workers, " workers holds ", chunks,
+                                  " chunks each, so the model is cut into ",
+                                  workers * chunks, " stages: ")
+                   : "";
+    return absl::Status(
+        plan.status().code(),
+        absl::StrCat("planning failed: ", chunked, plan.status().message()));
+  }
+  if (chunks > 1) RETURN_IF_ERROR(FoldChunks(policy, workers, &*plan));
+  return plan;
+}
+
+}  // namespace
+
+}  // namespace aqueduct
