@@ -36,6 +36,33 @@ int64_t AttentionSaved(int64_t t, int64_t dim, int64_t heads) {
   return Add(Mul(5, Mul(t, dim)), Mul(heads, Mul(t, t)));
 }
 
+// A member's share of a transformer layer (EstimateModel). `whole_params`
+// of the parameters stay whole (LayerNorms, row-parallel biases).
+LayerFootprint Member(LayerFootprint whole, int64_t whole_params, int64_t t,
+                      int64_t dim, int64_t heads, int64_t hidden, bool block,
+                      int degree, Recompute mode) {
+  LayerFootprint f;
+  f.parameters =
+      Add((whole.parameters - whole_params) / degree, whole_params);
+  const int64_t td = Mul(t, dim);
+  const int64_t probs = Mul(heads, Mul(t, t)) / degree;
+  switch (mode) {
+    case Recompute::kFull:
+      f.activations_per_sample = td;
+      return f;
+    case Recompute::kSelective:
+    case Recompute::kNone: {
+      // x (and x2) whole; q, k, v, merged, the weights, the MLP hidden split.
+      int64_t kept = Add(Mul(block ? 2 : 1, td),
+                         Add(Mul(4, td) / degree, Mul(t, hidden) / degree));
+      if (mode == Recompute::kNone) kept = Add(kept, probs);
+      f.activations_per_sample = kept;
+      return f;
+    }
+  }
+  return f;
+}
+
 LayerFootprint TransformerBlock(const v1::TransformerBlockSpec& s,
                                 const SymbolicShape& in) {
   const int64_t dim = s.dim();
@@ -117,14 +144,39 @@ LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
   }
 }
 
+// A member's share of layer `spec` (EstimateModel); other layers whole.
+LayerFootprint MemberLayer(const LayerSpec& spec, const SymbolicShape& in,
+                           const LayerFootprint& whole, int degree,
+                           Recompute mode) {
+  if (degree <= 1 && mode == Recompute::kNone) return whole;
+  const int64_t t = Positions(in);
+  if (spec.has_transformer_block()) {
+    const auto& s = spec.transformer_block();
+    const int64_t hidden =
+        s.has_mlp_hidden() ? s.mlp_hidden() : Mul(4, s.dim());
+    const bool bias = !s.has_bias() || s.bias();
+    return Member(whole, Add(Mul(4, s.dim()), bias ? Mul(2, s.dim()) : 0), t,
+                  s.dim(), s.heads(), hidden, true, degree, mode);
+  }
+  if (spec.has_causal_self_attention()) {
+    const auto& s = spec.causal_self_attention();
+    const bool bias = !s.has_bias() || s.bias();
+    return Member(whole, bias ? s.dim() : 0, t, s.dim(), s.heads(), 0, false,
+                  degree, mode);
+  }
+  return whole;
+}
+
 std::vector<LayerFootprint> EstimateModel(
     const ModelSpec& model, const SymbolicShape& input,
-    const std::vector<SymbolicShape>& outputs) {
+    const std::vector<SymbolicShape>& outputs, int degree, Recompute mode) {
   std::vector<LayerFootprint> layers;
   const int n = std::min(model.layers_size(), static_cast<int>(outputs.size()));
   for (int l = 0; l < n; ++l) {
     const SymbolicShape& in = l == 0 ? input : outputs[l - 1];
-    layers.push_back(EstimateLayer(model.layers(l), in, outputs[l]));
+    layers.push_back(MemberLayer(model.layers(l), in,
+                                 EstimateLayer(model.layers(l), in, outputs[l]),
+                                 std::max(1, degree), mode));
   }
   if (!layers.empty()) {
     // The logits, which the loss reads.

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipeline/recompute.h"
 #include "pipeline/shapes.h"
 #include "proto/types.h"
 
@@ -40,9 +41,19 @@ LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
                              const SymbolicShape& out);
 
 // Every layer of `model`, on `input` with `outputs` from InferModelShapes.
+// With a tensor-parallel `degree` and recomputation `mode`, what one member
+// of a tensor group holds of each transformer layer (worker/nn/
+// transformer.h): its share of the split parameters (the LayerNorms and
+// row-parallel biases whole), and of what its forward keeps for backward:
+//   none:       x and x2 whole, q k v, the merged heads, the attention
+//               weights and the MLP hidden split
+//   selective:  as none, less the attention weights
+//   full:       the input alone, [T, C]
+// Other layers are whole on every member.
 std::vector<LayerFootprint> EstimateModel(
     const ModelSpec& model, const SymbolicShape& input,
-    const std::vector<SymbolicShape>& outputs);
+    const std::vector<SymbolicShape>& outputs, int degree = 1,
+    Recompute mode = Recompute::kNone);
 
 // Optimizer state per parameter: Adam 2 (two moments), SGD with momentum 1,
 // plain SGD 0.

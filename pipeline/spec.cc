@@ -488,30 +488,88 @@ int64_t MicrobatchSamples(const JobSpec& spec, const PipelinePolicy& p) {
   return micro.ok() ? spec.batch_size() / *micro : 1;
 }
 
-// Every layer must fit one worker, and the model pipeline.workers of them.
-absl::Status CheckLayersFit(const JobSpec& spec, const SpecSummary& summary,
-                            const MemoryLimit& limit) {
-  const std::vector<LayerFootprint> layers =
-      EstimateModel(spec.model(), summary.input, summary.layer_outputs);
+// The tensor degrees a plan may use: the spec's, else each that divides
+// the workers and every transformer layer, largest first.
+std::vector<int> PossibleDegrees(const ModelSpec& model,
+                                 const PipelinePolicy& p) {
+  if (p.tensor_parallel > 0) return {p.tensor_parallel};
+  std::vector<int> degrees;
+  for (int t = std::min(p.workers, kMaxTensorParallel); t > 1; --t) {
+    PipelinePolicy fixed = p;
+    fixed.tensor_parallel = t;
+    if (CheckTensorGroups(model, fixed).ok()) degrees.push_back(t);
+  }
+  degrees.push_back(1);
+  return degrees;
+}
+
+// " even as one of 4 members of a tensor group with full recomputation",
+// when the check counted that.
+std::string BestCase(int degree, Recompute mode) {
+  std::string out;
+  if (degree > 1) {
+    absl::StrAppend(&out, " even as one of ", degree,
+                    " members of a tensor group");
+  }
+  if (mode != Recompute::kNone) {
+    absl::StrAppend(&out, degree > 1 ? " with " : " even with ",
+                    RecomputeName(mode), " recomputation");
+  }
+  return out;
+}
+
+// Whether the layers fit `limit` as members of tensor groups of `degree`
+// (recomputing as `mode`) on pipeline.workers workers; the reason if not.
+absl::Status LayersFitAt(const JobSpec& spec, const SpecSummary& summary,
+                         const MemoryLimit& limit, int degree,
+                         Recompute mode) {
+  const std::vector<LayerFootprint> layers = EstimateModel(
+      spec.model(), summary.input, summary.layer_outputs, degree, mode);
   const int copies = TrainingCopies(spec.optimizer());
   const int64_t samples = MicrobatchSamples(spec, summary.pipeline);
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
     const StageFootprint f = EstimateStage(layers, l, l + 1, copies, samples);
     if (f.total_bytes <= limit.bytes) continue;
-    return absl::InvalidArgumentError(
-        absl::StrCat(LayerField(spec.model(), l), " needs at least ",
-                     FormatBytes(f.total_bytes), ": ", Parts(f, samples),
-                     ", more than ", Describe(limit)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        LayerField(spec.model(), l), " needs at least ",
+        FormatBytes(f.total_bytes), BestCase(degree, mode), ": ",
+        Parts(f, samples), ", more than ", Describe(limit)));
   }
   const int workers = summary.pipeline.workers;
   const int64_t stages = MinimumStages(layers, copies, samples, limit.bytes);
-  if (stages <= workers) return absl::OkStatus();
+  const int64_t needed = SaturatingMul(stages, degree);
+  if (needed <= workers) return absl::OkStatus();
   const StageFootprint all = EstimateStage(
       layers, 0, static_cast<int>(layers.size()), copies, samples);
   return absl::InvalidArgumentError(absl::StrCat(
-      "the model needs at least ", FormatBytes(all.total_bytes), ": ",
-      Parts(all, samples), "; that takes at least ", stages, " workers of ",
-      Describe(limit), ", and pipeline.workers=", workers));
+      "the model needs at least ", FormatBytes(all.total_bytes),
+      BestCase(degree, mode), ": ", Parts(all, samples),
+      "; that takes at least ", needed, " workers of ", Describe(limit),
+      ", and pipeline.workers=", workers));
+}
+
+// Every layer must fit one worker, and the model pipeline.workers of them,
+// in the best configuration the planner may choose: some tensor degree
+// (the spec's, or any that fits), with full recomputation unless the spec
+// fixes the mode. The error is the largest degree's.
+absl::Status CheckLayersFit(const JobSpec& spec, const SpecSummary& summary,
+                            const MemoryLimit& limit) {
+  const PipelinePolicy& p = summary.pipeline;
+  bool transformer = false;
+  for (const LayerSpec& l : spec.model().layers()) {
+    transformer = transformer || l.has_transformer_block() ||
+                  l.has_causal_self_attention();
+  }
+  const Recompute mode = p.recompute_fixed || !transformer ? p.recompute
+                                                           : Recompute::kFull;
+  const std::vector<int> degrees = PossibleDegrees(spec.model(), p);
+  absl::Status first;
+  for (int degree : degrees) {
+    absl::Status fits = LayersFitAt(spec, summary, limit, degree, mode);
+    if (fits.ok()) return fits;
+    if (first.ok()) first = fits;
+  }
+  return first;
 }
 
 // Synthetic data is generated whole on each worker that loads it.
@@ -754,8 +812,9 @@ absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
                    InferModelShapes(spec.model(), input));
   const MemoryLimit limit = KnownOrDefault(memory);
   const StageFootprint f = EstimateStage(
-      EstimateModel(spec.model(), input, outputs), stage.layer_begin,
-      stage.layer_end, stage.copies, stage.samples);
+      EstimateModel(spec.model(), input, outputs, stage.tensor_degree,
+                    stage.recompute),
+      stage.layer_begin, stage.layer_end, stage.copies, stage.samples);
   const int64_t steps = SaturatingMul(stage.steps, stage.bytes_per_step);
   const int64_t total =
       SaturatingAdd(SaturatingAdd(f.total_bytes, stage.data_bytes), steps);

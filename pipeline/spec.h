@@ -77,6 +77,10 @@ struct StageNeeds {
   int64_t data_bytes = 0;
   int64_t steps = 0;
   int64_t bytes_per_step = 0;
+  // A member of a tensor group of this degree that recomputes so
+  // (pipeline/memory.h EstimateModel).
+  int tensor_degree = 1;
+  Recompute recompute = Recompute::kNone;
 };
 
 // A worker's own check before it allocates (defence in depth: the
