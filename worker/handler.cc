@@ -102,8 +102,10 @@ absl::StatusOr<ModelProfile> WorkerHandler::Profile(
   if (request.measured_iterations() > 0) {
     options.measured_iterations = request.measured_iterations();
   }
-  // The data is read under the roots the stages read it under.
+  // The data is read under the roots the stages read it under, in the
+  // memory the worker offers.
   options.files = runtime_->files();
+  options.memory_bytes = info_().device().memory_bytes();
   auto slot = std::make_shared<ProfileSlot>();
   const DeviceSpec device = device_;
   const int threads = threads_;

@@ -61,6 +61,10 @@ ABSL_FLAG(std::string, gemm_precision, "fp32",
           "GEMMs on a CUDA device: fp32, tf32 (tensor cores) or bf16 (bf16 "
           "inputs, fp32 accumulation); the CPU computes in fp32");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0: all cores)");
+ABSL_FLAG(int64_t, memory_limit, 0,
+          "bytes of memory this worker offers its jobs (registered as its "
+          "device's memory: the planner fits plans to it and stages check "
+          "against it before they allocate); 0: the host's physical memory");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
 ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
           "deadline of every wait on a pipeline peer");
@@ -138,6 +142,7 @@ bool FlagsInRange() {
   constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
   const absl::Status s = CheckFlagRanges({
       {"threads", 0, 4096},
+      {"memory_limit", 0, int64_t{1} << 50},
       {"peer_timeout_ms", 1, kDayMs},
       {"model_upload_deadline_ms", 0, 7 * kDayMs},
       {"max_text_bytes", 1, int64_t{1} << 40},
@@ -237,6 +242,14 @@ std::unique_ptr<grpc::Server> StartServer(GrpcWorkerService* service,
   return server;
 }
 
+// --memory_limit, or the host's physical memory.
+int64_t MemoryBytes() {
+  const int64_t physical =
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const int64_t limit = absl::GetFlag(FLAGS_memory_limit);
+  return limit > 0 ? std::min(limit, physical) : physical;
+}
+
 // What the worker tells the coordinator about itself.
 WorkerInfo DescribeWorker(Device& device, int port) {
   char hostname[256] = "localhost";
@@ -253,8 +266,7 @@ WorkerInfo DescribeWorker(Device& device, int port) {
   info.mutable_device()->set_kind(device.kind() == DeviceKind::kCuda ? "cuda"
                                                                      : "cpu");
   info.mutable_device()->set_name(device.name());
-  info.mutable_device()->set_memory_bytes(
-      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+  info.mutable_device()->set_memory_bytes(MemoryBytes());
   info.mutable_device()->set_threads(ThreadsFromFlags());
   info.mutable_device()->set_host_cores(
       static_cast<int32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
@@ -326,6 +338,7 @@ StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads,
   options.model_sink = model_sink;
   options.device = device_spec;
   options.threads = threads;
+  options.memory_bytes = MemoryBytes();
   options.peer_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
   return options;

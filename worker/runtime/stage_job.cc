@@ -346,6 +346,8 @@ absl::Status PipelineJob::Prepare() {
     needs.samples = layout_.batch_size / layout_.pipeline.microbatches;
     needs.steps = layout_.total_steps;
     needs.bytes_per_step = PerStepBytes(true, layout_.pipeline.microbatches);
+    needs.tensor_degree = layout_.pipeline.TensorDegree(stage);
+    needs.recompute = layout_.pipeline.RecomputeOf(stage);
     RETURN_IF_ERROR(
         CheckStageFits(a_.spec(), job_.data, env_,
                        layout_.input_stage() || layout_.output_stage(), needs));

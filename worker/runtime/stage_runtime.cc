@@ -173,6 +173,7 @@ void StageRuntime::Run(const StageAssignment& a) {
   JobEnv env;
   env.device = options_.device;
   env.threads = options_.threads;
+  env.memory_bytes = options_.memory_bytes;
   env.data_plane = data_plane_;
   env.store = store_;
   env.peer_timeout = options_.peer_timeout;

@@ -41,6 +41,8 @@ struct StageRuntimeOptions {
   // and the CPU device's BLAS threads.
   DeviceSpec device;
   int threads = 1;
+  // The memory stages check their needs against (0: the host's).
+  int64_t memory_bytes = 0;
   // Deadline of every wait on a peer.
   absl::Duration peer_timeout = absl::Seconds(60);
   // How long an assignment waits for a previous job that is ending (its
