@@ -178,9 +178,13 @@ std::string ScheduleGrid(const PartitionPlan& plan) {
   if (plan.pipeline().predicted_step_s() <= 0) return "";
   const absl::StatusOr<ir::Simulation> sim = SimulateDecision(plan);
   if (!sim.ok()) return "";
+  const int tensor = plan.pipeline().tensor_parallel();
   return absl::StrCat(
-      "one minibatch, per worker (F, B; I and W where split):\n",
-      ir::TimeGrid(*sim));
+      tensor > 1 ? absl::StrCat("one minibatch, per pipeline position (a "
+                                "tensor group of ",
+                                tensor, " workers each; ")
+                 : std::string("one minibatch, per worker ("),
+      "F, B; I and W where split):\n", ir::TimeGrid(*sim));
 }
 
 int OfflinePlan(const CommandLineSpec& spec, const ParsedArgs& parsed,

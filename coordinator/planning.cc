@@ -13,7 +13,9 @@
 #include "coordinator/planner/profile_graph.h"
 #include "coordinator/planner/tensor_groups.h"
 #include "pipeline/ir/action.h"
+#include "pipeline/limits.h"
 #include "pipeline/policy.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 
@@ -204,31 +206,6 @@ absl::StatusOr<ModelProfile> ProfileFor(const JobSpec& spec,
   return MemberProfile(spec.model(), profile, costs);
 }
 
-// Whether `degree` splits every transformer layer of `model` (heads and
-// MLP width).
-bool SplitsEveryLayer(const ModelSpec& model, int degree) {
-  for (const LayerSpec& l : model.layers()) {
-    if (l.has_transformer_block()) {
-      const auto& b = l.transformer_block();
-      const int64_t hidden = b.has_mlp_hidden() ? b.mlp_hidden() : 4 * b.dim();
-      if (b.heads() % degree != 0 || hidden % degree != 0) return false;
-    } else if (l.has_causal_self_attention() &&
-               l.causal_self_attention().heads() % degree != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool HasTransformerLayers(const ModelSpec& model) {
-  for (const LayerSpec& l : model.layers()) {
-    if (l.has_transformer_block() || l.has_causal_self_attention()) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // The tensor degrees the planner weighs: the spec's; else every degree
 // that divides the workers (and the innermost level's groups, so that a
 // tensor group stays inside one) and splits every transformer layer; 1
@@ -243,13 +220,12 @@ std::vector<int> DegreesToWeigh(const JobSpec& spec,
       policy.schedule == v1::SCHEDULE_CUSTOM) {
     return {1};
   }
+  PipelinePolicy on_these = policy;
+  on_these.workers = workers;
   std::vector<int> degrees;
   const int inner = levels.empty() ? workers : levels.front().workers;
-  for (int t = 1; t <= std::min(workers, kMaxTensorParallel); ++t) {
-    if (workers % t == 0 && inner % t == 0 &&
-        SplitsEveryLayer(spec.model(), t)) {
-      degrees.push_back(t);
-    }
+  for (int t : TensorDegreesFor(spec.model(), on_these)) {
+    if (inner % t == 0) degrees.insert(degrees.begin(), t);
   }
   return degrees;
 }
@@ -299,9 +275,10 @@ Weighed Weigh(const JobSpec& spec, const ModelProfile& profile, int workers,
   }
   if (worker_memory > 0 &&
       c.predicted_memory_bytes() > static_cast<double>(worker_memory)) {
-    c.set_rejected(absl::StrFormat(
-        "needs %.3g bytes per worker, more than the smallest worker's %d",
-        c.predicted_memory_bytes(), worker_memory));
+    c.set_rejected(absl::StrCat(
+        "needs ", FormatBytes(static_cast<int64_t>(c.predicted_memory_bytes())),
+        " per worker, more than the smallest worker's ",
+        FormatBytes(worker_memory)));
     return w;
   }
   w.plan = *std::move(plan);

@@ -5,6 +5,8 @@
 #include "coordinator/jobs/field_limits.h"
 #include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/profile_graph.h"
+#include "coordinator/planner/tensor_groups.h"
+#include "pipeline/spec.h"
 #include "pipeline/policy.h"
 
 namespace aqueduct {
@@ -48,6 +50,43 @@ absl::Status CheckSubmissionSizes(const JobSpec& spec,
   return absl::OkStatus();
 }
 
+// A supplied profile's nodes against the largest worker, as members of
+// the largest tensor group the spec allows, recomputing fully unless it
+// fixes the mode (the best the planner can do); the error of the largest
+// group.
+absl::Status CheckSuppliedProfileFits(const ModelProfile& profile,
+                                      const JobSpec& spec,
+                                      const MemoryLimit& memory) {
+  ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
+  MemberCosts costs;
+  costs.recompute =
+      policy.recompute_fixed || !HasTransformerLayers(spec.model())
+          ? policy.recompute
+          : Recompute::kFull;
+  costs.batch_size = spec.batch_size();
+  absl::Status first;
+  for (int degree : TensorDegreesFor(spec.model(), policy)) {
+    costs.degree = degree;
+    auto member = MemberProfile(spec.model(), profile, costs);
+    auto graph = member.ok() ? ProfileGraph::FromProto(*member)
+                             : absl::StatusOr<ProfileGraph>(member.status());
+    absl::Status fits =
+        graph.ok() ? CheckProfileFits(*graph, spec, memory) : graph.status();
+    if (fits.ok()) return fits;
+    if (first.ok()) {
+      first = degree > 1 || costs.recompute != Recompute::kNone
+                  ? absl::Status(fits.code(),
+                                 absl::StrCat("as one of ", degree,
+                                              " members of a tensor group, ",
+                                              RecomputeName(costs.recompute),
+                                              " recomputation: ",
+                                              fits.message()))
+                  : fits;
+    }
+  }
+  return first;
+}
+
 absl::StatusOr<SpecSummary> CheckSpecAndProfile(const JobSpec& spec,
                                                 const ModelProfile* profile,
                                                 int64_t memory_bytes) {
@@ -59,9 +98,7 @@ absl::StatusOr<SpecSummary> CheckSpecAndProfile(const JobSpec& spec,
         absl::StrCat("invalid job spec: ", valid.status().message()));
   }
   if (profile != nullptr) {
-    auto graph = ProfileGraph::FromProto(*profile);
-    absl::Status fits =
-        graph.ok() ? CheckProfileFits(*graph, spec, memory) : graph.status();
+    const absl::Status fits = CheckSuppliedProfileFits(*profile, spec, memory);
     if (!fits.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("invalid profile: ", fits.message()));

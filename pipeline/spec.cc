@@ -490,8 +490,19 @@ int64_t MicrobatchSamples(const JobSpec& spec, const PipelinePolicy& p) {
 
 // The tensor degrees a plan may use: the spec's, else each that divides
 // the workers and every transformer layer, largest first.
-std::vector<int> PossibleDegrees(const ModelSpec& model,
-                                 const PipelinePolicy& p) {
+}  // namespace
+
+bool HasTransformerLayers(const ModelSpec& model) {
+  for (const LayerSpec& l : model.layers()) {
+    if (l.has_transformer_block() || l.has_causal_self_attention()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<int> TensorDegreesFor(const ModelSpec& model,
+                                  const PipelinePolicy& p) {
   if (p.tensor_parallel > 0) return {p.tensor_parallel};
   std::vector<int> degrees;
   for (int t = std::min(p.workers, kMaxTensorParallel); t > 1; --t) {
@@ -502,6 +513,8 @@ std::vector<int> PossibleDegrees(const ModelSpec& model,
   degrees.push_back(1);
   return degrees;
 }
+
+namespace {
 
 // " even as one of 4 members of a tensor group with full recomputation",
 // when the check counted that.
@@ -555,14 +568,11 @@ absl::Status LayersFitAt(const JobSpec& spec, const SpecSummary& summary,
 absl::Status CheckLayersFit(const JobSpec& spec, const SpecSummary& summary,
                             const MemoryLimit& limit) {
   const PipelinePolicy& p = summary.pipeline;
-  bool transformer = false;
-  for (const LayerSpec& l : spec.model().layers()) {
-    transformer = transformer || l.has_transformer_block() ||
-                  l.has_causal_self_attention();
-  }
-  const Recompute mode = p.recompute_fixed || !transformer ? p.recompute
-                                                           : Recompute::kFull;
-  const std::vector<int> degrees = PossibleDegrees(spec.model(), p);
+  const Recompute mode =
+      p.recompute_fixed || !HasTransformerLayers(spec.model())
+          ? p.recompute
+          : Recompute::kFull;
+  const std::vector<int> degrees = TensorDegreesFor(spec.model(), p);
   absl::Status first;
   for (int degree : degrees) {
     absl::Status fits = LayersFitAt(spec, summary, limit, degree, mode);

@@ -94,6 +94,16 @@ absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
                               const StageNeeds& stage,
                               const MemoryLimit& memory, absl::StatusCode code);
 
+// Whether `model` has transformer layers (the only ones tensor groups
+// split and recomputation applies to).
+bool HasTransformerLayers(const ModelSpec& model);
+
+// The tensor-parallel degrees a plan of `model` may use: the spec's, else
+// each that divides the workers and every transformer layer's heads and
+// MLP width, largest first (1 last).
+std::vector<int> TensorDegreesFor(const ModelSpec& model,
+                                  const PipelinePolicy& policy);
+
 // The optimizer section (INVALID_ARGUMENT naming the field).
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec);
 

@@ -347,9 +347,14 @@ std::string FormatTopology(const PartitionPlan& plan) {
 BusiestWorker BusiestWorkerOf(const PartitionPlan& plan) {
   BusiestWorker b;
   std::map<int, double> per_worker;
+  int tensor = 1;
   for (const PlanStage& stage : plan.stages()) {
     b.replicas = std::max(b.replicas, stage.replicas());
-    const int replicas = std::max(1, stage.worker_ranks_size());
+    tensor = std::max(tensor, stage.tensor_parallel());
+    // A tensor group's members each run the member's compute (the stage's
+    // figure); replicas share the microbatches.
+    const int t = std::max(1, stage.tensor_parallel());
+    const int replicas = std::max(1, stage.worker_ranks_size() / t);
     for (int rank : stage.worker_ranks()) {
       per_worker[rank] += stage.compute_time_s() / replicas;
     }
@@ -357,7 +362,7 @@ BusiestWorker BusiestWorkerOf(const PartitionPlan& plan) {
   for (const auto& [rank, s] : per_worker) {
     b.compute_s = std::max(b.compute_s, s);
   }
-  b.positions = std::max(1, plan.workers_used() / b.replicas);
+  b.positions = std::max(1, plan.workers_used() / (b.replicas * tensor));
   return b;
 }
 
