@@ -124,7 +124,7 @@ class LayerTimer {
       if (measure) forward_[l].push_back(MsSince(start));
       saved_[l] = 0;
       for (const Tensor& t : (*caches)[l].tensors) {
-        saved_[l] += static_cast<double>(t.nbytes());
+        if (t.defined()) saved_[l] += static_cast<double>(t.nbytes());
       }
       x = std::move(y);
     }
@@ -235,6 +235,39 @@ absl::Status CheckProfileFits(const JobSpec& spec, const ValidatedJob& job,
       "profile, then aq submit --profile)"));
 }
 
+// Each recomputation mode's backward time and saved bytes for the
+// transformer layers, from iterations run in that mode.
+absl::Status MeasureRecomputation(const Model& model, Device* device,
+                                  const ParameterSet& params,
+                                  const ParameterSet& grads,
+                                  std::vector<LayerUpdate>* updates,
+                                  const Tensor& input, const Tensor& output_grad,
+                                  const ProfilerOptions& options,
+                                  ModelProfile* profile) {
+  for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    LayerTimer timer(model, device, params, grads, updates);
+    const int total = 1 + options.measured_iterations;
+    for (int it = 0; it < total; ++it) {
+      PassContext ctx;
+      ctx.minibatch = static_cast<uint64_t>(it);
+      ctx.recompute = mode;
+      RETURN_IF_ERROR(timer.Iterate(ctx, input, output_grad, it >= 1));
+    }
+    for (int l = 0; l < model.num_layers(); ++l) {
+      const std::string kind = model.layer(l).kind();
+      if (kind != "transformer_block" && kind != "causal_self_attention") {
+        continue;
+      }
+      v1::RecomputeCost* cost =
+          profile->mutable_nodes(l)->add_recompute_costs();
+      cost->set_mode(RecomputeName(mode));
+      cost->set_backward_ms(timer.BackwardMs(l));
+      cost->set_saved_bytes(timer.SavedBytes(l));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<double> MeasureGemmGflops(Device* device, int n,
@@ -298,6 +331,11 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
   }
   for (int l = 0; l < layers; ++l) {
     AddLayerNode(spec, model, timer, l, batch, &profile);
+  }
+  if (HasTransformerLayers(spec.model())) {
+    RETURN_IF_ERROR(MeasureRecomputation(model, device, params, grads,
+                                         &updates, input_template, output_grad,
+                                         options, &profile));
   }
   return profile;
 }

@@ -66,6 +66,46 @@ TEST(ProfilerTest, ProfilesEveryLayer) {
   EXPECT_FALSE(ProfileModel(*spec, &device, options).ok());
 }
 
+// A GPT's blocks: each recomputation mode's backward and saved bytes,
+// measured (selective keeps all but the attention weights, full the input
+// alone); the other layers have none.
+TEST(ProfilerTest, MeasuresEachRecomputationModeOfTheBlocks) {
+  const std::string path = testing::TempDir() + "/profiler_text.txt";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  for (int i = 0; i < 200; ++i) std::fputs("the quick brown fox. ", f);
+  std::fclose(f);
+  auto spec = ParseJobSpec(
+      R"pb(model {
+             layers { token_embedding { vocab_size: 32 dim: 16 } }
+             layers { transformer_block { dim: 16 heads: 2 } }
+             layers { linear { in_features: 16 out_features: 32 } }
+           }
+           data { text { files: ")pb" +
+          path + R"pb(" context: 8 tokenizer: "chars" } }
+           optimizer { sgd { lr: 0.1 } }
+           batch_size: 4
+           max_steps: 1)pb",
+      "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  CpuDevice device(CpuDeviceOptions{1});
+  ProfilerOptions options;
+  options.warmup_iterations = 1;
+  options.measured_iterations = 2;
+  options.measure_gemm = false;
+  auto profile = ProfileModel(*spec, &device, options);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->nodes(0).recompute_costs_size(), 0);
+  const LayerProfile& block = profile->nodes(1);
+  ASSERT_EQ(block.recompute_costs_size(), 2);
+  EXPECT_EQ(block.recompute_costs(0).mode(), "selective");
+  EXPECT_EQ(block.recompute_costs(1).mode(), "full");
+  // 4 samples x 2 heads x 8 x 8 attention weights; 4 x 8 x 16 inputs.
+  EXPECT_DOUBLE_EQ(block.recompute_costs(0).saved_bytes(),
+                   block.saved_bytes() - 4 * 2 * 8 * 8 * 4);
+  EXPECT_DOUBLE_EQ(block.recompute_costs(1).saved_bytes(), 4 * 8 * 16 * 4);
+  EXPECT_GT(block.recompute_costs(1).backward_ms(), 0);
+}
+
 // A model too large for the worker's memory is refused before anything is
 // allocated, naming the layer (the Profile RPC once failed with "Unexpected
 // error in RPC handling": a std::bad_alloc).

@@ -1,6 +1,7 @@
 #include "coordinator/planner/tensor_groups.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,20 +52,44 @@ double SumSeconds(const TransformerShape& t, const MemberCosts& c) {
          sums * 2.0 * (c.degree - 1) * c.step_latency_s;
 }
 
-void Recomputed(const TransformerShape& t, const MemberCosts& c,
-                LayerProfile* p) {
+// The whole layer's backward (ms) and saved bytes in the costs' mode: the
+// profiler's measurement, or else an estimate from the mode none figures
+// (selective: the attention core again, 2T^2C of 24TC^2 + 2T^2C of the
+// forward, and no attention weights; full: the forward again, and the
+// input alone).
+std::pair<double, double> InMode(const LayerProfile& p,
+                                 const TransformerShape& t,
+                                 const MemberCosts& c) {
+  if (c.recompute == Recompute::kNone) {
+    return {p.backward_ms(), p.saved_bytes()};
+  }
+  for (const v1::RecomputeCost& m : p.recompute_costs()) {
+    if (m.mode() == RecomputeName(c.recompute)) {
+      return {m.backward_ms(), m.saved_bytes()};
+    }
+  }
   const double T = static_cast<double>(std::max<int64_t>(1, t.context));
   const double C = static_cast<double>(t.dim);
+  const double B = static_cast<double>(c.batch_size);
   if (c.recompute == Recompute::kFull) {
-    p->set_backward_ms(p->backward_ms() + p->forward_ms());
-    p->set_saved_bytes(static_cast<double>(c.batch_size) * T * C * 4);
-  } else if (c.recompute == Recompute::kSelective) {
-    const double core = 2 * T * T * C / (24 * T * C * C + 2 * T * T * C);
-    p->set_backward_ms(p->backward_ms() + p->forward_ms() * core);
-    const double probs = static_cast<double>(c.batch_size) * t.heads / c.degree *
-                         T * T * 4;
-    p->set_saved_bytes(std::max(0.0, p->saved_bytes() - probs));
+    return {p.backward_ms() + p.forward_ms(), B * T * C * 4};
   }
+  const double core = 2 * T * T * C / (24 * T * C * C + 2 * T * T * C);
+  const double probs = B * t.heads * T * T * 4;
+  return {p.backward_ms() + p.forward_ms() * core,
+          std::max(0.0, p.saved_bytes() - probs)};
+}
+
+// A member's share of what the whole layer keeps: the residual stream's
+// tensors (x, and a block's x2; full recomputation's input) whole, the
+// rest split.
+double MemberSaved(double saved, const TransformerShape& t,
+                   const MemberCosts& c) {
+  const double stream = static_cast<double>(c.batch_size) *
+                        std::max<int64_t>(1, t.context) * t.dim * 4;
+  if (c.recompute == Recompute::kFull) return std::min(saved, stream);
+  const double whole = std::min(saved, (t.block ? 2 : 1) * stream);
+  return whole + (saved - whole) / c.degree;
 }
 
 }  // namespace
@@ -87,12 +112,16 @@ absl::StatusOr<ModelProfile> MemberProfile(const ModelSpec& model,
     }
     const double d = costs.degree;
     const double sum_ms = SumSeconds(t, costs) * 1e3 / 2;  // per direction
+    const auto [backward_ms, saved] = InMode(p, t, costs);
+    // Full recomputation runs the forward's sums again in backward.
+    const double backward_sums =
+        costs.recompute == Recompute::kFull ? 2 * sum_ms : sum_ms;
     p.set_forward_ms(p.forward_ms() / d + sum_ms);
-    p.set_backward_ms(p.backward_ms() / d + sum_ms);
+    p.set_backward_ms(backward_ms / d + backward_sums);
     p.set_parameter_bytes(p.parameter_bytes() / d);
     p.set_optimizer_ms(p.optimizer_ms() / d);
-    p.set_saved_bytes(p.saved_bytes() / d);
-    Recomputed(t, costs, &p);
+    p.set_saved_bytes(MemberSaved(saved, t, costs));
+    p.clear_recompute_costs();
   }
   return out;
 }

@@ -28,7 +28,9 @@ absl::StatusOr<ParameterSet> Uninitialised(Device* device,
 int64_t CacheBytes(const RangeCache& cache) {
   int64_t bytes = 0;
   for (const LayerCache& l : cache.layers) {
-    for (const Tensor& t : l.tensors) bytes += static_cast<int64_t>(t.nbytes());
+    for (const Tensor& t : l.tensors) {
+      if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+    }
   }
   return bytes;
 }
