@@ -191,9 +191,8 @@ absl::StatusOr<PartitionPlan> ChooseSchedule(
 // recompute): pipeline/tensor_groups.h.
 absl::StatusOr<ModelProfile> ProfileFor(const JobSpec& spec,
                                         const PipelinePolicy& policy,
-                                        const ModelProfile& profile,
-                                        int degree, int workers,
-                                        double latency) {
+                                        const ModelProfile& profile, int degree,
+                                        int workers, double latency) {
   if (degree == 1 && policy.recompute == Recompute::kNone) return profile;
   MemberCosts costs;
   costs.degree = degree;
@@ -312,14 +311,13 @@ absl::StatusOr<PartitionPlan> PlanJointly(
           Weigh(spec, profile, workers, levels, worker_memory, latency, t, r));
     }
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const Weighed& a, const Weighed& b) {
-                     if (a.plan.has_value() != b.plan.has_value()) {
-                       return a.plan.has_value();
-                     }
-                     return a.plan.has_value() &&
-                            Better(a.candidate, b.candidate);
-                   });
+  std::stable_sort(
+      all.begin(), all.end(), [](const Weighed& a, const Weighed& b) {
+        if (a.plan.has_value() != b.plan.has_value()) {
+          return a.plan.has_value();
+        }
+        return a.plan.has_value() && Better(a.candidate, b.candidate);
+      });
   if (!all.front().plan.has_value()) {
     std::vector<std::string> why;
     for (const Weighed& w : all) {
@@ -327,8 +325,8 @@ absl::StatusOr<PartitionPlan> PlanJointly(
                                  ", recompute ", w.candidate.recompute(), ": ",
                                  w.candidate.rejected()));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no configuration fits: ", absl::StrJoin(why, "; ")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no configuration fits: ", absl::StrJoin(why, "; ")));
   }
   PartitionPlan best = *all.front().plan;
   const double fastest = all.front().candidate.predicted_step_s();
@@ -382,9 +380,9 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
   // profile, then expanded.
   const int degree = std::max(1, policy.tensor_parallel);
   if (workers % degree != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "pipeline.tensor_parallel=", degree, " does not divide the job's ",
-        workers, " workers"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("pipeline.tensor_parallel=", degree,
+                     " does not divide the job's ", workers, " workers"));
   }
   // A tensor group sits inside the innermost level's group, on its links.
   std::vector<PlannerLevel> member_levels = levels;
@@ -408,9 +406,9 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("the profile is invalid: ", graph.status().message()));
   }
-  ASSIGN_OR_RETURN(PartitionPlan plan, PlanGroups(spec, policy, *graph,
-                                                  workers / degree,
-                                                  member_levels));
+  ASSIGN_OR_RETURN(
+      PartitionPlan plan,
+      PlanGroups(spec, policy, *graph, workers / degree, member_levels));
   ExpandTensorGroups(degree, policy.recompute, &plan);
   RETURN_IF_ERROR(
       DecidePipeline(policy, spec, plan.workers_used() / degree, &plan));

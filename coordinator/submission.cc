@@ -6,8 +6,8 @@
 #include "coordinator/planner/memory_fit.h"
 #include "coordinator/planner/profile_graph.h"
 #include "coordinator/planner/tensor_groups.h"
-#include "pipeline/spec.h"
 #include "pipeline/policy.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 
@@ -74,14 +74,14 @@ absl::Status CheckSuppliedProfileFits(const ModelProfile& profile,
         graph.ok() ? CheckProfileFits(*graph, spec, memory) : graph.status();
     if (fits.ok()) return fits;
     if (first.ok()) {
-      first = degree > 1 || costs.recompute != Recompute::kNone
-                  ? absl::Status(fits.code(),
-                                 absl::StrCat("as one of ", degree,
-                                              " members of a tensor group, ",
-                                              RecomputeName(costs.recompute),
-                                              " recomputation: ",
-                                              fits.message()))
-                  : fits;
+      first =
+          degree > 1 || costs.recompute != Recompute::kNone
+              ? absl::Status(fits.code(),
+                             absl::StrCat("as one of ", degree,
+                                          " members of a tensor group, ",
+                                          RecomputeName(costs.recompute),
+                                          " recomputation: ", fits.message()))
+              : fits;
     }
   }
   return first;

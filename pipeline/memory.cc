@@ -42,8 +42,7 @@ LayerFootprint Member(LayerFootprint whole, int64_t whole_params, int64_t t,
                       int64_t dim, int64_t heads, int64_t hidden, bool block,
                       int degree, Recompute mode) {
   LayerFootprint f;
-  f.parameters =
-      Add((whole.parameters - whole_params) / degree, whole_params);
+  f.parameters = Add((whole.parameters - whole_params) / degree, whole_params);
   const int64_t td = Mul(t, dim);
   const int64_t probs = Mul(heads, Mul(t, t)) / degree;
   switch (mode) {

@@ -134,8 +134,8 @@ double TensorGroupBytesPerLayer(int64_t rows, int64_t dim, int degree,
                                 bool block, bool forward_only) {
   if (degree <= 1) return 0;
   const int sums = (block ? 2 : 1) * (forward_only ? 1 : 2);
-  return sums * static_cast<double>(rows) * static_cast<double>(dim) * 4 *
-         2.0 * (degree - 1) / degree;
+  return sums * static_cast<double>(rows) * static_cast<double>(dim) * 4 * 2.0 *
+         (degree - 1) / degree;
 }
 
 }  // namespace aqueduct

@@ -326,9 +326,9 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
   }
   policy.microbatches = p.microbatches();
   if (p.tensor_parallel() < 0 || p.tensor_parallel() > kMaxTensorParallel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline.tensor_parallel=", p.tensor_parallel(), " must be in [1, ",
-        kMaxTensorParallel, "] (0: 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.tensor_parallel=", p.tensor_parallel(),
+                     " must be in [1, ", kMaxTensorParallel, "] (0: 1)"));
   }
   policy.tensor_parallel = p.tensor_parallel();
   policy.recompute_fixed = !p.recompute().empty() && p.recompute() != "auto";

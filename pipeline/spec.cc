@@ -424,8 +424,10 @@ absl::Status CheckTensorGroups(const ModelSpec& model,
   if (t == 1) return absl::OkStatus();
   if (pipeline.workers % t != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("pipeline.tensor_parallel=", t, " does not divide "
-                     "pipeline.workers=", pipeline.workers));
+        absl::StrCat("pipeline.tensor_parallel=", t,
+                     " does not divide "
+                     "pipeline.workers=",
+                     pipeline.workers));
   }
   for (int l = 0; l < model.layers_size(); ++l) {
     const LayerSpec& layer = model.layers(l);
@@ -441,8 +443,8 @@ absl::Status CheckTensorGroups(const ModelSpec& model,
     }
     if (heads % t != 0 || hidden % t != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "pipeline.tensor_parallel=", t, " does not divide model.layers[",
-          l, "]'s ", heads, " heads",
+          "pipeline.tensor_parallel=", t, " does not divide model.layers[", l,
+          "]'s ", heads, " heads",
           hidden > 0 ? absl::StrCat(" and ", hidden, " MLP units") : ""));
     }
   }
@@ -534,8 +536,7 @@ std::string BestCase(int degree, Recompute mode) {
 // Whether the layers fit `limit` as members of tensor groups of `degree`
 // (recomputing as `mode`) on pipeline.workers workers; the reason if not.
 absl::Status LayersFitAt(const JobSpec& spec, const SpecSummary& summary,
-                         const MemoryLimit& limit, int degree,
-                         Recompute mode) {
+                         const MemoryLimit& limit, int degree, Recompute mode) {
   const std::vector<LayerFootprint> layers = EstimateModel(
       spec.model(), summary.input, summary.layer_outputs, degree, mode);
   const int copies = TrainingCopies(spec.optimizer());
@@ -543,10 +544,10 @@ absl::Status LayersFitAt(const JobSpec& spec, const SpecSummary& summary,
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
     const StageFootprint f = EstimateStage(layers, l, l + 1, copies, samples);
     if (f.total_bytes <= limit.bytes) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        LayerField(spec.model(), l), " needs at least ",
-        FormatBytes(f.total_bytes), BestCase(degree, mode), ": ",
-        Parts(f, samples), ", more than ", Describe(limit)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(LayerField(spec.model(), l), " needs at least ",
+                     FormatBytes(f.total_bytes), BestCase(degree, mode), ": ",
+                     Parts(f, samples), ", more than ", Describe(limit)));
   }
   const int workers = summary.pipeline.workers;
   const int64_t stages = MinimumStages(layers, copies, samples, limit.bytes);
@@ -554,11 +555,11 @@ absl::Status LayersFitAt(const JobSpec& spec, const SpecSummary& summary,
   if (needed <= workers) return absl::OkStatus();
   const StageFootprint all = EstimateStage(
       layers, 0, static_cast<int>(layers.size()), copies, samples);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the model needs at least ", FormatBytes(all.total_bytes),
-      BestCase(degree, mode), ": ", Parts(all, samples),
-      "; that takes at least ", needed, " workers of ", Describe(limit),
-      ", and pipeline.workers=", workers));
+  return absl::InvalidArgumentError(
+      absl::StrCat("the model needs at least ", FormatBytes(all.total_bytes),
+                   BestCase(degree, mode), ": ", Parts(all, samples),
+                   "; that takes at least ", needed, " workers of ",
+                   Describe(limit), ", and pipeline.workers=", workers));
 }
 
 // Every layer must fit one worker, and the model pipeline.workers of them,

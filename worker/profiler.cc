@@ -237,13 +237,11 @@ absl::Status CheckProfileFits(const JobSpec& spec, const ValidatedJob& job,
 
 // Each recomputation mode's backward time and saved bytes for the
 // transformer layers, from iterations run in that mode.
-absl::Status MeasureRecomputation(const Model& model, Device* device,
-                                  const ParameterSet& params,
-                                  const ParameterSet& grads,
-                                  std::vector<LayerUpdate>* updates,
-                                  const Tensor& input, const Tensor& output_grad,
-                                  const ProfilerOptions& options,
-                                  ModelProfile* profile) {
+absl::Status MeasureRecomputation(
+    const Model& model, Device* device, const ParameterSet& params,
+    const ParameterSet& grads, std::vector<LayerUpdate>* updates,
+    const Tensor& input, const Tensor& output_grad,
+    const ProfilerOptions& options, ModelProfile* profile) {
   for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
     LayerTimer timer(model, device, params, grads, updates);
     const int total = 1 + options.measured_iterations;
@@ -333,9 +331,9 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
     AddLayerNode(spec, model, timer, l, batch, &profile);
   }
   if (HasTransformerLayers(spec.model())) {
-    RETURN_IF_ERROR(MeasureRecomputation(model, device, params, grads,
-                                         &updates, input_template, output_grad,
-                                         options, &profile));
+    RETURN_IF_ERROR(MeasureRecomputation(model, device, params, grads, &updates,
+                                         input_template, output_grad, options,
+                                         &profile));
   }
   return profile;
 }

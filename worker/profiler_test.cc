@@ -81,10 +81,10 @@ TEST(ProfilerTest, MeasuresEachRecomputationModeOfTheBlocks) {
              layers { linear { in_features: 16 out_features: 32 } }
            }
            data { text { files: ")pb" +
-          path + R"pb(" context: 8 tokenizer: "chars" } }
-           optimizer { sgd { lr: 0.1 } }
-           batch_size: 4
-           max_steps: 1)pb",
+          path + R"pb(" context: 8 tokenizer: " chars " } }
+                      optimizer { sgd { lr: 0.1 } }
+                      batch_size: 4
+                      max_steps: 1)pb",
       "test");
   ASSERT_TRUE(spec.ok()) << spec.status();
   CpuDevice device(CpuDeviceOptions{1});

@@ -24,12 +24,11 @@ constexpr uint64_t kSequenceMask = (uint64_t{1} << 46) - 1;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Make(
-    Communicator* comm, std::vector<int> ranks, int channel,
-    std::string name) {
+    Communicator* comm, std::vector<int> ranks, int channel, std::string name) {
   if (channel < 0 || channel >= kMaxGroupChannels) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": channel ", channel, " is not in [0, ", kMaxGroupChannels,
-        ")"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": channel ", channel,
+                                                   " is not in [0, ",
+                                                   kMaxGroupChannels, ")"));
   }
   const std::set<int> distinct(ranks.begin(), ranks.end());
   if (distinct.size() != ranks.size()) {
@@ -39,9 +38,9 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Make(
   int own = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= comm->size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": rank ", ranks[i], " is not in the job's ",
-                       comm->size(), " ranks"));
+      return absl::InvalidArgumentError(absl::StrCat(name, ": rank ", ranks[i],
+                                                     " is not in the job's ",
+                                                     comm->size(), " ranks"));
     }
     if (ranks[i] == comm->rank()) own = static_cast<int>(i);
   }
@@ -50,8 +49,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Make(
         absl::StrCat(name, ": ranks [", absl::StrJoin(ranks, " "),
                      "] do not include this rank ", comm->rank()));
   }
-  return std::unique_ptr<ProcessGroup>(new ProcessGroup(
-      comm, std::move(ranks), own, channel, std::move(name)));
+  return std::unique_ptr<ProcessGroup>(
+      new ProcessGroup(comm, std::move(ranks), own, channel, std::move(name)));
 }
 
 ProcessGroup::Part ProcessGroup::PartOf(size_t n, int p, int c) {
@@ -64,15 +63,16 @@ ProcessGroup::Part ProcessGroup::PartOf(size_t n, int p, int c) {
 
 uint64_t ProcessGroup::Tag(uint64_t sequence, int step) const {
   return kGroupTagBase | (static_cast<uint64_t>(channel_) << 54) |
-         ((sequence & kSequenceMask) << 8) | (static_cast<uint64_t>(step) & 255);
+         ((sequence & kSequenceMask) << 8) |
+         (static_cast<uint64_t>(step) & 255);
 }
 
 absl::Status ProcessGroup::Labelled(const absl::Status& status,
                                     const char* what) const {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(name_, " ", what, " (rank ",
-                                                  rank_, " of ", size(),
-                                                  "): ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(name_, " ", what, " (rank ", rank_, " of ",
+                                   size(), "): ", status.message()));
 }
 
 absl::Status ProcessGroup::Exchange(const float* send, size_t send_n,
@@ -108,8 +108,7 @@ absl::Status ProcessGroup::RingReduceScatter(float* data, size_t n,
     const size_t len = in.end - in.begin;
     if (scratch_.size() < len) scratch_.resize(len);
     RETURN_IF_ERROR(Exchange(data + out.begin, out.end - out.begin,
-                             scratch_.data(), len, Tag(sequence, s),
-                             deadline));
+                             scratch_.data(), len, Tag(sequence, s), deadline));
     float* own = data + in.begin;
     for (size_t i = 0; i < len; ++i) own[i] += scratch_[i];
   }
@@ -151,8 +150,8 @@ absl::Status ProcessGroup::AllGather(const float* in, size_t n, float* out,
   ++collectives_;
   std::memcpy(out + static_cast<size_t>(rank_) * n, in, n * sizeof(float));
   if (size() == 1) return absl::OkStatus();
-  return Labelled(RingAllGather(out, n * static_cast<size_t>(size()),
-                                sequence, 0, deadline),
+  return Labelled(RingAllGather(out, n * static_cast<size_t>(size()), sequence,
+                                0, deadline),
                   "all-gather");
 }
 
@@ -163,8 +162,8 @@ absl::Status ProcessGroup::ReduceScatter(const float* in, size_t n, float* out,
   ++collectives_;
   const size_t total = n * static_cast<size_t>(size());
   std::vector<float> work(in, in + total);
-  absl::Status status = RingReduceScatter(work.data(), total, sequence,
-                                          deadline);
+  absl::Status status =
+      RingReduceScatter(work.data(), total, sequence, deadline);
   if (!status.ok()) return Labelled(status, "reduce-scatter");
   std::memcpy(out, work.data() + static_cast<size_t>(rank_) * n,
               n * sizeof(float));

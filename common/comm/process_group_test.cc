@@ -118,9 +118,9 @@ TEST_P(ProcessGroupTest, AllGatherAndReduceScatterOfEqualParts) {
     EXPECT_TRUE(
         (*group)->AllGather(mine.data(), n, gathered[r].data(), Soon()).ok());
     const std::vector<float> before = all;
-    EXPECT_TRUE(
-        (*group)->ReduceScatter(all.data(), n, scattered[r].data(), Soon())
-            .ok());
+    EXPECT_TRUE((*group)
+                    ->ReduceScatter(all.data(), n, scattered[r].data(), Soon())
+                    .ok());
     EXPECT_EQ(all, before);  // `in` is left unchanged
     sent[r] = (*group)->bytes_sent();
   });
@@ -148,7 +148,8 @@ TEST_P(ProcessGroupTest, GroupsOfTwoAxesRunAtOnce) {
     auto b = ProcessGroup::Make(comms[r].get(), {r & 1, (r & 1) + 2}, 1, "b");
     ASSERT_TRUE(a.ok() && b.ok());
     float x = static_cast<float>(r + 1), y = static_cast<float>(10 * (r + 1));
-    std::thread other([&] { EXPECT_TRUE((*b)->AllReduce(&y, 1, Soon()).ok()); });
+    std::thread other(
+        [&] { EXPECT_TRUE((*b)->AllReduce(&y, 1, Soon()).ok()); });
     EXPECT_TRUE((*a)->AllReduce(&x, 1, Soon()).ok());
     other.join();
     row[r] = x;

@@ -449,8 +449,8 @@ std::string FormatPlan(const PartitionPlan& plan) {
     absl::StrAppend(&out, "\n");
     if (!d.chosen_by().empty()) absl::StrAppend(&out, d.chosen_by(), "\n");
     if (d.tensor_parallel() > 1 || !d.recompute().empty()) {
-      absl::StrAppend(&out, "tensor parallel ", std::max(1, d.tensor_parallel()),
-                      ", recompute ",
+      absl::StrAppend(&out, "tensor parallel ",
+                      std::max(1, d.tensor_parallel()), ", recompute ",
                       d.recompute().empty() ? "none" : d.recompute(), "\n");
     }
     absl::StrAppend(&out, FormatCandidates(d));

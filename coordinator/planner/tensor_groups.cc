@@ -45,8 +45,8 @@ bool TransformerOf(const ModelSpec& model, int layer, TransformerShape* out) {
 double SumSeconds(const TransformerShape& t, const MemberCosts& c) {
   if (c.degree == 1) return 0;
   const double bytes = TensorGroupBytesPerLayer(
-      c.batch_size * std::max<int64_t>(1, t.context), t.dim, c.degree,
-      t.block, /*forward_only=*/false);
+      c.batch_size * std::max<int64_t>(1, t.context), t.dim, c.degree, t.block,
+      /*forward_only=*/false);
   const int sums = (t.block ? 4 : 2) * std::max(1, c.microbatches);
   return bytes / c.bandwidth_bytes_per_s +
          sums * 2.0 * (c.degree - 1) * c.step_latency_s;

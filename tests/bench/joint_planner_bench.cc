@@ -76,13 +76,13 @@ ModelProfile GptProfile(int blocks) {
   // H T^2 bytes per sample.
   const double saved = kBatch * (34 * t * c + 5 * kHeads * t * t);
   for (int b = 0; b < blocks; ++b) {
-    *profile.add_nodes() =
-        Node(2 + b, block_flops, act, 12 * c * c * 4, saved);
+    *profile.add_nodes() = Node(2 + b, block_flops, act, 12 * c * c * 4, saved);
   }
-  *profile.add_nodes() = Node(2 + blocks, tokens * kDim * 5, act, 2 * c * 4, act);
-  *profile.add_nodes() = Node(3 + blocks, 2 * tokens * kDim * kVocab,
-                              tokens * kVocab * 4, kVocab * c * 4,
-                              tokens * kVocab * 4);
+  *profile.add_nodes() =
+      Node(2 + blocks, tokens * kDim * 5, act, 2 * c * 4, act);
+  *profile.add_nodes() =
+      Node(3 + blocks, 2 * tokens * kDim * kVocab, tokens * kVocab * 4,
+           kVocab * c * 4, tokens * kVocab * 4);
   for (int i = 0; i + 1 < profile.nodes_size(); ++i) {
     ProfileEdge* e = profile.add_edges();
     e->set_from(profile.nodes(i).id());

@@ -33,9 +33,9 @@ ParamSplit SplitOfTensor(const Model& model, const std::string& name) {
   const size_t dot = name.find('.', sizeof(kPrefix) - 1);
   int layer = -1;
   if (dot == std::string::npos ||
-      !absl::SimpleAtoi(name.substr(sizeof(kPrefix) - 1,
-                                    dot - (sizeof(kPrefix) - 1)),
-                        &layer) ||
+      !absl::SimpleAtoi(
+          name.substr(sizeof(kPrefix) - 1, dot - (sizeof(kPrefix) - 1)),
+          &layer) ||
       layer < 0 || layer >= model.num_layers()) {
     return {};
   }
@@ -65,9 +65,11 @@ absl::StatusOr<SafetensorsFile> ShardFile(const SafetensorsFile& whole,
     }
     if (t.dtype != DType::kF32 || split.dim >= t.shape.rank() ||
         t.shape[split.dim] % (split.blocks * shard.degree) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " ", t.shape.ToString(), " cannot be split across a "
-          "tensor-parallel degree of ", shard.degree));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " ", t.shape.ToString(),
+                       " cannot be split across a "
+                       "tensor-parallel degree of ",
+                       shard.degree));
     }
     std::vector<int64_t> dims = t.shape.dims();
     dims[split.dim] /= shard.degree;

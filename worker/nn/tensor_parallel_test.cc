@@ -13,10 +13,10 @@
 #include <random>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "common/comm/in_memory.h"
 #include "common/comm/process_group.h"
 #include "common/device/cpu_device.h"
-#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
 #include "pipeline/mesh.h"
 #include "worker/nn/layer.h"
@@ -123,14 +123,15 @@ Comparison Compare(const std::string& text, int degree, bool split,
   }
   const int64_t n = kBatch * kSample.numel();
   const std::vector<float> x = Random(n, &rng), dy = Random(n, &rng);
-  c.whole = RunPass(*c.whole_layer, whole_params, x, dy, split, nullptr,
-                    recompute);
+  c.whole =
+      RunPass(*c.whole_layer, whole_params, x, dy, split, nullptr, recompute);
   auto hub = std::make_shared<InMemoryHub>(degree);
   std::vector<int> ranks(degree);
   for (int r = 0; r < degree; ++r) ranks[r] = r;
   c.members.resize(degree);
   c.member_layers.resize(degree);
-  for (int r = 0; r < degree; ++r) c.member_layers[r] = Build(text, {r, degree});
+  for (int r = 0; r < degree; ++r)
+    c.member_layers[r] = Build(text, {r, degree});
   c.bytes_sent.resize(degree);
   std::vector<std::thread> threads;
   for (int r = 0; r < degree; ++r) {
@@ -145,8 +146,8 @@ Comparison Compare(const std::string& text, int degree, bool split,
       for (size_t i = 0; i < whole_params.size(); ++i) {
         const ParamSplit split_i = layer.SplitOf(static_cast<int>(i));
         shards.push_back(ShardOfWhole(whole_params[i],
-                                      c.whole_layer->Params()[i].shape,
-                                      split_i, {r, degree}));
+                                      c.whole_layer->Params()[i].shape, split_i,
+                                      {r, degree}));
       }
       c.members[r] = RunPass(layer, shards, x, dy, split, &tp, recompute);
     });
@@ -174,7 +175,8 @@ void ExpectMembersMatchTheWholeLayer(const Comparison& c) {
         EXPECT_EQ(parts[r], parts[0]) << specs[i].name << " member " << r;
       }
     }
-    const std::vector<float> whole = WholeOfShards(parts, specs[i].shape, split);
+    const std::vector<float> whole =
+        WholeOfShards(parts, specs[i].shape, split);
     EXPECT_LT(RelativeError(Wide(whole), Wide(c.whole.grads[i])), 1e-6)
         << specs[i].name;
   }
@@ -183,8 +185,8 @@ void ExpectMembersMatchTheWholeLayer(const Comparison& c) {
 TEST(TensorParallelTest, BlockMembersComputeTheWholeBlock) {
   for (int degree : {2, 4}) {
     for (bool split : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "degree " << degree << " split "
-                                      << split);
+      SCOPED_TRACE(testing::Message()
+                   << "degree " << degree << " split " << split);
       ExpectMembersMatchTheWholeLayer(Compare(kBlock, degree, split));
     }
   }
@@ -225,7 +227,8 @@ TEST(RecomputeTest, EveryModeGivesTheSameBitsKeepingLess) {
     for (bool split : {false, true}) {
       SCOPED_TRACE(testing::Message() << text << " split " << split);
       const Comparison none = Compare(text, 1, split, Recompute::kNone);
-      const Comparison selective = Compare(text, 1, split, Recompute::kSelective);
+      const Comparison selective =
+          Compare(text, 1, split, Recompute::kSelective);
       const Comparison full = Compare(text, 1, split, Recompute::kFull);
       for (const Comparison* c : {&selective, &full}) {
         EXPECT_EQ(c->whole.y, none.whole.y);
@@ -293,8 +296,8 @@ TEST(TensorParallelTest, ShardOfWholeSplitsEachBlock) {
   const Shape shape({12, 2});
   const ParamSplit qkv{0, 3};
   const std::vector<float> r1 = ShardOfWhole(whole, shape, qkv, {1, 2});
-  EXPECT_EQ(r1, (std::vector<float>{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
-                                    23}));
+  EXPECT_EQ(r1,
+            (std::vector<float>{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23}));
   const std::vector<float> r0 = ShardOfWhole(whole, shape, qkv, {0, 2});
   EXPECT_EQ(WholeOfShards({r0, r1}, shape, qkv), whole);
   const ParamSplit columns{1, 1};
@@ -325,9 +328,9 @@ TEST(TensorParallelTest, ErrorsNameTheProblem) {
   }
   Tensor y;
   LayerCache cache;
-  const absl::Status s = part->Forward(
-      dev, p, *dev.Zeros(Shape({1, 6, 16}), DType::kF32), PassContext(), &y,
-      &cache);
+  const absl::Status s =
+      part->Forward(dev, p, *dev.Zeros(Shape({1, 6, 16}), DType::kF32),
+                    PassContext(), &y, &cache);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("member 0 of a tensor-parallel group of 2 but "
                              "runs in none"),

@@ -124,8 +124,10 @@ absl::Status SumOverGroup(Device& dev, const PassContext& ctx,
   if (ctx.tensor == nullptr || ctx.tensor->size() != shard.degree ||
       ctx.tensor->rank() != shard.rank) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "layers.", layer, " is member ", shard.rank, " of a tensor-parallel "
-        "group of ", shard.degree, " but runs in ",
+        "layers.", layer, " is member ", shard.rank,
+        " of a tensor-parallel "
+        "group of ",
+        shard.degree, " but runs in ",
         ctx.tensor == nullptr ? std::string("none")
                               : absl::StrCat("member ", ctx.tensor->rank(),
                                              " of ", ctx.tensor->size())));
@@ -155,8 +157,7 @@ void InitShards(const Layer& layer, std::vector<std::vector<float>>* values,
   const std::vector<ParamSpec> specs = layer.Params();
   for (size_t i = 0; i < specs.size(); ++i) {
     const ParamSplit split = layer.SplitOf(static_cast<int>(i));
-    const Shape whole =
-        WholeShape(specs[i].shape, split, layer.shard().degree);
+    const Shape whole = WholeShape(specs[i].shape, split, layer.shard().degree);
     std::vector<float> v(static_cast<size_t>(whole.numel()));
     fill(static_cast<int>(i), specs[i].name, whole, &v);
     (*values)[i] = ShardOfWhole(v, whole, split, layer.shard());
@@ -339,9 +340,9 @@ absl::StatusOr<Tensor> Attention::Probabilities(Device& dev,
                                                 const Tensor& qkv) const {
   const int64_t batch = qkv.shape()[0], len = qkv.shape()[1];
   // S = q k^T per head, then P = causal softmax of S / sqrt(hd).
-  ASSIGN_OR_RETURN(Tensor probs,
-                   dev.Allocate(Shape({batch, local_heads_, len, len}),
-                                DType::kF32));
+  ASSIGN_OR_RETURN(
+      Tensor probs,
+      dev.Allocate(Shape({batch, local_heads_, len, len}), DType::kF32));
   PerHeadGemm(dev, local_heads_, batch, false, true, len, len, head_dim_,
               Qkv(qkv, 0), Qkv(qkv, 1), Scores(probs));
   dev.CausalSoftmax(probs.f32(), batch * local_heads_, len, scale_);
@@ -380,10 +381,11 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
     ASSIGN_OR_RETURN(*dh, dev.Allocate(h.shape(), DType::kF32));
     dh_data = dh->f32();
   }
-  LinearBackward(dev, h, dqkv, rows, dim_, 3 * inner_, *w.attn_w,
-                 *grads.attn_w, grads.attn_b, accumulate, dh_data, deferred);
+  LinearBackward(dev, h, dqkv, rows, dim_, 3 * inner_, *w.attn_w, *grads.attn_w,
+                 grads.attn_b, accumulate, dh_data, deferred);
   // c_attn is column-parallel: the members' parts of dh summed.
-  if (dh != nullptr) RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard_, layer_, *dh));
+  if (dh != nullptr)
+    RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard_, layer_, *dh));
   return absl::OkStatus();
 }
 
@@ -952,10 +954,10 @@ absl::Status CheckShard(int index, const char* kind, int64_t heads,
                      shard.rank, " of ", shard.degree, " is not a member"));
   }
   if (heads % shard.degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[", index, "].", kind, ".heads=", heads,
-        " cannot be split across a tensor-parallel degree of ", shard.degree,
-        ": the degree must divide the heads"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers[", index, "].", kind, ".heads=", heads,
+                     " cannot be split across a tensor-parallel degree of ",
+                     shard.degree, ": the degree must divide the heads"));
   }
   if (hidden % shard.degree != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

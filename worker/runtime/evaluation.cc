@@ -77,8 +77,7 @@ absl::Status UnflattenTensor(const std::vector<std::string>& parts,
     std::memcpy(shards[k].data(), parts[k].data() + *offset, bytes);
   }
   *offset += bytes;
-  const std::vector<float> values =
-      WholeOfShards(shards, whole.shape(), split);
+  const std::vector<float> values = WholeOfShards(shards, whole.shape(), split);
   return device.CopyFromHost(values.data(), whole);
 }
 
@@ -91,8 +90,8 @@ absl::Status Unflatten(const std::vector<std::string>& parts,
   for (int l = layout.layer_begin[s]; l < layout.layer_begin[s + 1]; ++l) {
     for (int i = full.offsets[l]; i < full.offsets[l + 1]; ++i) {
       const ParamSplit split = model.layer(l).SplitOf(i - full.offsets[l]);
-      RETURN_IF_ERROR(UnflattenTensor(parts, full.tensors[i], split, s,
-                                      device, &offset));
+      RETURN_IF_ERROR(
+          UnflattenTensor(parts, full.tensors[i], split, s, device, &offset));
     }
   }
   return absl::OkStatus();
@@ -120,8 +119,7 @@ absl::StatusOr<ParameterSet> GatherWeights(
                              ->Wait(absl::Now() + in.timeout));
       }
     }
-    RETURN_IF_ERROR(
-        Unflatten(parts, *in.model, layout, s, *in.device, full));
+    RETURN_IF_ERROR(Unflatten(parts, *in.model, layout, s, *in.device, full));
   }
   return full;
 }

@@ -42,8 +42,8 @@ absl::StatusOr<PipelineLayout> LayoutFromPlan(const PartitionPlan& plan,
     layout.tensor.push_back(t);
     ASSIGN_OR_RETURN(
         Recompute mode,
-        ParseRecompute(st.recompute(), absl::StrCat("plan stage ", s,
-                                                    " recompute")));
+        ParseRecompute(st.recompute(),
+                       absl::StrCat("plan stage ", s, " recompute")));
     layout.recompute.push_back(mode);
     expected = st.end_layer();
   }
@@ -103,8 +103,7 @@ absl::Status CheckChunks(const PipelineLayout& layout) {
         layout.TensorDegree(s) != layout.TensorDegree(first)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "plan stage ", s, " is a chunk of pipeline position ", l.RankOf(s),
-          " and must sit on the ranks (and tensor groups) of stage ",
-          first));
+          " and must sit on the ranks (and tensor groups) of stage ", first));
     }
   }
   return absl::OkStatus();
@@ -122,10 +121,10 @@ absl::StatusOr<std::vector<Op>> RankSchedule(const PipelineLayout& layout,
   ProgramConfig c;
   c.replicas = layout.Replicas(stages[0]);
   // The members of a tensor group run their replica's list.
-  const int replica = static_cast<int>(std::find(ranks.begin(), ranks.end(),
-                                                 rank) -
-                                       ranks.begin()) /
-                      layout.TensorDegree(stages[0]);
+  const int replica =
+      static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) -
+                       ranks.begin()) /
+      layout.TensorDegree(stages[0]);
   for (int j = 0; j < layout.microbatches; ++j) {
     if (ReplicaFor(j, c.replicas) == replica) c.mine.push_back(j);
   }
@@ -156,9 +155,9 @@ int64_t JobLayout::loss_samples_per_minibatch() const {
 absl::Status CheckAssignment(const StageAssignment& a) {
   if (a.job_id().empty() || a.stage() < 0 ||
       a.stage() >= a.plan().stages_size() || a.replica() < 0 ||
-      a.replica() >= a.plan().stages(a.stage()).replicas() *
-                         std::max(1, a.plan().stages(a.stage())
-                                         .tensor_parallel())) {
+      a.replica() >=
+          a.plan().stages(a.stage()).replicas() *
+              std::max(1, a.plan().stages(a.stage()).tensor_parallel())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment of stage ", a.stage(), " replica ", a.replica(),
         " does not fit its plan of ", a.plan().stages_size(), " stage(s)"));

@@ -56,8 +56,8 @@ uint64_t GradientTag(int64_t minibatch, int microbatch) {
 }
 
 PipelineStage::PipelineStage(const Model* model, const JobSpec& spec,
-                             const PipelineLayout& layout, int stage,
-                             int slot, Device* device, Communicator* comm,
+                             const PipelineLayout& layout, int stage, int slot,
+                             Device* device, Communicator* comm,
                              const Dataset* train, ParameterSet params,
                              Options options)
     : model_(model),
@@ -144,10 +144,10 @@ absl::Status PipelineStage::BuildOps(std::vector<Op>* ops) {
 absl::Status PipelineStage::PrepareTensorGroup() {
   const TensorShard& shard = model_->shard();
   if (shard.degree != Degree() || shard.rank != member_) {
-    return absl::InternalError(absl::StrCat(
-        Who(), " is member ", member_, " of a tensor group of ", Degree(),
-        " but its model was built as member ", shard.rank, " of ",
-        shard.degree));
+    return absl::InternalError(
+        absl::StrCat(Who(), " is member ", member_, " of a tensor group of ",
+                     Degree(), " but its model was built as member ",
+                     shard.rank, " of ", shard.degree));
   }
   if (Degree() == 1) return absl::OkStatus();
   ProcessGroup* group = options_.tensor_group;
@@ -156,12 +156,12 @@ absl::Status PipelineStage::PrepareTensorGroup() {
     return absl::InternalError(absl::StrCat(
         Who(), " is member ", member_, " of a tensor group of ", Degree(),
         " but was given ",
-        group == nullptr ? std::string("no group")
-                         : absl::StrCat("member ", group->rank(), " of ",
-                                        group->size())));
+        group == nullptr
+            ? std::string("no group")
+            : absl::StrCat("member ", group->rank(), " of ", group->size())));
   }
-  tensor_ = std::make_unique<ProcessGroupTensorParallel>(group,
-                                                         options_.timeout);
+  tensor_ =
+      std::make_unique<ProcessGroupTensorParallel>(group, options_.timeout);
   return absl::OkStatus();
 }
 
@@ -197,9 +197,9 @@ absl::Status PipelineStage::Prepare() {
     // Checkpoints hold whole tensors: this member takes its part.
     ASSIGN_OR_RETURN(const SafetensorsFile part,
                      ShardFile(*options_.restore, *model_, model_->shard()));
-    RETURN_IF_ERROR(Annotate(
-        ImportTrainingState(part, *device_, latest_, optimizer_.get()),
-        "restoring the checkpoint"));
+    RETURN_IF_ERROR(
+        Annotate(ImportTrainingState(part, *device_, latest_, optimizer_.get()),
+                 "restoring the checkpoint"));
     if (optimizer_->steps() != first_) {
       return absl::InvalidArgumentError(
           absl::StrCat("the checkpoint's optimizer made ", optimizer_->steps(),
@@ -740,9 +740,8 @@ absl::Status PipelineStage::FinishTiedGradients(int64_t m) {
     const Tensor& g = WeightOf(*model_, grads_, mine);
     const uint64_t tag = FrameTag(FrameKind::kTiedGradient, m,
                                   static_cast<int>(t), ChunkOfStage(other));
-    const int from =
-        layout_.RankAt(other, replica_ % layout_.Replicas(other),
-                       member_ % layout_.TensorDegree(other));
+    const int from = layout_.RankAt(other, replica_ % layout_.Replicas(other),
+                                    member_ % layout_.TensorDegree(other));
     std::string in;
     if (from == comm_->rank()) {
       auto it = local_->tied.find(tag);
@@ -807,9 +806,9 @@ absl::Status PipelineStage::Step(int64_t m) {
 }
 
 absl::StatusOr<bool> PipelineStage::CheckpointNow() {
-  const bool due = CheckpointDue(version_, layout_.num_minibatches,
-                                 options_.checkpoint_every,
-                                 options_.checkpoint_at);
+  const bool due =
+      CheckpointDue(version_, layout_.num_minibatches,
+                    options_.checkpoint_every, options_.checkpoint_at);
   if (Degree() == 1 || options_.checkpoint_at == nullptr) return due;
   // The coordinator's pick reaches the members at different times: they
   // agree (any member's due makes it due for all) before they gather.

@@ -873,8 +873,10 @@ PipelineLayout MeshLayout(Schedule policy, std::vector<int> begin,
 // The tied GPT with every block's heads divisible by 4.
 JobSpec GptSpecForTensorGroups() {
   JobSpec spec = GptSpec(/*tied=*/true);
-  spec.mutable_model()->mutable_layers(2)->mutable_transformer_block()->set_heads(
-      4);
+  spec.mutable_model()
+      ->mutable_layers(2)
+      ->mutable_transformer_block()
+      ->set_heads(4);
   return spec;
 }
 
@@ -909,9 +911,8 @@ TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
       absl::StrAppend(&what, " ", c.replicas[s], "x", c.tensor[s]);
     }
     const Result got = RunPipeline(spec, layout);
-    Result want = Reference(
-        spec, Layout(v1::SCHEDULE_1F1B_FLUSH, c.begin, c.replicas,
-                     spec.max_steps(), 4, 6));
+    Result want = Reference(spec, Layout(v1::SCHEDULE_1F1B_FLUSH, c.begin,
+                                         c.replicas, spec.max_steps(), 4, 6));
     ExpectClose(got, want, 1e-5, what + " vs reference");
     want.losses = local;
     ExpectClose(got, want, 1e-5, what + " vs train-local");
@@ -924,10 +925,9 @@ TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
 TEST(PipelineTest, GptTensorGroupsUnderSplitBackwards) {
   const JobSpec spec = GptSpecForTensorGroups();
   for (Schedule policy : {v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2}) {
-    const PipelineLayout layout =
-        MeshLayout(policy, {0, 3}, {1, 1}, {2, 2},
-                   {Recompute::kFull, Recompute::kSelective}, spec.max_steps(),
-                   4, 6);
+    const PipelineLayout layout = MeshLayout(
+        policy, {0, 3}, {1, 1}, {2, 2},
+        {Recompute::kFull, Recompute::kSelective}, spec.max_steps(), 4, 6);
     const Result got = RunPipeline(spec, layout);
     const Result want =
         Reference(spec, Layout(policy, {0, 3}, {1, 1}, spec.max_steps(), 4, 6));

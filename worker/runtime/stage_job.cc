@@ -115,16 +115,16 @@ absl::Status LoadInitWeights(const std::string& path, const JobEnv& env,
       const SafetensorsFile file,
       ReadSafetensorsUnder(files.data, path, "init_weights", files.stop));
   const std::string what = absl::StrCat("init_weights: '", path, "'");
-  absl::StatusOr<SafetensorsFile> part =
-      ShardFile(file, model, model.shard());
+  absl::StatusOr<SafetensorsFile> part = ShardFile(file, model, model.shard());
   if (!part.ok()) return Annotate(part.status(), what);
   return Annotate(ImportParameters(*part, device, params), what);
 }
 
 // The hook a stage (or the local trainer) calls at a checkpoint version:
 // copies the state to host memory and queues it for `writer`.
-std::map<std::string, std::string> CheckpointMetadata(
-    const StageAssignment& a, int stage, int64_t version) {
+std::map<std::string, std::string> CheckpointMetadata(const StageAssignment& a,
+                                                      int stage,
+                                                      int64_t version) {
   return {{"job_id", a.job_id()},
           {"version", absl::StrCat(version)},
           {"stage", absl::StrCat(stage)},
@@ -142,15 +142,16 @@ void Enqueue(const StageAssignment& a, CheckpointWriter* writer,
 std::function<absl::Status(int64_t, const ParameterSet&, const Optimizer&)>
 CheckpointHook(const StageAssignment& a, int stage, Device* device,
                CheckpointWriter* writer) {
-  return [&a, stage, device, writer](
-             int64_t version, const ParameterSet& params,
-             const Optimizer& optimizer) -> absl::Status {
-    ASSIGN_OR_RETURN(SafetensorsFile state,
-                     ExportTrainingState(*device, params, optimizer,
-                                         CheckpointMetadata(a, stage, version)));
-    Enqueue(a, writer, version, std::move(state));
-    return absl::OkStatus();
-  };
+  return
+      [&a, stage, device, writer](int64_t version, const ParameterSet& params,
+                                  const Optimizer& optimizer) -> absl::Status {
+        ASSIGN_OR_RETURN(
+            SafetensorsFile state,
+            ExportTrainingState(*device, params, optimizer,
+                                CheckpointMetadata(a, stage, version)));
+        Enqueue(a, writer, version, std::move(state));
+        return absl::OkStatus();
+      };
 }
 
 // A tensor-parallel stage's: the whole state its members gathered.
@@ -322,7 +323,7 @@ class PipelineJob {
   std::unique_ptr<Device> device_;
   DataPlane plane_;
   std::unique_ptr<ProcessGroup> tensor_group_;  // Degree > 1 only.
-  std::optional<DataSplits> data_;  // Input and output stages only.
+  std::optional<DataSplits> data_;              // Input and output stages only.
   std::vector<Held> held_;
   // Sends of weights to periodic evaluations, not waited for yet.
   std::vector<std::unique_ptr<Work>> eval_sends_;
@@ -357,10 +358,10 @@ absl::Status PipelineJob::Prepare() {
     ProgressOf(env_, stage)->SetTotalSteps(layout_.total_steps);
   }
   if (Degree() > 1) {
-    ASSIGN_OR_RETURN(member_model_,
-                     Model::Build(a_.spec().model(), job_.model->input_shape(),
-                                  job_.model->seed(),
-                                  {layout_.member, Degree()}));
+    ASSIGN_OR_RETURN(
+        member_model_,
+        Model::Build(a_.spec().model(), job_.model->input_shape(),
+                     job_.model->seed(), {layout_.member, Degree()}));
   }
   ASSIGN_OR_RETURN(device_, CreateDevice(env_.device, env_.threads));
   return absl::OkStatus();
@@ -484,8 +485,8 @@ absl::Status PipelineJob::Train() {
         plane_.comm.get(), train, std::move(*held.params), StageOptions(held));
     held.params.reset();
     // A tensor group's member 0 reports its losses.
-    const bool output = held.stage == layout_.num_stages() - 1 &&
-                        layout_.member == 0;
+    const bool output =
+        held.stage == layout_.num_stages() - 1 && layout_.member == 0;
     ProgressOf(env_, held.stage)
         ->Begin(output ? layout_.loss_samples_per_minibatch() : 0);
   }
