@@ -38,11 +38,14 @@ void WeightGradNow(Device& dev, const DeferredLinearGrad& g) {
 
 class LinearLayer final : public Layer {
  public:
+  // With a shard of degree t: column-parallel, member r holding outputs
+  // [r, r + 1) * out / t (a vocabulary-parallel head: its logits stay
+  // split; backward sums the input gradient over the group).
   LinearLayer(int index, Shape in, Shape out, int64_t in_features,
-              int64_t out_features, bool bias)
-      : Layer(index, std::move(in), std::move(out)),
+              int64_t out_features, bool bias, TensorShard shard)
+      : Layer(index, std::move(in), std::move(out), shard),
         in_(in_features),
-        out_(out_features),
+        out_(out_features / shard.degree),
         bias_(bias) {}
 
   std::string kind() const override { return "linear"; }
@@ -53,14 +56,20 @@ class LinearLayer final : public Layer {
     return p;
   }
 
+  ParamSplit SplitOf(int) const override {
+    return shard().degree > 1 ? ParamSplit{0, 1} : ParamSplit{};
+  }
+
   void InitParams(uint64_t seed,
                   std::vector<std::vector<float>>* values) const override {
     // PyTorch: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)),
     // and the same bound for the bias.
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
-    for (size_t i = 0; i < values->size(); ++i) {
-      UniformInit(seed, index(), static_cast<int>(i), bound, &(*values)[i]);
-    }
+    InitShards(*this, values,
+               [&](int i, const std::string&, const Shape&,
+                   std::vector<float>* v) {
+                 UniformInit(seed, index(), i, bound, v);
+               });
   }
 
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
@@ -88,7 +97,7 @@ class LinearLayer final : public Layer {
 
   absl::Status BackwardInput(Device& dev, absl::Span<const Tensor> params,
                              const LayerCache& cache, const Tensor& dy,
-                             const PassContext&, Tensor* dx,
+                             const PassContext& ctx, Tensor* dx,
                              absl::Span<const Tensor> grads, bool accumulate,
                              DeferredGrads* deferred) const override {
     const Tensor& x = cache.tensors[0];
@@ -99,6 +108,7 @@ class LinearLayer final : public Layer {
       ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
       dev.Gemm(false, false, rows, in_, out_, 1.0f, dy.f32(), out_,
                params[0].f32(), in_, 0.0f, dx->f32(), in_);
+      RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard(), index(), *dx));
     }
     return absl::OkStatus();
   }
@@ -503,10 +513,17 @@ Window2d WindowOf(const Shape& in, int64_t kernel, int64_t stride,
 }
 
 LayerOr MakeLinear(const LinearSpec& s, int index, const Shape& in,
-                   const Shape& out) {
+                   const Shape& out, const TensorShard& shard) {
+  if (s.out_features() % shard.degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", index, "].linear.out_features=", s.out_features(),
+        " cannot be split across a tensor-parallel degree of ", shard.degree));
+  }
+  std::vector<int64_t> dims = out.dims();
+  if (!dims.empty()) dims.back() /= shard.degree;
   return std::unique_ptr<Layer>(std::make_unique<LinearLayer>(
-      index, in, out, s.in_features(), s.out_features(),
-      !s.has_bias() || s.bias()));
+      index, in, Shape(std::move(dims)), s.in_features(), s.out_features(),
+      !s.has_bias() || s.bias(), shard));
 }
 
 LayerOr MakeConv2d(const Conv2dSpec& s, int index, const Shape& in,
@@ -537,7 +554,7 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
              const Shape& out, uint64_t seed, const TensorShard& shard) {
   switch (spec.kind_case()) {
     case LayerSpec::kLinear:
-      return MakeLinear(spec.linear(), index, in, out);
+      return MakeLinear(spec.linear(), index, in, out, shard);
     case LayerSpec::kRelu:
       return std::unique_ptr<Layer>(std::make_unique<ReluLayer>(index, in));
     case LayerSpec::kGelu:
@@ -572,6 +589,37 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
 }  // namespace
 
 void Layer::InitParams(uint64_t, std::vector<std::vector<float>>*) const {}
+
+absl::Status SumOverTensorGroup(Device& dev, const PassContext& ctx,
+                                const TensorShard& shard, int layer,
+                                const Tensor& t) {
+  if (shard.degree == 1) return absl::OkStatus();
+  if (ctx.tensor == nullptr || ctx.tensor->size() != shard.degree ||
+      ctx.tensor->rank() != shard.rank) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layers.", layer, " is member ", shard.rank,
+        " of a tensor-parallel group of ", shard.degree, " but runs in ",
+        ctx.tensor == nullptr ? std::string("none")
+                              : absl::StrCat("member ", ctx.tensor->rank(),
+                                             " of ", ctx.tensor->size())));
+  }
+  return ctx.tensor->AllReduce(dev, t);
+}
+
+void InitShards(
+    const Layer& layer, std::vector<std::vector<float>>* values,
+    const std::function<void(int, const std::string&, const Shape&,
+                             std::vector<float>*)>& fill) {
+  const std::vector<ParamSpec> specs = layer.Params();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParamSplit split = layer.SplitOf(static_cast<int>(i));
+    const Shape whole =
+        WholeShape(specs[i].shape, split, layer.shard().degree);
+    std::vector<float> v(static_cast<size_t>(whole.numel()));
+    fill(static_cast<int>(i), specs[i].name, whole, &v);
+    (*values)[i] = ShardOfWhole(v, whole, split, layer.shard());
+  }
+}
 
 Shape WholeShape(const Shape& shard, const ParamSplit& split, int degree) {
   if (split.dim < 0) return shard;

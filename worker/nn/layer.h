@@ -13,6 +13,7 @@
 #define AQUEDUCT_WORKER_NN_LAYER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ class TensorParallelGroup {
   virtual int size() const = 0;
   // `t` becomes the element-wise sum over the members.
   virtual absl::Status AllReduce(Device& device, const Tensor& t) = 0;
+  // The same on host memory: data[0, n) summed; out[r * n, (r + 1) * n)
+  // member r's in[0, n).
+  virtual absl::Status AllReduceHost(float* data, size_t n) = 0;
+  virtual absl::Status AllGatherHost(const float* in, size_t n,
+                                     float* out) = 0;
 };
 
 // What a forward or backward pass is for.
@@ -202,6 +208,23 @@ class Layer {
   Shape output_shape_;
   TensorShard shard_;
 };
+
+// Megatron's sum over the tensor-parallel group of a layer built as
+// `shard` (the forward of a row-parallel map's output, the backward of a
+// column-parallel map's input): nothing for a whole layer;
+// FAILED_PRECONDITION naming layer `layer` when ctx has no group of the
+// shard's degree.
+absl::Status SumOverTensorGroup(Device& dev, const PassContext& ctx,
+                                const TensorShard& shard, int layer,
+                                const Tensor& t);
+
+// Fills `values` with `layer`'s shards of what `fill(i, name, whole shape,
+// whole values)` writes for each whole parameter: initial values that do
+// not depend on the tensor-parallel degree.
+void InitShards(
+    const Layer& layer, std::vector<std::vector<float>>* values,
+    const std::function<void(int, const std::string&, const Shape&,
+                             std::vector<float>*)>& fill);
 
 // The whole tensor's shape of a shard split as `split` over `degree`.
 Shape WholeShape(const Shape& shard, const ParamSplit& split, int degree);

@@ -5,6 +5,35 @@
 
 namespace aqueduct {
 
+namespace {
+
+// A language model whose head the degree can split with its embedding:
+// the first layer a token embedding of V rows, the last a linear layer of
+// V outputs, and the degree dividing V.
+bool VocabularyParallel(const ModelSpec& spec, int degree) {
+  if (degree <= 1 || spec.layers().empty()) return false;
+  const LayerSpec& first = spec.layers(0);
+  const LayerSpec& last = spec.layers(spec.layers_size() - 1);
+  return first.has_token_embedding() && last.has_linear() &&
+         last.linear().out_features() == first.token_embedding().vocab_size() &&
+         first.token_embedding().vocab_size() % degree == 0;
+}
+
+// The shard layer `l` of a member's model is built with: the transformer
+// layers', and a vocabulary-parallel model's embedding and head; the
+// others whole.
+TensorShard LayerShard(const ModelSpec& spec, int l, const TensorShard& shard) {
+  const LayerSpec& layer = spec.layers(l);
+  if (layer.has_transformer_block() || layer.has_causal_self_attention()) {
+    return shard;
+  }
+  const bool ends = l == 0 || l == spec.layers_size() - 1;
+  return ends && VocabularyParallel(spec, shard.degree) ? shard
+                                                        : TensorShard{};
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
                                                     const Shape& input_shape,
                                                     uint64_t seed,
@@ -17,9 +46,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
   model->seed_ = seed;
   model->shard_ = shard;
   Shape shape = input_shape;
+  model->vocabulary_parallel_ = VocabularyParallel(spec, shard.degree);
   for (int i = 0; i < spec.layers_size(); ++i) {
     ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
-                     CreateLayer(spec.layers(i), i, shape, seed, shard));
+                     CreateLayer(spec.layers(i), i, shape, seed,
+                                 LayerShard(spec, i, shard)));
     shape = layer->output_shape();
     model->layers_.push_back(std::move(layer));
   }

@@ -41,6 +41,9 @@ class Model {
   }
   uint64_t seed() const { return seed_; }
   const TensorShard& shard() const { return shard_; }
+  // A member's model whose embedding and head split the vocabulary: its
+  // logits are its share of the vocabulary (VocabParallelCrossEntropy).
+  bool vocabulary_parallel() const { return vocabulary_parallel_; }
   // Weight tying (LayerSpec.tie_weight_to): the layer whose "weight" layer
   // `l` shares, or -1. Both hold a copy; see SumTiedGradients.
   int tied_to(int l) const { return tied_to_[l]; }
@@ -55,6 +58,7 @@ class Model {
   Shape input_shape_;
   uint64_t seed_ = 0;
   TensorShard shard_;
+  bool vocabulary_parallel_ = false;
 };
 
 // One tensor per parameter of layers [begin, end) of a model, in layer order.

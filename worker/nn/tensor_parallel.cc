@@ -1,5 +1,7 @@
 #include "worker/nn/tensor_parallel.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -25,7 +27,69 @@ HostTensor TensorOf(const std::vector<float>& v, Shape shape) {
   return t;
 }
 
+// One row's share of the loss: max and sum of exp over this member's
+// classes, and the target's logit if it is one of them.
+struct RowParts {
+  std::vector<float> max, sum, target;
+};
+
 }  // namespace
+
+absl::StatusOr<LossOutput> VocabParallelCrossEntropy(
+    Device& device, TensorParallelGroup& group, const Tensor& logits,
+    const Tensor& labels, int64_t first_class, float grad_scale) {
+  const int64_t classes = logits.shape()[logits.shape().rank() - 1];
+  const int64_t rows = labels.numel();
+  if (logits.dtype() != DType::kF32 || labels.dtype() != DType::kI32 ||
+      logits.numel() != rows * classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocabulary-parallel cross-entropy needs F32 logits [rows, classes] "
+        "and I32 labels [rows]; got logits ",
+        logits.shape().ToString(), " and labels ", labels.shape().ToString()));
+  }
+  std::vector<float> x(static_cast<size_t>(logits.numel()));
+  std::vector<int32_t> y(static_cast<size_t>(rows));
+  RETURN_IF_ERROR(device.CopyToHost(logits, x.data()));
+  RETURN_IF_ERROR(device.CopyToHost(labels, y.data()));
+  const int degree = group.size();
+  RowParts p{std::vector<float>(rows), std::vector<float>(rows, 0.0f),
+             std::vector<float>(rows, 0.0f)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = x.data() + r * classes;
+    p.max[r] = *std::max_element(l, l + classes);
+  }
+  // The rows' maxima over the whole vocabulary: any shift common to the
+  // members keeps exp finite; the largest is the whole softmax's.
+  std::vector<float> maxima(static_cast<size_t>(rows) * degree);
+  RETURN_IF_ERROR(group.AllGatherHost(p.max.data(), rows, maxima.data()));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int k = 0; k < degree; ++k) {
+      p.max[r] = std::max(p.max[r], maxima[k * rows + r]);
+    }
+    const float* l = x.data() + r * classes;
+    for (int64_t c = 0; c < classes; ++c) p.sum[r] += std::exp(l[c] - p.max[r]);
+    const int64_t mine = y[r] - first_class;
+    if (mine >= 0 && mine < classes) p.target[r] = l[mine];
+  }
+  RETURN_IF_ERROR(group.AllReduceHost(p.sum.data(), rows));
+  RETURN_IF_ERROR(group.AllReduceHost(p.target.data(), rows));
+  std::vector<float> losses(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    losses[r] = p.max[r] + std::log(p.sum[r]) - p.target[r];
+    float* l = x.data() + r * classes;  // becomes dlogits in place
+    const float inv_sum = 1.0f / p.sum[r];
+    for (int64_t c = 0; c < classes; ++c) {
+      const float softmax = std::exp(l[c] - p.max[r]) * inv_sum;
+      l[c] = (softmax - (c + first_class == y[r] ? 1.0f : 0.0f)) * grad_scale;
+    }
+  }
+  LossOutput out;
+  ASSIGN_OR_RETURN(out.losses, device.Allocate(Shape({rows}), DType::kF32));
+  ASSIGN_OR_RETURN(out.dlogits, device.Allocate(logits.shape(), DType::kF32));
+  RETURN_IF_ERROR(device.CopyFromHost(losses.data(), out.losses));
+  RETURN_IF_ERROR(device.CopyFromHost(x.data(), out.dlogits));
+  return out;
+}
 
 ParamSplit SplitOfTensor(const Model& model, const std::string& name) {
   constexpr char kPrefix[] = "layers.";
@@ -107,6 +171,16 @@ absl::StatusOr<SafetensorsFile> GatherWholeFile(const SafetensorsFile& part,
     out.tensors[name] = TensorOf(WholeOfShards(parts, whole, split), whole);
   }
   return out;
+}
+
+absl::Status ProcessGroupTensorParallel::AllReduceHost(float* data,
+                                                       size_t n) {
+  return group_->AllReduce(data, n, absl::Now() + timeout_);
+}
+
+absl::Status ProcessGroupTensorParallel::AllGatherHost(const float* in,
+                                                       size_t n, float* out) {
+  return group_->AllGather(in, n, out, absl::Now() + timeout_);
 }
 
 absl::Status ProcessGroupTensorParallel::AllReduce(Device& device,

@@ -14,6 +14,7 @@
 #include "common/comm/process_group.h"
 #include "common/safetensors.h"
 #include "worker/nn/layer.h"
+#include "worker/nn/loss.h"
 #include "worker/nn/model.h"
 
 namespace aqueduct {
@@ -27,12 +28,27 @@ class ProcessGroupTensorParallel final : public TensorParallelGroup {
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
   absl::Status AllReduce(Device& device, const Tensor& t) override;
+  absl::Status AllReduceHost(float* data, size_t n) override;
+  absl::Status AllGatherHost(const float* in, size_t n, float* out) override;
 
  private:
   ProcessGroup* group_;
   absl::Duration timeout_;
   std::vector<float> staging_;
 };
+
+// Softmax cross-entropy over logits split by vocabulary across a tensor
+// group (Megatron's vocabulary-parallel cross-entropy): this member's
+// logits [..., V / t] are classes [first_class, first_class + V / t);
+// `labels` are every row's. Three small collectives per call (the rows'
+// maxima gathered, the sums of exponentials and the target logits summed);
+// the logits are never gathered. `losses` are every row's, the same bits on
+// every member; `dlogits` this member's columns, as SoftmaxCrossEntropy's
+// (worker/nn/loss.h). Computed in host memory (staged on devices the host
+// cannot address).
+absl::StatusOr<LossOutput> VocabParallelCrossEntropy(
+    Device& device, TensorParallelGroup& group, const Tensor& logits,
+    const Tensor& labels, int64_t first_class, float grad_scale);
 
 // Files of whole tensors and a tensor-parallel member's parts: weights,
 // checkpoints and exported models hold whole tensors under today's names,

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "pipeline/mesh.h"
 #include "worker/nn/layer.h"
+#include "worker/nn/loss.h"
 #include "worker/nn/model.h"
 #include "worker/nn/test_util.h"
 
@@ -336,6 +337,65 @@ TEST(TensorParallelTest, ErrorsNameTheProblem) {
                              "runs in none"),
             std::string::npos)
       << s;
+}
+
+// The vocabulary-parallel cross-entropy of 2 and 4 members equals the
+// whole softmax cross-entropy: losses (the same bits on every member) and
+// each member's columns of the gradient.
+TEST(TensorParallelTest, VocabularyParallelCrossEntropyIsTheWholeOne) {
+  const int64_t rows = 5, vocab = 8;
+  std::mt19937 rng(11);
+  const std::vector<float> logits = Random(rows * vocab, &rng, -4, 4);
+  const std::vector<int32_t> labels = {0, 7, 3, 4, 7};
+  CpuDevice dev;
+  Tensor x = Upload(dev, logits, Shape({rows, vocab}));
+  Tensor y = *dev.Allocate(Shape({rows}), DType::kI32);
+  ASSERT_TRUE(dev.CopyFromHost(labels.data(), y).ok());
+  auto whole = SoftmaxCrossEntropy(dev, x, y, 0.25f);
+  ASSERT_TRUE(whole.ok());
+  const std::vector<float> want_loss = Download(whole->losses);
+  const std::vector<float> want_grad = Download(whole->dlogits);
+  for (int degree : {2, 4}) {
+    const int64_t part = vocab / degree;
+    auto hub = std::make_shared<InMemoryHub>(degree);
+    std::vector<std::vector<float>> losses(degree), grads(degree);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < degree; ++r) {
+      threads.emplace_back([&, r] {
+        InMemoryCommunicator comm(hub, r);
+        std::vector<int> ranks(degree);
+        for (int k = 0; k < degree; ++k) ranks[k] = k;
+        auto group = ProcessGroup::Make(&comm, ranks, 0, "tensor group");
+        ASSERT_TRUE(group.ok());
+        ProcessGroupTensorParallel tp(group->get(), absl::Seconds(20));
+        CpuDevice member;
+        std::vector<float> mine;
+        for (int64_t i = 0; i < rows; ++i) {
+          mine.insert(mine.end(), logits.begin() + i * vocab + r * part,
+                      logits.begin() + i * vocab + (r + 1) * part);
+        }
+        Tensor labels_t = *member.Allocate(Shape({rows}), DType::kI32);
+        ASSERT_TRUE(member.CopyFromHost(labels.data(), labels_t).ok());
+        auto out = VocabParallelCrossEntropy(
+            member, tp, Upload(member, mine, Shape({rows, part})), labels_t,
+            r * part, 0.25f);
+        ASSERT_TRUE(out.ok()) << out.status();
+        losses[r] = Download(out->losses);
+        grads[r] = Download(out->dlogits);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < degree; ++r) {
+      EXPECT_EQ(losses[r], losses[0]) << "member " << r;
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t c = 0; c < part; ++c) {
+          EXPECT_NEAR(grads[r][i * part + c],
+                      want_grad[i * vocab + r * part + c], 1e-6);
+        }
+      }
+    }
+    EXPECT_LT(RelativeError(Wide(losses[0]), Wide(want_loss)), 1e-6);
+  }
 }
 
 // A file of whole tensors (weights, optimizer state, a stranger) split for

@@ -114,27 +114,6 @@ absl::StatusOr<Tensor> InputGradBuffer(Device& dev, const Tensor& x,
   return dev.Allocate(x.shape(), DType::kF32);
 }
 
-// Megatron's sum over the tensor-parallel group (the forward of a
-// row-parallel map's output, the backward of a column-parallel map's
-// input): nothing for a whole layer.
-absl::Status SumOverGroup(Device& dev, const PassContext& ctx,
-                          const TensorShard& shard, int layer,
-                          const Tensor& t) {
-  if (shard.degree == 1) return absl::OkStatus();
-  if (ctx.tensor == nullptr || ctx.tensor->size() != shard.degree ||
-      ctx.tensor->rank() != shard.rank) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layers.", layer, " is member ", shard.rank,
-        " of a tensor-parallel "
-        "group of ",
-        shard.degree, " but runs in ",
-        ctx.tensor == nullptr ? std::string("none")
-                              : absl::StrCat("member ", ctx.tensor->rank(),
-                                             " of ", ctx.tensor->size())));
-  }
-  return ctx.tensor->AllReduce(dev, t);
-}
-
 // How each tensor-parallel parameter is split, by name (the others are
 // whole on every member).
 ParamSplit SplitByName(const std::string& name) {
@@ -146,22 +125,6 @@ ParamSplit SplitByName(const std::string& name) {
     return {1, 1};
   }
   return {};
-}
-
-// Fills `values` with this member's shards of what `fill(i, name, whole
-// values)` writes for each whole parameter: initial values that do not
-// depend on the tensor-parallel degree.
-template <typename Fill>
-void InitShards(const Layer& layer, std::vector<std::vector<float>>* values,
-                Fill&& fill) {
-  const std::vector<ParamSpec> specs = layer.Params();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const ParamSplit split = layer.SplitOf(static_cast<int>(i));
-    const Shape whole = WholeShape(specs[i].shape, split, layer.shard().degree);
-    std::vector<float> v(static_cast<size_t>(whole.numel()));
-    fill(static_cast<int>(i), specs[i].name, whole, &v);
-    (*values)[i] = ShardOfWhole(v, whole, split, layer.shard());
-  }
 }
 
 // One operand of the per-head GEMMs: head h's matrix for sample s starts at
@@ -325,7 +288,7 @@ absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
   ASSIGN_OR_RETURN(*out, dev.Allocate(Shape({batch, len, dim_}), DType::kF32));
   LinearForward(dev, saved->merged.f32(), rows, inner_, dim_, *w.proj_w,
                 nullptr, out->f32());
-  RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard_, layer_, *out));
+  RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard_, layer_, *out));
   if (w.proj_b != nullptr) {
     dev.AddBias(out->f32(), w.proj_b->f32(), rows, dim_, false);
   }
@@ -385,7 +348,7 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
                  grads.attn_b, accumulate, dh_data, deferred);
   // c_attn is column-parallel: the members' parts of dh summed.
   if (dh != nullptr)
-    RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard_, layer_, *dh));
+    RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard_, layer_, *dh));
   return absl::OkStatus();
 }
 
@@ -440,9 +403,16 @@ absl::Status Redo(const Layer& layer, Device& dev,
 
 class TokenEmbeddingLayer final : public Layer {
  public:
+  // With a shard of degree t: vocabulary-parallel, member r holding rows
+  // [r, r + 1) * V / t of the table; a token outside them contributes
+  // zeros, and the members' outputs are summed (each token's row comes
+  // from exactly one member, so the sum is that row, bit for bit).
   TokenEmbeddingLayer(int index, Shape in, Shape out, int64_t vocab,
-                      int64_t dim)
-      : Layer(index, std::move(in), std::move(out)), vocab_(vocab), dim_(dim) {}
+                      int64_t dim, const TensorShard& shard)
+      : Layer(index, std::move(in), std::move(out), shard),
+        vocab_(vocab / shard.degree),
+        first_(shard.rank * (vocab / shard.degree)),
+        dim_(dim) {}
 
   std::string kind() const override { return "token_embedding"; }
 
@@ -450,9 +420,17 @@ class TokenEmbeddingLayer final : public Layer {
     return {{"weight", Shape({vocab_, dim_})}};
   }
 
+  ParamSplit SplitOf(int) const override {
+    return shard().degree > 1 ? ParamSplit{0, 1} : ParamSplit{};
+  }
+
   void InitParams(uint64_t seed,
                   std::vector<std::vector<float>>* values) const override {
-    NormalInit(seed, index(), 0, kInitStddev, &(*values)[0]);
+    InitShards(*this, values,
+               [&](int, const std::string&, const Shape&,
+                   std::vector<float>* v) {
+                 NormalInit(seed, index(), 0, kInitStddev, v);
+               });
   }
 
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
@@ -461,8 +439,10 @@ class TokenEmbeddingLayer final : public Layer {
     std::vector<int64_t> dims = x.shape().dims();
     dims.push_back(dim_);
     ASSIGN_OR_RETURN(*y, dev.Allocate(Shape(std::move(dims)), DType::kF32));
-    dev.EmbeddingForward(x.f32(), params[0].f32(), vocab_, x.numel(), dim_,
+    ASSIGN_OR_RETURN(const Tensor ids, LocalIds(dev, x));
+    dev.EmbeddingForward(ids.f32(), params[0].f32(), vocab_, x.numel(), dim_,
                          y->f32());
+    RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard(), index(), *y));
     if (ctx.training) cache->tensors = {x};
     return absl::OkStatus();
   }
@@ -472,7 +452,8 @@ class TokenEmbeddingLayer final : public Layer {
                         const PassContext&, Tensor* dx,
                         absl::Span<const Tensor> grads,
                         bool accumulate) const override {
-    const Tensor& ids = cache.tensors[0];
+    const Tensor& x = cache.tensors[0];
+    ASSIGN_OR_RETURN(const Tensor ids, LocalIds(dev, x));
     if (!accumulate) dev.Fill(grads[0].f32(), grads[0].numel(), 0.0f);
     dev.EmbeddingBackward(ids.f32(), dy.f32(), vocab_, ids.numel(), dim_,
                           grads[0].f32());
@@ -488,7 +469,17 @@ class TokenEmbeddingLayer final : public Layer {
   }
 
  private:
-  int64_t vocab_, dim_;
+  // The token ids relative to this member's rows (ids - first: the
+  // kernels skip those outside [0, rows)); the ids themselves when whole.
+  absl::StatusOr<Tensor> LocalIds(Device& dev, const Tensor& x) const {
+    if (first_ == 0) return x;
+    ASSIGN_OR_RETURN(Tensor ids, dev.Allocate(x.shape(), DType::kF32));
+    dev.Fill(ids.f32(), ids.numel(), -static_cast<float>(first_));
+    dev.Axpby(ids.numel(), 1.0f, x.f32(), 1.0f, ids.f32());
+    return ids;
+  }
+
+  int64_t vocab_, first_, dim_;
 };
 
 // ------------------------------------------------------- PositionEmbedding
@@ -837,7 +828,7 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
   ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
   LinearForward(dev, g.f32(), rows, hidden, c, params[slots_.mlp_w], nullptr,
                 y->f32());
-  RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard(), index(), *y));
+  RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard(), index(), *y));
   if (slots_.mlp_b >= 0) {
     dev.AddBias(y->f32(), params[slots_.mlp_b].f32(), rows, c, false);
   }
@@ -895,7 +886,7 @@ absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
                  grads[slots_.fc_w], At(grads, slots_.fc_b), accumulate,
                  dh2.f32(), deferred);
   // c_fc is column-parallel: the members' parts of dh2 summed.
-  RETURN_IF_ERROR(SumOverGroup(dev, ctx, shard(), index(), dh2));
+  RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard(), index(), dh2));
   // ln_2, then the residual: dx2 = dy + ln_2'(dh2).
   ASSIGN_OR_RETURN(Tensor dx2, dev.Allocate(x2.shape(), DType::kF32));
   dev.LayerNormBackward(dh2.f32(), x2.f32(), params[slots_.ln2_w].f32(),
@@ -989,9 +980,16 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeTransformerLayer(
     uint64_t seed, const TensorShard& shard) {
   switch (spec.kind_case()) {
     case LayerSpec::kTokenEmbedding:
+      if (spec.token_embedding().vocab_size() % shard.degree != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.layers[", index, "].token_embedding.vocab_size=",
+            spec.token_embedding().vocab_size(),
+            " cannot be split across a tensor-parallel degree of ",
+            shard.degree));
+      }
       return std::unique_ptr<Layer>(std::make_unique<TokenEmbeddingLayer>(
           index, in, out, spec.token_embedding().vocab_size(),
-          spec.token_embedding().dim()));
+          spec.token_embedding().dim(), shard));
     case LayerSpec::kPositionEmbedding:
       return std::unique_ptr<Layer>(std::make_unique<PositionEmbeddingLayer>(
           index, in, spec.position_embedding().context(),

@@ -119,7 +119,18 @@ absl::StatusOr<ParameterSet> GatherWeights(
                              ->Wait(absl::Now() + in.timeout));
       }
     }
-    RETURN_IF_ERROR(Unflatten(parts, *in.model, layout, s, *in.device, full));
+    const int t = layout.TensorDegree(s);
+    std::unique_ptr<Model> member;
+    if (t > 1) {
+      if (in.model_spec == nullptr) {
+        return absl::InternalError("the evaluator has no model spec");
+      }
+      ASSIGN_OR_RETURN(member, Model::Build(*in.model_spec,
+                                            in.model->input_shape(),
+                                            in.model->seed(), {0, t}));
+    }
+    RETURN_IF_ERROR(Unflatten(parts, t > 1 ? *member : *in.model, layout, s,
+                              *in.device, full));
   }
   return full;
 }

@@ -30,6 +30,9 @@ namespace aqueduct {
 
 struct EvaluationInputs {
   const Model* model = nullptr;  // Every layer.
+  // The model's spec: a tensor-parallel stage's parts are assembled as a
+  // member's model of its degree says they are split.
+  const ModelSpec* model_spec = nullptr;
   const JobLayout* layout = nullptr;
   bool has_test_split = false;  // HasTestSplit(spec.data()).
   // The weights of every stage this worker holds (one, or its chunks), by

@@ -513,12 +513,7 @@ absl::Status PipelineStage::Forward(int64_t m, int j) {
   RETURN_IF_ERROR(ForwardRange(*model_, *device_, range, x, ctx, &y, &f.cache));
   last_compute_ = absl::Now() - compute_start;
   if (stage_ == S - 1) {
-    ASSIGN_OR_RETURN(
-        LossOutput loss,
-        SoftmaxCrossEntropy(
-            *device_, y, f.labels,
-            1.0f / static_cast<float>(
-                       LabelShape(*model_, spec_.batch_size()).numel())));
+    ASSIGN_OR_RETURN(LossOutput loss, Loss(y, f.labels));
     std::vector<float> losses(f.labels.numel());
     RETURN_IF_ERROR(device_->CopyToHost(loss.losses, losses.data()));
     double sum = 0;
@@ -644,6 +639,20 @@ absl::Status PipelineStage::BackwardWeight(int64_t m, int j) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<LossOutput> PipelineStage::Loss(const Tensor& logits,
+                                               const Tensor& labels) {
+  const float scale =
+      1.0f /
+      static_cast<float>(LabelShape(*model_, spec_.batch_size()).numel());
+  if (!model_->vocabulary_parallel()) {
+    return SoftmaxCrossEntropy(*device_, logits, labels, scale);
+  }
+  // The logits are this member's share of the vocabulary.
+  const int64_t classes = logits.shape()[logits.shape().rank() - 1];
+  return VocabParallelCrossEntropy(*device_, *tensor_, logits, labels,
+                                   member_ * classes, scale);
+}
+
 absl::Status PipelineStage::AllReduce(int64_t m) {
   const std::vector<int> group = layout_.DataGroup(stage_, member_);
   std::vector<float> flat(static_cast<size_t>(grads_.numel()));
@@ -681,6 +690,14 @@ int PipelineStage::StageOf(int layer) const {
 absl::Status PipelineStage::CheckTies() const {
   const bool flushes = SplitsMinibatches(layout_.policy);
   for (const auto& [owner, tied] : model_->ties()) {
+    const int a = StageOf(owner), b = StageOf(tied);
+    if (layout_.TensorDegree(a) != layout_.TensorDegree(b)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", tied, "].tie_weight_to=", owner,
+          ": the tied layers sit on stages ", a, " and ", b,
+          " of tensor degrees ", layout_.TensorDegree(a), " and ",
+          layout_.TensorDegree(b), "; tied weights need equal degrees"));
+    }
     if (StageOf(owner) != StageOf(tied) && !flushes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model.layers[", tied, "].tie_weight_to=", owner,

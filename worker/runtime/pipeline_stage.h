@@ -39,6 +39,7 @@
 #include "pipeline/weight_stash.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
+#include "worker/nn/loss.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/tensor_parallel.h"
@@ -190,6 +191,9 @@ class PipelineStage {
   absl::Status BackwardWeight(int64_t m, int j);
   absl::Status Step(int64_t m);
   absl::Status AllReduce(int64_t m);
+  // The output stage's loss: over this member's share of the vocabulary
+  // when the model's head splits it.
+  absl::StatusOr<LossOutput> Loss(const Tensor& logits, const Tensor& labels);
   // Tied weights (Model::ties): the gradients of both copies become their
   // sum, across stages (PostTiedGradients, FinishTiedGradients) or within
   // this one.

@@ -184,19 +184,23 @@ std::unique_ptr<Model> MemberModel(const JobSpec& spec, const Model& whole,
   return model.ok() ? *std::move(model) : nullptr;
 }
 
-// Replica 0's members' parts of a stage's weights, whole.
+// Replica 0's members' parts of a stage's weights, whole (`whole`: a
+// member's model, or the whole model for a stage without a group).
 std::vector<std::vector<float>> WholeWeights(
     const Model& whole, const PipelineLayout& layout, int s,
     const std::vector<std::vector<std::vector<float>>>& parts) {
   std::vector<std::vector<float>> out;
   int i = 0;
   for (int l = layout.layer_begin[s]; l < layout.layer_begin[s + 1]; ++l) {
-    const std::vector<ParamSpec> specs = whole.layer(l).Params();
+    const Layer& layer = whole.layer(l);
+    const std::vector<ParamSpec> specs = layer.Params();
     for (size_t p = 0; p < specs.size(); ++p, ++i) {
       std::vector<std::vector<float>> of_p;
       for (const auto& member : parts) of_p.push_back(member[i]);
-      out.push_back(WholeOfShards(of_p, specs[p].shape,
-                                  whole.layer(l).SplitOf(static_cast<int>(p))));
+      const ParamSplit split = layer.SplitOf(static_cast<int>(p));
+      out.push_back(WholeOfShards(
+          of_p, WholeShape(specs[p].shape, split, layer.shard().degree),
+          split));
     }
   }
   return out;
@@ -277,8 +281,14 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
   for (auto& t : threads) t.join();
   std::vector<std::vector<std::vector<float>>> stage_weights;
   for (int s = 0; s < layout.num_stages(); ++s) {
-    stage_weights.push_back(
-        WholeWeights(*job->model, layout, s, member_weights[s]));
+    // A member's model says how its parts split (whole: one part).
+    std::unique_ptr<Model> member =
+        layout.TensorDegree(s) > 1
+            ? MemberModel(spec, *job->model, layout, s, 0)
+            : nullptr;
+    stage_weights.push_back(WholeWeights(
+        member != nullptr ? *member : *job->model, layout, s,
+        member_weights[s]));
   }
   for (const absl::Status& s : statuses) {
     if (!s.ok() && result.status.ok()) result.status = s;
@@ -900,7 +910,7 @@ TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
       {{0}, {1}, {4}, {full}},
       {{0, 3}, {1, 1}, {2, 2}, {sel, none}},
       {{0, 3}, {2, 2}, {2, 2}, {full, sel}},
-      {{0, 2, 4}, {1, 1, 1}, {2, 1, 4}, {none, none, full}},
+      {{0, 2, 4}, {1, 1, 1}, {2, 1, 2}, {none, none, full}},
   };
   for (const MeshCase& c : cases) {
     const PipelineLayout layout =
@@ -919,6 +929,21 @@ TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
     ASSERT_FALSE(got.weights.empty());
     EXPECT_EQ(got.weights.front(), got.weights.back()) << what << " tie";
   }
+}
+
+// The embedding and the head split the vocabulary across their groups:
+// tied across stages, the groups must be of one degree, or the job is
+// refused naming the tie.
+TEST(PipelineTest, TiedLayersNeedTensorGroupsOfOneDegree) {
+  const JobSpec spec = GptSpecForTensorGroups();
+  const PipelineLayout layout =
+      MeshLayout(v1::SCHEDULE_1F1B_FLUSH, {0, 2, 4}, {1, 1, 1}, {2, 1, 4}, {},
+                 spec.max_steps(), 4, 6);
+  const Result got = RunPipeline(spec, layout);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status.message()),
+              testing::HasSubstr("tied layers sit on stages 0 and 2 of "
+                                 "tensor degrees 2 and 4"));
 }
 
 // The zero-bubble schedules' split backward with tensor groups.

@@ -455,6 +455,7 @@ PipelineStage::Options PipelineJob::StageOptions(Held& held) {
 EvaluationInputs PipelineJob::EvalInputs(int stage) {
   EvaluationInputs in;
   in.model = job_.model.get();
+  in.model_spec = &a_.spec().model();
   in.layout = &layout_;
   in.has_test_split = HasTestSplit(a_.spec().data());
   for (const Held& held : held_) in.local[held.stage] = &held.runner->params();
