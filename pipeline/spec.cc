@@ -494,6 +494,15 @@ int64_t MicrobatchSamples(const JobSpec& spec, const PipelinePolicy& p) {
 // the workers and every transformer layer, largest first.
 }  // namespace
 
+bool SplitsVocabulary(const ModelSpec& model, int degree) {
+  if (degree <= 1 || model.layers().empty()) return false;
+  const LayerSpec& first = model.layers(0);
+  const LayerSpec& last = model.layers(model.layers_size() - 1);
+  return first.has_token_embedding() && last.has_linear() &&
+         last.linear().out_features() == first.token_embedding().vocab_size() &&
+         first.token_embedding().vocab_size() % degree == 0;
+}
+
 bool HasTransformerLayers(const ModelSpec& model) {
   for (const LayerSpec& l : model.layers()) {
     if (l.has_transformer_block() || l.has_causal_self_attention()) {

@@ -98,6 +98,11 @@ absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
 // split and recomputation applies to).
 bool HasTransformerLayers(const ModelSpec& model);
 
+// Whether a tensor group of `degree` splits `model`'s vocabulary (its
+// token embedding, first, and its linear head, last, of V rows and
+// outputs, with `degree` dividing V): worker/nn/model.h.
+bool SplitsVocabulary(const ModelSpec& model, int degree);
+
 // The tensor-parallel degrees a plan of `model` may use: the spec's, else
 // each that divides the workers and every transformer layer's heads and
 // MLP width, largest first (1 last).

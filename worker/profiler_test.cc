@@ -1,5 +1,6 @@
 #include "worker/profiler.h"
 
+#include "absl/strings/str_format.h"
 #include "common/device/cpu_device.h"
 #include "gtest/gtest.h"
 #include "worker/nn/spec.h"
@@ -74,18 +75,19 @@ TEST(ProfilerTest, MeasuresEachRecomputationModeOfTheBlocks) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   for (int i = 0; i < 200; ++i) std::fputs("the quick brown fox. ", f);
   std::fclose(f);
-  auto spec = ParseJobSpec(
-      R"pb(model {
-             layers { token_embedding { vocab_size: 32 dim: 16 } }
-             layers { transformer_block { dim: 16 heads: 2 } }
-             layers { linear { in_features: 16 out_features: 32 } }
-           }
-           data { text { files: ")pb" +
-          path + R"pb(" context: 8 tokenizer: " chars " } }
-                      optimizer { sgd { lr: 0.1 } }
-                      batch_size: 4
-                      max_steps: 1)pb",
-      "test");
+  auto spec = ParseJobSpec(absl::StrFormat(R"spec(
+        model {
+          layers { token_embedding { vocab_size: 32 dim: 16 } }
+          layers { transformer_block { dim: 16 heads: 2 } }
+          layers { linear { in_features: 16 out_features: 32 } }
+        }
+        data { text { files: "%s" context: 8 tokenizer: "chars" } }
+        optimizer { sgd { lr: 0.1 } }
+        batch_size: 4
+        max_steps: 1
+      )spec",
+                                           path),
+                           "test");
   ASSERT_TRUE(spec.ok()) << spec.status();
   CpuDevice device(CpuDeviceOptions{1});
   ProfilerOptions options;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 
@@ -92,6 +93,41 @@ double MemberSaved(double saved, const TransformerShape& t,
   return whole + (saved - whole) / c.degree;
 }
 
+// A vocabulary-parallel embedding or head (pipeline/spec.h
+// SplitsVocabulary): V / t rows, and the head's V / t logits; the
+// embedding's output, and the head's input gradient, summed over the
+// group (one all-reduce of B*T*C floats each).
+void VocabularyShare(const ModelSpec& model, const MemberCosts& c,
+                     LayerProfile* p) {
+  const int l = p->layer_index();
+  const int last = model.layers_size() - 1;
+  if ((l != 0 && l != last) || !SplitsVocabulary(model, c.degree)) return;
+  const double d = c.degree;
+  int64_t context = 1;
+  for (const LayerSpec& other : model.layers()) {
+    if (other.has_position_embedding()) {
+      context = other.position_embedding().context();
+    }
+  }
+  const int64_t dim = l == 0 ? model.layers(0).token_embedding().dim()
+                             : model.layers(last).linear().in_features();
+  const double bytes = static_cast<double>(c.batch_size) * context * dim * 4 *
+                       2.0 * (c.degree - 1) / c.degree;
+  const double sum_ms =
+      (bytes / c.bandwidth_bytes_per_s +
+       std::max(1, c.microbatches) * 2.0 * (c.degree - 1) * c.step_latency_s) *
+      1e3;
+  p->set_parameter_bytes(p->parameter_bytes() / d);
+  p->set_optimizer_ms(p->optimizer_ms() / d);
+  if (l == 0) {
+    p->set_forward_ms(p->forward_ms() + sum_ms);
+    return;
+  }
+  p->set_forward_ms(p->forward_ms() / d);
+  p->set_backward_ms(p->backward_ms() / d + sum_ms);
+  p->set_activation_bytes(p->activation_bytes() / d);
+}
+
 }  // namespace
 
 absl::StatusOr<ModelProfile> MemberProfile(const ModelSpec& model,
@@ -100,7 +136,9 @@ absl::StatusOr<ModelProfile> MemberProfile(const ModelSpec& model,
   ModelProfile out = profile;
   for (LayerProfile& p : *out.mutable_nodes()) {
     TransformerShape t;
-    if (!p.has_layer_index() || !TransformerOf(model, p.layer_index(), &t)) {
+    if (!p.has_layer_index()) continue;
+    if (!TransformerOf(model, p.layer_index(), &t)) {
+      VocabularyShare(model, costs, &p);
       continue;
     }
     if (t.heads % costs.degree != 0 ||

@@ -2,22 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/spec.h"
 
 namespace aqueduct {
 
 namespace {
-
-// A language model whose head the degree can split with its embedding:
-// the first layer a token embedding of V rows, the last a linear layer of
-// V outputs, and the degree dividing V.
-bool VocabularyParallel(const ModelSpec& spec, int degree) {
-  if (degree <= 1 || spec.layers().empty()) return false;
-  const LayerSpec& first = spec.layers(0);
-  const LayerSpec& last = spec.layers(spec.layers_size() - 1);
-  return first.has_token_embedding() && last.has_linear() &&
-         last.linear().out_features() == first.token_embedding().vocab_size() &&
-         first.token_embedding().vocab_size() % degree == 0;
-}
 
 // The shard layer `l` of a member's model is built with: the transformer
 // layers', and a vocabulary-parallel model's embedding and head; the
@@ -28,7 +17,7 @@ TensorShard LayerShard(const ModelSpec& spec, int l, const TensorShard& shard) {
     return shard;
   }
   const bool ends = l == 0 || l == spec.layers_size() - 1;
-  return ends && VocabularyParallel(spec, shard.degree) ? shard
+  return ends && SplitsVocabulary(spec, shard.degree) ? shard
                                                         : TensorShard{};
 }
 
@@ -46,7 +35,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
   model->seed_ = seed;
   model->shard_ = shard;
   Shape shape = input_shape;
-  model->vocabulary_parallel_ = VocabularyParallel(spec, shard.degree);
+  model->vocabulary_parallel_ = SplitsVocabulary(spec, shard.degree);
   for (int i = 0; i < spec.layers_size(); ++i) {
     ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
                      CreateLayer(spec.layers(i), i, shape, seed,
