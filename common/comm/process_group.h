@@ -92,9 +92,11 @@ class ProcessGroup {
   static Part PartOf(size_t n, int p, int c);
   // The ring's two phases over data[0, n), split in size() parts.
   absl::Status RingReduceScatter(float* data, size_t n, uint64_t sequence,
-                                 absl::Time deadline);
+                                 absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RingAllGather(float* data, size_t n, uint64_t sequence,
-                             int first_step, absl::Time deadline);
+                             int first_step, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One ring step: sends `send` to the next member while receiving `recv`
   // floats from the previous one into `into`.
   absl::Status Exchange(const float* send, size_t send_n, float* into,
