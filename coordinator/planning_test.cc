@@ -1,0 +1,147 @@
+// The joint planner (coordinator/planning.h) on a hand-made GPT profile:
+// what it weighs when the spec leaves the tensor degree and the
+// recomputation open, what it keeps when they are fixed, the memory that
+// rules configurations out, and the collectives' latency from the hosts'
+// cores.
+#include "coordinator/planning.h"
+
+#include "gtest/gtest.h"
+
+namespace aqueduct {
+namespace {
+
+// 2 embeddings, 4 blocks (width 64, 4 heads, context 32), a head; batch 16.
+JobSpec Gpt() {
+  JobSpec spec;
+  ModelSpec* m = spec.mutable_model();
+  auto* wte = m->add_layers()->mutable_token_embedding();
+  wte->set_vocab_size(128);
+  wte->set_dim(64);
+  auto* wpe = m->add_layers()->mutable_position_embedding();
+  wpe->set_context(32);
+  wpe->set_dim(64);
+  for (int b = 0; b < 4; ++b) {
+    auto* block = m->add_layers()->mutable_transformer_block();
+    block->set_dim(64);
+    block->set_heads(4);
+  }
+  auto* head = m->add_layers()->mutable_linear();
+  head->set_in_features(64);
+  head->set_out_features(128);
+  spec.set_batch_size(16);
+  spec.mutable_optimizer()->mutable_adam()->set_lr(1e-3);
+  spec.mutable_pipeline()->set_schedule("1f1b_flush");
+  spec.mutable_pipeline()->set_workers(4);
+  return spec;
+}
+
+// Blocks of `block_ms` forward (twice that backward) and 4 MB saved each.
+ModelProfile Profile(double block_ms) {
+  ModelProfile p;
+  p.set_batch_size(16);
+  for (int l = 0; l < 7; ++l) {
+    LayerProfile* n = p.add_nodes();
+    n->set_id("layer" + std::to_string(l));
+    n->set_layer_index(l);
+    const bool block = l >= 2 && l < 6;
+    n->set_forward_ms(block ? block_ms : 0.1);
+    n->set_backward_ms(block ? 2 * block_ms : 0.2);
+    n->set_activation_bytes(16 * 32 * 64 * 4);
+    n->set_parameter_bytes(block ? 12 * 64 * 64 * 4 : 128 * 64 * 4);
+    n->set_saved_bytes(block ? 4e6 : 16 * 32 * 64 * 4);
+    if (l > 0) {
+      ProfileEdge* e = p.add_edges();
+      e->set_from("layer" + std::to_string(l - 1));
+      e->set_to(n->id());
+    }
+  }
+  return p;
+}
+
+TEST(PlanningTest, WeighsEveryOpenDegreeAndModeAndListsThem) {
+  auto plan = PlanOn(Gpt(), Profile(10), 4, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::PipelineDecision& d = plan->pipeline();
+  // Degrees 1, 2, 4 (all divide 4 workers and 4 heads) x 3 modes.
+  ASSERT_EQ(d.candidates_size(), 9);
+  EXPECT_TRUE(d.candidates(0).rejected().empty());
+  EXPECT_EQ(d.candidates(0).tensor_parallel(), d.tensor_parallel());
+  EXPECT_EQ(d.candidates(0).recompute(), d.recompute());
+  for (int i = 1; i < d.candidates_size(); ++i) {
+    EXPECT_GE(d.candidates(i).predicted_step_s(),
+              d.candidates(0).predicted_step_s());
+    EXPECT_NE(d.candidates(i).rejected().find("slower"), std::string::npos)
+        << d.candidates(i).rejected();
+  }
+  // Recomputation only costs time when memory does not bind.
+  EXPECT_EQ(d.recompute(), "none");
+  for (const PlanStage& s : plan->stages()) {
+    EXPECT_EQ(s.worker_ranks_size(),
+              s.replicas() * std::max(1, s.tensor_parallel()));
+  }
+}
+
+TEST(PlanningTest, FixedDegreeAndModeArePlannedAlone) {
+  JobSpec spec = Gpt();
+  spec.mutable_pipeline()->set_tensor_parallel(2);
+  spec.mutable_pipeline()->set_recompute("selective");
+  auto plan = PlanOn(spec, Profile(10), 4, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->pipeline().candidates_size(), 0);
+  EXPECT_EQ(plan->pipeline().tensor_parallel(), 2);
+  for (const PlanStage& s : plan->stages()) {
+    EXPECT_EQ(s.tensor_parallel(), 2);
+    EXPECT_EQ(s.recompute(), "selective");
+    // Tensor innermost: a group's ranks are consecutive.
+    for (int i = 0; i + 1 < s.worker_ranks_size(); i += 2) {
+      EXPECT_EQ(s.worker_ranks(i + 1), s.worker_ranks(i) + 1);
+    }
+  }
+  spec.mutable_pipeline()->set_tensor_parallel(3);
+  EXPECT_FALSE(PlanOn(spec, Profile(10), 4, {}).ok());
+}
+
+// Memory rules the whole layers out; what is left says why it lost.
+TEST(PlanningTest, MemoryRulesConfigurationsOut) {
+  auto open = PlanOn(Gpt(), Profile(10), 4, {});
+  ASSERT_TRUE(open.ok());
+  double whole = 0;
+  for (const v1::PlanCandidate& c : open->pipeline().candidates()) {
+    if (c.tensor_parallel() == 1 && c.recompute() == "none") {
+      whole = c.predicted_memory_bytes();
+    }
+  }
+  ASSERT_GT(whole, 0);
+  const int64_t limit = static_cast<int64_t>(whole * 0.6);
+  auto plan = PlanOn(Gpt(), Profile(10), 4, {}, limit);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::PipelineDecision& d = plan->pipeline();
+  EXPECT_LE(d.candidates(0).predicted_memory_bytes(), limit);
+  bool refused = false;
+  for (const v1::PlanCandidate& c : d.candidates()) {
+    if (c.tensor_parallel() == 1 && c.recompute() == "none") {
+      refused = c.rejected().find("more than the smallest worker's") !=
+                std::string::npos;
+    }
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_FALSE(PlanOn(Gpt(), Profile(10), 4, {}, 1000).ok());
+}
+
+// With cores to spare the group's sums are cheap and heavy blocks go to
+// tensor groups; on an oversubscribed host the same job stays a pipeline.
+TEST(PlanningTest, OversubscribedHostsMakeTensorGroupsDear) {
+  EXPECT_EQ(StepLatencyOf({{"a", 1, 4}, {"a", 1, 4}, {"b", 2, 2}}),
+            kRingStepLatencyS);
+  EXPECT_EQ(StepLatencyOf({{"a", 1, 2}, {"a", 1, 2}, {"a", 1, 2}}),
+            kOversubscribedStepLatencyS);
+  EXPECT_EQ(StepLatencyOf({{"a", 0, 0}, {"a", 0, 0}}), kRingStepLatencyS);
+  auto idle = PlanOn(Gpt(), Profile(20), 4, {}, 0, kRingStepLatencyS);
+  auto busy = PlanOn(Gpt(), Profile(20), 4, {}, 0, kOversubscribedStepLatencyS);
+  ASSERT_TRUE(idle.ok() && busy.ok());
+  EXPECT_GT(idle->pipeline().tensor_parallel(), 1);
+  EXPECT_EQ(busy->pipeline().tensor_parallel(), 1);
+}
+
+}  // namespace
+}  // namespace aqueduct
