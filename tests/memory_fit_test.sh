@@ -92,11 +92,14 @@ for s, stage in zip(plan["stages"], job["stages"]):
     t = int(s.get("tensor_parallel", 1))
     first, end = int(s.get("first_layer", 0)), int(s["end_layer"])
     params = 0
+    last = max(int(name.split(".")[1]) for name in head)
     for name, v in head.items():
         layer = int(name.split(".")[1])
         if first <= layer < end:
             size = v["data_offsets"][1] - v["data_offsets"][0]
-            params += size // t if name.split(".", 2)[2] in split else size
+            # The vocabulary's layers (embedding, head) split too.
+            parted = name.split(".", 2)[2] in split or layer in (0, last)
+            params += size // t if parted else size
     have = 4 * params + int(stage.get("stashed_activation_bytes", 0))  # Adam: 4 copies
     want = float(s["predicted_memory_bytes"])
     measured.append(have)
