@@ -5,6 +5,11 @@
 // uploader's identity, the offset, the size and the CRC-32 of the whole.
 #include "common/grpc_coordinator_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -296,16 +301,29 @@ TEST(CoordinatorClientUnreachableTest, IsUnavailable) {
 // within seconds. gRPC's own backoff (1 s, x1.6 a try, up to 120 s) waited
 // 4 to 7 s after a 10 s outage, and up to 2 minutes after a longer one:
 // workers missed a restarted coordinator's 15 s wait for them.
-TEST(CoordinatorClientUnreachableTest, ReconnectsSoonAfterAnOutage) {
-  int port = 0;
-  {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    ASSERT_NE(server, nullptr);
-    server->Shutdown();
+// A free loopback port below Linux's ephemeral range (32768-60999): a
+// port 0 bind elsewhere (another test's daemons, run alongside) cannot
+// take it while this test's coordinator is away. 0 if none is free.
+int PortOutsideEphemeralRange() {
+  for (int port = 20000 + static_cast<int>(getpid() % 10000); port < 32000;
+       port += 7) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free =
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (free) return port;
   }
+  return 0;
+}
+
+TEST(CoordinatorClientUnreachableTest, ReconnectsSoonAfterAnOutage) {
+  const int port = PortOutsideEphemeralRange();
+  ASSERT_NE(port, 0);
   std::unique_ptr<CoordinatorClient> client =
       NewGrpcCoordinatorClient(absl::StrCat("127.0.0.1:", port));
   v1::GetJobRequest get;
