@@ -174,10 +174,9 @@ std::vector<LayerFootprint> EstimateModel(
   const int n = std::min(model.layers_size(), static_cast<int>(outputs.size()));
   for (int l = 0; l < n; ++l) {
     const SymbolicShape& in = l == 0 ? input : outputs[l - 1];
-    LayerFootprint f =
-        MemberLayer(model.layers(l), in,
-                    EstimateLayer(model.layers(l), in, outputs[l]),
-                    std::max(1, degree), mode);
+    LayerFootprint f = MemberLayer(
+        model.layers(l), in, EstimateLayer(model.layers(l), in, outputs[l]),
+        std::max(1, degree), mode);
     // A vocabulary-parallel embedding and head: V / t rows and logits.
     if ((l == 0 || l == n - 1) && n == model.layers_size() &&
         SplitsVocabulary(model, degree)) {

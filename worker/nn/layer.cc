@@ -65,11 +65,11 @@ class LinearLayer final : public Layer {
     // PyTorch: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)),
     // and the same bound for the bias.
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
-    InitShards(*this, values,
-               [&](int i, const std::string&, const Shape&,
-                   std::vector<float>* v) {
-                 UniformInit(seed, index(), i, bound, v);
-               });
+    InitShards(
+        *this, values,
+        [&](int i, const std::string&, const Shape&, std::vector<float>* v) {
+          UniformInit(seed, index(), i, bound, v);
+        });
   }
 
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
@@ -606,15 +606,13 @@ absl::Status SumOverTensorGroup(Device& dev, const PassContext& ctx,
   return ctx.tensor->AllReduce(dev, t);
 }
 
-void InitShards(
-    const Layer& layer, std::vector<std::vector<float>>* values,
-    const std::function<void(int, const std::string&, const Shape&,
-                             std::vector<float>*)>& fill) {
+void InitShards(const Layer& layer, std::vector<std::vector<float>>* values,
+                const std::function<void(int, const std::string&, const Shape&,
+                                         std::vector<float>*)>& fill) {
   const std::vector<ParamSpec> specs = layer.Params();
   for (size_t i = 0; i < specs.size(); ++i) {
     const ParamSplit split = layer.SplitOf(static_cast<int>(i));
-    const Shape whole =
-        WholeShape(specs[i].shape, split, layer.shard().degree);
+    const Shape whole = WholeShape(specs[i].shape, split, layer.shard().degree);
     std::vector<float> v(static_cast<size_t>(whole.numel()));
     fill(static_cast<int>(i), specs[i].name, whole, &v);
     (*values)[i] = ShardOfWhole(v, whole, split, layer.shard());

@@ -66,8 +66,7 @@ class TensorParallelGroup {
   // The same on host memory: data[0, n) summed; out[r * n, (r + 1) * n)
   // member r's in[0, n).
   virtual absl::Status AllReduceHost(float* data, size_t n) = 0;
-  virtual absl::Status AllGatherHost(const float* in, size_t n,
-                                     float* out) = 0;
+  virtual absl::Status AllGatherHost(const float* in, size_t n, float* out) = 0;
 };
 
 // What a forward or backward pass is for.
@@ -221,10 +220,9 @@ absl::Status SumOverTensorGroup(Device& dev, const PassContext& ctx,
 // Fills `values` with `layer`'s shards of what `fill(i, name, whole shape,
 // whole values)` writes for each whole parameter: initial values that do
 // not depend on the tensor-parallel degree.
-void InitShards(
-    const Layer& layer, std::vector<std::vector<float>>* values,
-    const std::function<void(int, const std::string&, const Shape&,
-                             std::vector<float>*)>& fill);
+void InitShards(const Layer& layer, std::vector<std::vector<float>>* values,
+                const std::function<void(int, const std::string&, const Shape&,
+                                         std::vector<float>*)>& fill);
 
 // The whole tensor's shape of a shard split as `split` over `degree`.
 Shape WholeShape(const Shape& shard, const ParamSplit& split, int degree);

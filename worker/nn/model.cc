@@ -17,8 +17,7 @@ TensorShard LayerShard(const ModelSpec& spec, int l, const TensorShard& shard) {
     return shard;
   }
   const bool ends = l == 0 || l == spec.layers_size() - 1;
-  return ends && SplitsVocabulary(spec, shard.degree) ? shard
-                                                        : TensorShard{};
+  return ends && SplitsVocabulary(spec, shard.degree) ? shard : TensorShard{};
 }
 
 }  // namespace

@@ -173,8 +173,7 @@ absl::StatusOr<SafetensorsFile> GatherWholeFile(const SafetensorsFile& part,
   return out;
 }
 
-absl::Status ProcessGroupTensorParallel::AllReduceHost(float* data,
-                                                       size_t n) {
+absl::Status ProcessGroupTensorParallel::AllReduceHost(float* data, size_t n) {
   return group_->AllReduce(data, n, absl::Now() + timeout_);
 }
 

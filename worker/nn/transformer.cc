@@ -426,11 +426,11 @@ class TokenEmbeddingLayer final : public Layer {
 
   void InitParams(uint64_t seed,
                   std::vector<std::vector<float>>* values) const override {
-    InitShards(*this, values,
-               [&](int, const std::string&, const Shape&,
-                   std::vector<float>* v) {
-                 NormalInit(seed, index(), 0, kInitStddev, v);
-               });
+    InitShards(
+        *this, values,
+        [&](int, const std::string&, const Shape&, std::vector<float>* v) {
+          NormalInit(seed, index(), 0, kInitStddev, v);
+        });
   }
 
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,

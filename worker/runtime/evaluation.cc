@@ -125,9 +125,9 @@ absl::StatusOr<ParameterSet> GatherWeights(
       if (in.model_spec == nullptr) {
         return absl::InternalError("the evaluator has no model spec");
       }
-      ASSIGN_OR_RETURN(member, Model::Build(*in.model_spec,
-                                            in.model->input_shape(),
-                                            in.model->seed(), {0, t}));
+      ASSIGN_OR_RETURN(member,
+                       Model::Build(*in.model_spec, in.model->input_shape(),
+                                    in.model->seed(), {0, t}));
     }
     RETURN_IF_ERROR(Unflatten(parts, t > 1 ? *member : *in.model, layout, s,
                               *in.device, full));

@@ -286,9 +286,9 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
         layout.TensorDegree(s) > 1
             ? MemberModel(spec, *job->model, layout, s, 0)
             : nullptr;
-    stage_weights.push_back(WholeWeights(
-        member != nullptr ? *member : *job->model, layout, s,
-        member_weights[s]));
+    stage_weights.push_back(
+        WholeWeights(member != nullptr ? *member : *job->model, layout, s,
+                     member_weights[s]));
   }
   for (const absl::Status& s : statuses) {
     if (!s.ok() && result.status.ok()) result.status = s;
