@@ -387,6 +387,17 @@ const Tensor* At(absl::Span<const Tensor> tensors, int slot) {
   return slot < 0 ? nullptr : &tensors[slot];
 }
 
+// What a forward keeps for backward under `mode`: `all` (the input
+// first); selective: not the attention weights (at `probs`, left
+// undefined); full: the input alone.
+void Keep(Recompute mode, std::vector<Tensor> all, size_t probs,
+          LayerCache* cache) {
+  cache->recompute = mode;
+  if (mode == Recompute::kFull) all.resize(1);
+  if (mode == Recompute::kSelective) all[probs] = Tensor();
+  cache->tensors = std::move(all);
+}
+
 // Full recomputation: the layer's forward again from the input `cache`
 // kept, into `redone` (nothing to do unless the forward kept only that).
 absl::Status Redo(const Layer& layer, Device& dev,
@@ -596,18 +607,8 @@ class CausalSelfAttentionLayer final : public Layer {
     AttentionSaved saved;
     RETURN_IF_ERROR(
         attention_.Forward(dev, Tensors(params), x, ctx, y, &saved));
-    if (!ctx.training) return absl::OkStatus();
-    cache->recompute = ctx.recompute;
-    switch (ctx.recompute) {
-      case Recompute::kFull:
-        cache->tensors = {x};
-        break;
-      case Recompute::kSelective:
-        cache->tensors = {x, saved.qkv, Tensor(), saved.merged};
-        break;
-      case Recompute::kNone:
-        cache->tensors = {x, saved.qkv, saved.probs, saved.merged};
-        break;
+    if (ctx.training) {
+      Keep(ctx.recompute, {x, saved.qkv, saved.probs, saved.merged}, 2, cache);
     }
     return absl::OkStatus();
   }
@@ -837,18 +838,9 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
   }
   dev.Axpby(n, 1.0f, x2.f32(), 1.0f, y->f32());
   // The GELU output is recomputed from f in backward, too.
-  if (!ctx.training) return absl::OkStatus();
-  cache->recompute = ctx.recompute;
-  switch (ctx.recompute) {
-    case Recompute::kFull:
-      cache->tensors = {x};
-      break;
-    case Recompute::kSelective:
-      cache->tensors = {x, x2, saved.qkv, Tensor(), saved.merged, f};
-      break;
-    case Recompute::kNone:
-      cache->tensors = {x, x2, saved.qkv, saved.probs, saved.merged, f};
-      break;
+  if (ctx.training) {
+    Keep(ctx.recompute, {x, x2, saved.qkv, saved.probs, saved.merged, f}, 3,
+         cache);
   }
   return absl::OkStatus();
 }
