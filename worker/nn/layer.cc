@@ -590,20 +590,82 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
 
 void Layer::InitParams(uint64_t, std::vector<std::vector<float>>*) const {}
 
+namespace {
+
+// The group a member's layer runs its collectives in: ctx's, when it is
+// the shard's.
+absl::Status CheckGroup(const PassContext& ctx, const TensorShard& shard,
+                        int layer) {
+  if (ctx.tensor != nullptr && ctx.tensor->size() == shard.degree &&
+      ctx.tensor->rank() == shard.rank) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "layers.", layer, " is member ", shard.rank,
+      " of a tensor-parallel group of ", shard.degree, " but runs in ",
+      ctx.tensor == nullptr ? std::string("none")
+                            : absl::StrCat("member ", ctx.tensor->rank(),
+                                           " of ", ctx.tensor->size())));
+}
+
+// [rows, C] of a [..., C] tensor, when the rows split into `parts`.
+absl::StatusOr<Tensor> AsRows(const Tensor& t, int parts, int layer) {
+  const Shape& s = t.shape();
+  const int64_t cols = s.rank() == 0 ? 1 : s[s.rank() - 1];
+  const int64_t rows = cols == 0 ? 0 : t.numel() / cols;
+  if (rows % parts != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layers.", layer, ": ", rows,
+        " positions do not split into sequence-parallel parts of ", parts,
+        " members"));
+  }
+  return t.Reshape(Shape({rows, cols}));
+}
+
+}  // namespace
+
 absl::Status SumOverTensorGroup(Device& dev, const PassContext& ctx,
                                 const TensorShard& shard, int layer,
                                 const Tensor& t) {
   if (shard.degree == 1) return absl::OkStatus();
-  if (ctx.tensor == nullptr || ctx.tensor->size() != shard.degree ||
-      ctx.tensor->rank() != shard.rank) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layers.", layer, " is member ", shard.rank,
-        " of a tensor-parallel group of ", shard.degree, " but runs in ",
-        ctx.tensor == nullptr ? std::string("none")
-                              : absl::StrCat("member ", ctx.tensor->rank(),
-                                             " of ", ctx.tensor->size())));
-  }
+  RETURN_IF_ERROR(CheckGroup(ctx, shard, layer));
   return ctx.tensor->AllReduce(dev, t);
+}
+
+absl::StatusOr<Tensor> GatherSequence(Device& dev, const PassContext& ctx,
+                                      const TensorShard& shard, int layer,
+                                      const Tensor& part) {
+  RETURN_IF_ERROR(CheckGroup(ctx, shard, layer));
+  ASSIGN_OR_RETURN(const Tensor rows, AsRows(part, 1, layer));
+  ASSIGN_OR_RETURN(Tensor whole,
+                   dev.Allocate(Shape({rows.shape()[0] * shard.degree,
+                                       rows.shape()[1]}),
+                                DType::kF32));
+  RETURN_IF_ERROR(ctx.tensor->AllGather(dev, part, whole));
+  return whole;
+}
+
+absl::StatusOr<Tensor> ScatterSequence(Device& dev, const PassContext& ctx,
+                                       const TensorShard& shard, int layer,
+                                       const Tensor& whole) {
+  RETURN_IF_ERROR(CheckGroup(ctx, shard, layer));
+  ASSIGN_OR_RETURN(const Tensor rows, AsRows(whole, shard.degree, layer));
+  ASSIGN_OR_RETURN(Tensor part,
+                   dev.Allocate(Shape({rows.shape()[0] / shard.degree,
+                                       rows.shape()[1]}),
+                                DType::kF32));
+  RETURN_IF_ERROR(ctx.tensor->ReduceScatter(dev, whole, part));
+  return part;
+}
+
+absl::StatusOr<Tensor> SequencePart(Device& dev, const TensorShard& shard,
+                                    int layer, const Tensor& whole) {
+  ASSIGN_OR_RETURN(const Tensor rows, AsRows(whole, shard.degree, layer));
+  const int64_t n = rows.shape()[0] / shard.degree;
+  ASSIGN_OR_RETURN(Tensor part,
+                   dev.Allocate(Shape({n, rows.shape()[1]}), DType::kF32));
+  dev.Copy(rows.Rows(shard.rank * n, (shard.rank + 1) * n), part);
+  return part;
 }
 
 void InitShards(const Layer& layer, std::vector<std::vector<float>>* values,

@@ -39,6 +39,11 @@ struct ParamSpec {
 struct TensorShard {
   int rank = 0;
   int degree = 1;
+  // Sequence parallelism (degree > 1, transformer blocks only): the block
+  // takes and gives member `rank`'s part of the rows, [rows / degree, C],
+  // the rows of the (micro)batch's [B * T, C] in `degree` equal runs
+  // (ForwardRange splits and gathers at the ends of a run of such layers).
+  bool sequence = false;
 };
 
 // How one parameter is split across a tensor-parallel group: not at all
@@ -67,6 +72,13 @@ class TensorParallelGroup {
   // member r's in[0, n).
   virtual absl::Status AllReduceHost(float* data, size_t n) = 0;
   virtual absl::Status AllGatherHost(const float* in, size_t n, float* out) = 0;
+  // Sequence parallelism's pair (whole.numel() == size() * part.numel()):
+  // `whole` becomes every member's `part` in rank order; `part` becomes
+  // the sum over the members of their whole's rank-th run.
+  virtual absl::Status AllGather(Device& device, const Tensor& part,
+                                 const Tensor& whole) = 0;
+  virtual absl::Status ReduceScatter(Device& device, const Tensor& whole,
+                                     const Tensor& part) = 0;
 };
 
 // What a forward or backward pass is for.
@@ -147,6 +159,13 @@ class Layer {
     (void)param;
     return {};
   }
+  // Whether a sequence-parallel member's gradient of Params()[param] comes
+  // from its rows only (the LayerNorms'), to be summed over the group
+  // before the step (SumSequenceParallelGradients).
+  virtual bool PartialOverRows(int param) const {
+    (void)param;
+    return false;
+  }
   // Seeded initial values for Params(), PyTorch's default schemes. Each
   // vector is filled with the element count of the matching ParamSpec.
   virtual void InitParams(uint64_t seed,
@@ -216,6 +235,21 @@ class Layer {
 absl::Status SumOverTensorGroup(Device& dev, const PassContext& ctx,
                                 const TensorShard& shard, int layer,
                                 const Tensor& t);
+
+// Sequence parallelism (TensorShard.sequence), with the checks of
+// SumOverTensorGroup: the whole [rows, C] of the members' parts
+// (all-gather), this member's part of the sum of the members' `whole`
+// (reduce-scatter), and this member's part of a `whole` every member holds
+// (a copy, no communication). INVALID_ARGUMENT naming the layer when the
+// rows do not split into `degree` equal parts.
+absl::StatusOr<Tensor> GatherSequence(Device& dev, const PassContext& ctx,
+                                      const TensorShard& shard, int layer,
+                                      const Tensor& part);
+absl::StatusOr<Tensor> ScatterSequence(Device& dev, const PassContext& ctx,
+                                       const TensorShard& shard, int layer,
+                                       const Tensor& whole);
+absl::StatusOr<Tensor> SequencePart(Device& dev, const TensorShard& shard,
+                                    int layer, const Tensor& whole);
 
 // Fills `values` with `layer`'s shards of what `fill(i, name, whole shape,
 // whole values)` writes for each whole parameter: initial values that do

@@ -11,13 +11,30 @@ namespace {
 // The shard layer `l` of a member's model is built with: the transformer
 // layers', and a vocabulary-parallel model's embedding and head; the
 // others whole.
+// Sequence parallelism is the blocks' only (the attention layer has no
+// row-wise work of its own).
 TensorShard LayerShard(const ModelSpec& spec, int l, const TensorShard& shard) {
   const LayerSpec& layer = spec.layers(l);
-  if (layer.has_transformer_block() || layer.has_causal_self_attention()) {
-    return shard;
-  }
+  TensorShard whole_rows = shard;
+  whole_rows.sequence = false;
+  if (layer.has_transformer_block()) return shard;
+  if (layer.has_causal_self_attention()) return whole_rows;
   const bool ends = l == 0 || l == spec.layers_size() - 1;
-  return ends && SplitsVocabulary(spec, shard.degree) ? shard : TensorShard{};
+  return ends && SplitsVocabulary(spec, shard.degree) ? whole_rows
+                                                      : TensorShard{};
+}
+
+// The whole (micro)batch, [B, per_sample...], of a sequence-parallel
+// layer's rows.
+absl::StatusOr<Tensor> GatherRows(Device& device, const PassContext& ctx,
+                                  const Layer& layer, const Tensor& part,
+                                  const Shape& per_sample) {
+  ASSIGN_OR_RETURN(const Tensor whole,
+                   GatherSequence(device, ctx, layer.shard(), layer.index(),
+                                  part));
+  std::vector<int64_t> dims = {whole.numel() / per_sample.numel()};
+  for (int64_t d : per_sample.dims()) dims.push_back(d);
+  return whole.Reshape(Shape(std::move(dims)));
 }
 
 }  // namespace
@@ -44,6 +61,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
   }
   RETURN_IF_ERROR(model->BuildTies(spec));
   return model;
+}
+
+TensorShard MemberShard(const v1::PipelineSpec& pipeline, int rank,
+                        int degree) {
+  TensorShard shard{rank, degree};
+  shard.sequence = degree > 1 && pipeline.sequence_parallel();
+  return shard;
 }
 
 absl::Status Model::BuildTies(const ModelSpec& spec) {
@@ -189,13 +213,31 @@ absl::Status ForwardRange(const Model& model, Device& device,
                           RangeCache* cache) {
   if (cache != nullptr) cache->layers.resize(params.end - params.begin);
   Tensor current = x;
+  // Whether `current` is this member's rows (sequence parallelism): split
+  // where a run of sequence-parallel layers starts, gathered where it ends.
+  bool rows = false;
   for (int l = params.begin; l < params.end; ++l) {
+    const Layer& layer = model.layer(l);
+    if (layer.shard().sequence != rows) {
+      ASSIGN_OR_RETURN(
+          current,
+          rows ? GatherRows(device, ctx, model.layer(l - 1), current,
+                            layer.input_shape())
+               : SequencePart(device, layer.shard(), l, current));
+      rows = !rows;
+    }
     Tensor next;
     LayerCache* layer_cache =
         cache != nullptr ? &cache->layers[l - params.begin] : nullptr;
-    RETURN_IF_ERROR(model.layer(l).Forward(device, params.ForLayer(l), current,
-                                           ctx, &next, layer_cache));
+    RETURN_IF_ERROR(
+        layer.Forward(device, params.ForLayer(l), current, ctx, &next,
+                      layer_cache));
     current = std::move(next);
+  }
+  if (rows) {
+    const Layer& last = model.layer(params.end - 1);
+    ASSIGN_OR_RETURN(current, GatherRows(device, ctx, last, current,
+                                         last.output_shape()));
   }
   *y = std::move(current);
   return absl::OkStatus();
@@ -215,15 +257,30 @@ absl::Status BackwardRange(const Model& model, Device& device,
     if (!params.ForLayer(l).empty()) below_has_params = true;
   }
   Tensor current = dy;
+  bool rows = false;  // As in ForwardRange, from the other end.
   for (int l = params.end - 1; l >= params.begin; --l) {
+    const Layer& layer = model.layer(l);
+    if (layer.shard().sequence != rows) {
+      ASSIGN_OR_RETURN(
+          current,
+          rows ? GatherRows(device, ctx, model.layer(l + 1), current,
+                            layer.output_shape())
+               : SequencePart(device, layer.shard(), l, current));
+      rows = !rows;
+    }
     const bool want_dx = want[l - params.begin];
     Tensor next;
-    RETURN_IF_ERROR(model.layer(l).BackwardInput(
+    RETURN_IF_ERROR(layer.BackwardInput(
         device, params.ForLayer(l), cache.layers[l - params.begin], current,
         ctx, want_dx ? &next : nullptr, grads.ForLayer(l), accumulate,
         deferred));
     current = std::move(next);
-    if (!want_dx) break;
+    if (!want_dx) return absl::OkStatus();
+  }
+  if (rows) {
+    const Layer& first = model.layer(params.begin);
+    ASSIGN_OR_RETURN(current, GatherRows(device, ctx, first, current,
+                                         first.input_shape()));
   }
   if (dx != nullptr) *dx = std::move(current);
   return absl::OkStatus();

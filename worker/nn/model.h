@@ -61,6 +61,12 @@ class Model {
   bool vocabulary_parallel_ = false;
 };
 
+// The shard member `rank` of a tensor group of `degree` builds its model
+// with (Model::Build): sequence-parallel when `pipeline` asks for it and
+// the degree is above 1.
+TensorShard MemberShard(const v1::PipelineSpec& pipeline, int rank,
+                        int degree);
+
 // One tensor per parameter of layers [begin, end) of a model, in layer order.
 struct ParameterSet {
   int begin = 0;
@@ -114,7 +120,9 @@ struct RangeCache {
 };
 
 // Forward through layers [params.begin, params.end) of `model`. `cache` may
-// be null when !ctx.training.
+// be null when !ctx.training. The range's input and output are whole
+// tensors; a run of sequence-parallel layers (TensorShard.sequence) gets
+// this member's rows of its input and has its output gathered.
 absl::Status ForwardRange(const Model& model, Device& device,
                           const ParameterSet& params, const Tensor& x,
                           const PassContext& ctx, Tensor* y, RangeCache* cache);

@@ -91,6 +91,40 @@ absl::StatusOr<LossOutput> VocabParallelCrossEntropy(
   return out;
 }
 
+absl::Status SumSequenceParallelGradients(const Model& model, Device& device,
+                                          const ParameterSet& grads,
+                                          TensorParallelGroup* group) {
+  std::vector<const Tensor*> whole;
+  for (int l = grads.begin; l < grads.end; ++l) {
+    const Layer& layer = model.layer(l);
+    if (!layer.shard().sequence) continue;
+    const absl::Span<const Tensor> g = grads.ForLayer(l);
+    for (size_t p = 0; p < g.size(); ++p) {
+      if (layer.PartialOverRows(static_cast<int>(p))) whole.push_back(&g[p]);
+    }
+  }
+  if (whole.empty()) return absl::OkStatus();
+  if (group == nullptr) {
+    return absl::FailedPreconditionError(
+        "sequence-parallel gradients to sum but no tensor-parallel group");
+  }
+  size_t n = 0;
+  for (const Tensor* t : whole) n += static_cast<size_t>(t->numel());
+  std::vector<float> flat(n);
+  size_t at = 0;
+  for (const Tensor* t : whole) {
+    RETURN_IF_ERROR(device.CopyToHost(*t, flat.data() + at));
+    at += static_cast<size_t>(t->numel());
+  }
+  RETURN_IF_ERROR(group->AllReduceHost(flat.data(), n));
+  at = 0;
+  for (const Tensor* t : whole) {
+    RETURN_IF_ERROR(device.CopyFromHost(flat.data() + at, *t));
+    at += static_cast<size_t>(t->numel());
+  }
+  return absl::OkStatus();
+}
+
 ParamSplit SplitOfTensor(const Model& model, const std::string& name) {
   constexpr char kPrefix[] = "layers.";
   if (name.rfind(kPrefix, 0) != 0) return {};
@@ -193,6 +227,48 @@ absl::Status ProcessGroupTensorParallel::AllReduce(Device& device,
   RETURN_IF_ERROR(device.CopyToHost(t, staging_.data()));
   RETURN_IF_ERROR(group_->AllReduce(staging_.data(), n, deadline));
   return device.CopyFromHost(staging_.data(), t);
+}
+
+absl::Status ProcessGroupTensorParallel::AllGather(Device& device,
+                                                   const Tensor& part,
+                                                   const Tensor& whole) {
+  const absl::Time deadline = absl::Now() + timeout_;
+  const size_t n = static_cast<size_t>(part.numel());
+  if (whole.numel() != part.numel() * size()) {
+    return absl::InternalError(
+        absl::StrCat("all-gather of ", part.shape().ToString(), " into ",
+                     whole.shape().ToString(), " over ", size(), " members"));
+  }
+  if (device.kind() == DeviceKind::kCpu) {
+    return group_->AllGather(part.f32(), n, whole.f32(), deadline);
+  }
+  staging_part_.resize(n);
+  staging_.resize(n * size());
+  RETURN_IF_ERROR(device.CopyToHost(part, staging_part_.data()));
+  RETURN_IF_ERROR(
+      group_->AllGather(staging_part_.data(), n, staging_.data(), deadline));
+  return device.CopyFromHost(staging_.data(), whole);
+}
+
+absl::Status ProcessGroupTensorParallel::ReduceScatter(Device& device,
+                                                       const Tensor& whole,
+                                                       const Tensor& part) {
+  const absl::Time deadline = absl::Now() + timeout_;
+  const size_t n = static_cast<size_t>(part.numel());
+  if (whole.numel() != part.numel() * size()) {
+    return absl::InternalError(
+        absl::StrCat("reduce-scatter of ", whole.shape().ToString(), " into ",
+                     part.shape().ToString(), " over ", size(), " members"));
+  }
+  if (device.kind() == DeviceKind::kCpu) {
+    return group_->ReduceScatter(whole.f32(), n, part.f32(), deadline);
+  }
+  staging_.resize(n * size());
+  staging_part_.resize(n);
+  RETURN_IF_ERROR(device.CopyToHost(whole, staging_.data()));
+  RETURN_IF_ERROR(
+      group_->ReduceScatter(staging_.data(), n, staging_part_.data(), deadline));
+  return device.CopyFromHost(staging_part_.data(), part);
 }
 
 }  // namespace aqueduct

@@ -30,11 +30,15 @@ class ProcessGroupTensorParallel final : public TensorParallelGroup {
   absl::Status AllReduce(Device& device, const Tensor& t) override;
   absl::Status AllReduceHost(float* data, size_t n) override;
   absl::Status AllGatherHost(const float* in, size_t n, float* out) override;
+  absl::Status AllGather(Device& device, const Tensor& part,
+                         const Tensor& whole) override;
+  absl::Status ReduceScatter(Device& device, const Tensor& whole,
+                             const Tensor& part) override;
 
  private:
   ProcessGroup* group_;
   absl::Duration timeout_;
-  std::vector<float> staging_;
+  std::vector<float> staging_, staging_part_;
 };
 
 // Softmax cross-entropy over logits split by vocabulary across a tensor
@@ -49,6 +53,15 @@ class ProcessGroupTensorParallel final : public TensorParallelGroup {
 absl::StatusOr<LossOutput> VocabParallelCrossEntropy(
     Device& device, TensorParallelGroup& group, const Tensor& logits,
     const Tensor& labels, int64_t first_class, float grad_scale);
+
+// Sequence parallelism's parameter gradients: each member's LayerNorm
+// gradients in a sequence-parallel block come from its rows only
+// (Layer::PartialOverRows), so each becomes the sum over `group`: one
+// all-reduce of them all, flattened. Nothing when no layer in `grads`'
+// range is sequence-parallel.
+absl::Status SumSequenceParallelGradients(const Model& model, Device& device,
+                                          const ParameterSet& grads,
+                                          TensorParallelGroup* group);
 
 // Files of whole tensors and a tensor-parallel member's parts: weights,
 // checkpoints and exported models hold whole tensors under today's names,

@@ -185,7 +185,9 @@ class Attention {
         layer_(layer) {}
 
   // out = attn(h). `saved` is filled in any case (temporaries when not
-  // training).
+  // training). Sequence-parallel (shard.sequence), `out` is c_proj's
+  // partial output: no sum, bias or dropout (the block's, on its rows);
+  // and Backward takes dy after the dropout and leaves dh unsummed.
   absl::Status Forward(Device& dev, const AttentionTensors& w, const Tensor& h,
                        const PassContext& ctx, Tensor* out,
                        AttentionSaved* saved) const;
@@ -288,6 +290,9 @@ absl::Status Attention::Forward(Device& dev, const AttentionTensors& w,
   ASSIGN_OR_RETURN(*out, dev.Allocate(Shape({batch, len, dim_}), DType::kF32));
   LinearForward(dev, saved->merged.f32(), rows, inner_, dim_, *w.proj_w,
                 nullptr, out->f32());
+  // Sequence-parallel: the block reduce-scatters, adds the bias and drops
+  // out on its rows.
+  if (shard_.sequence) return absl::OkStatus();
   RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard_, layer_, *out));
   if (w.proj_b != nullptr) {
     dev.AddBias(out->f32(), w.proj_b->f32(), rows, dim_, false);
@@ -325,7 +330,7 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
     ASSIGN_OR_RETURN(saved.probs, Probabilities(dev, saved.qkv));
   }
   Tensor dout = dy;
-  if (dropout_.active(ctx)) {
+  if (dropout_.active(ctx) && !shard_.sequence) {
     ASSIGN_OR_RETURN(dout, dev.Allocate(dy.shape(), DType::kF32));
     dropout_.Apply(dev, kAttentionOutput, ctx, dy.f32(), dout.f32(),
                    rows * dim_, len * dim_);
@@ -346,9 +351,11 @@ absl::Status Attention::Backward(Device& dev, const AttentionTensors& w,
   }
   LinearBackward(dev, h, dqkv, rows, dim_, 3 * inner_, *w.attn_w, *grads.attn_w,
                  grads.attn_b, accumulate, dh_data, deferred);
-  // c_attn is column-parallel: the members' parts of dh summed.
-  if (dh != nullptr)
+  // c_attn is column-parallel: the members' parts of dh summed (by the
+  // block's reduce-scatter when sequence-parallel).
+  if (dh != nullptr && !shard_.sequence) {
     RETURN_IF_ERROR(SumOverTensorGroup(dev, ctx, shard_, layer_, *dh));
+  }
   return absl::OkStatus();
 }
 
@@ -689,6 +696,9 @@ class TransformerBlockLayer final : public Layer {
   ParamSplit SplitOf(int param) const override {
     return SplitByName(Params()[param].name);
   }
+  bool PartialOverRows(int param) const override {
+    return shard().sequence && Params()[param].name.rfind("ln_", 0) == 0;
+  }
   void InitParams(uint64_t seed,
                   std::vector<std::vector<float>>* values) const override;
   absl::Status Forward(Device& dev, absl::Span<const Tensor> params,
@@ -734,6 +744,41 @@ class TransformerBlockLayer final : public Layer {
   absl::StatusOr<Tensor> Norm(Device& dev, absl::Span<const Tensor> params,
                               int w_slot, const Tensor& x, Tensor* mean,
                               Tensor* rstd) const;
+  // Sequence parallelism: Forward and BackwardInput on this member's rows.
+  absl::Status ForwardSequence(Device& dev, absl::Span<const Tensor> params,
+                               const Tensor& x, const PassContext& ctx,
+                               Tensor* y, LayerCache* cache) const;
+  absl::Status BackwardSequence(Device& dev, absl::Span<const Tensor> params,
+                                const std::vector<Tensor>& kept,
+                                const Tensor& dy, const PassContext& ctx,
+                                Tensor* dx, absl::Span<const Tensor> grads,
+                                bool accumulate, DeferredGrads* deferred) const;
+  // ln(x) of this member's rows, gathered: [B, T, C].
+  absl::StatusOr<Tensor> GatheredNorm(Device& dev,
+                                      absl::Span<const Tensor> params,
+                                      int w_slot, const Tensor& x,
+                                      const PassContext& ctx, Tensor* mean,
+                                      Tensor* rstd) const;
+  // A row-parallel map's partial output [B, T, C] reduce-scattered to this
+  // member's rows, plus the bias at `bias_slot` (-1: none), dropped out
+  // at `site`.
+  absl::StatusOr<Tensor> FinishRowParallel(Device& dev,
+                                           absl::Span<const Tensor> params,
+                                           int bias_slot, DropoutSite site,
+                                           const PassContext& ctx,
+                                           const Tensor& partial) const;
+  // Dropout at `site` of this member's rows `part` (into a new tensor, or
+  // part itself when dropout is off), then gathered: [B, T, C].
+  absl::StatusOr<Tensor> DropThenGather(Device& dev, DropoutSite site,
+                                        const PassContext& ctx,
+                                        const Tensor& part) const;
+  // The first element of this member's rows in the minibatch's site.
+  uint64_t FirstOfPart(const PassContext& ctx, int64_t part_numel) const {
+    return ctx.sample_offset *
+               static_cast<uint64_t>(input_shape().numel()) +
+           static_cast<uint64_t>(shard().rank) *
+               static_cast<uint64_t>(part_numel);
+  }
   // The MLP half's backward: from dy, the gradient of x2 (the block's
   // middle: x2 = x + attn(ln_1(x)), y = x2 + mlp(ln_2(x2))).
   absl::StatusOr<Tensor> MlpBackward(Device& dev,
@@ -803,6 +848,7 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
                                             const Tensor& x,
                                             const PassContext& ctx, Tensor* y,
                                             LayerCache* cache) const {
+  if (shard().sequence) return ForwardSequence(dev, params, x, ctx, y, cache);
   const int64_t batch = x.shape()[0], len = x.shape()[1];
   const int64_t rows = batch * len, n = x.numel();
   const int64_t c = config_.dim, hidden = hidden_;
@@ -898,6 +944,10 @@ absl::Status TransformerBlockLayer::BackwardInput(
   RETURN_IF_ERROR(Redo(*this, dev, params, cache, ctx, &redone));
   const std::vector<Tensor>& c =
       cache.recompute == Recompute::kFull ? redone.tensors : cache.tensors;
+  if (shard().sequence) {
+    return BackwardSequence(dev, params, c, dy, ctx, dx, grads, accumulate,
+                            deferred);
+  }
   const Tensor& x = c[0];
   const Tensor& x2 = c[1];
   const AttentionSaved saved{c[2], c[3], c[4]};
@@ -919,6 +969,149 @@ absl::Status TransformerBlockLayer::BackwardInput(
   const int64_t rows = x.numel() / config_.dim;
   dev.LayerNormBackward(dh1.f32(), x.f32(), params[slots_.ln1_w].f32(),
                         mean.f32(), rstd.f32(), rows, config_.dim, dx_data,
+                        grads[slots_.ln1_w].f32(), grads[slots_.ln1_b].f32(),
+                        accumulate);
+  if (dx_data != nullptr) dev.Axpby(x.numel(), 1.0f, dx2.f32(), 1.0f, dx_data);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> TransformerBlockLayer::GatheredNorm(
+    Device& dev, absl::Span<const Tensor> params, int w_slot, const Tensor& x,
+    const PassContext& ctx, Tensor* mean, Tensor* rstd) const {
+  ASSIGN_OR_RETURN(const Tensor h, Norm(dev, params, w_slot, x, mean, rstd));
+  ASSIGN_OR_RETURN(const Tensor whole,
+                   GatherSequence(dev, ctx, shard(), index(), h));
+  const int64_t len = input_shape()[0];
+  return whole.Reshape(Shape({whole.shape()[0] / len, len, config_.dim}));
+}
+
+absl::StatusOr<Tensor> TransformerBlockLayer::FinishRowParallel(
+    Device& dev, absl::Span<const Tensor> params, int bias_slot,
+    DropoutSite site, const PassContext& ctx, const Tensor& partial) const {
+  ASSIGN_OR_RETURN(Tensor out,
+                   ScatterSequence(dev, ctx, shard(), index(), partial));
+  if (bias_slot >= 0) {
+    dev.AddBias(out.f32(), params[bias_slot].f32(), out.shape()[0],
+                config_.dim, false);
+  }
+  if (dropout_.active(ctx)) {
+    dropout_.ApplyAt(dev, site, ctx, out.f32(), out.f32(), out.numel(),
+                     FirstOfPart(ctx, out.numel()));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> TransformerBlockLayer::DropThenGather(
+    Device& dev, DropoutSite site, const PassContext& ctx,
+    const Tensor& part) const {
+  Tensor dropped = part;
+  if (dropout_.active(ctx)) {
+    ASSIGN_OR_RETURN(dropped, dev.Allocate(part.shape(), DType::kF32));
+    dropout_.ApplyAt(dev, site, ctx, part.f32(), dropped.f32(), part.numel(),
+                     FirstOfPart(ctx, part.numel()));
+  }
+  ASSIGN_OR_RETURN(const Tensor whole,
+                   GatherSequence(dev, ctx, shard(), index(), dropped));
+  const int64_t len = input_shape()[0];
+  return whole.Reshape(Shape({whole.shape()[0] / len, len, config_.dim}));
+}
+
+// Megatron's sequence parallelism: x, x2 and y are this member's rows; the
+// LayerNorms' outputs are gathered before the column-parallel maps, and the
+// row-parallel maps' partial outputs reduce-scattered (the all-reduce's two
+// halves, on either side of the row-wise work).
+absl::Status TransformerBlockLayer::ForwardSequence(
+    Device& dev, absl::Span<const Tensor> params, const Tensor& x,
+    const PassContext& ctx, Tensor* y, LayerCache* cache) const {
+  const int64_t n = x.numel(), c = config_.dim;
+  Tensor mean, rstd;
+  ASSIGN_OR_RETURN(Tensor h1, GatheredNorm(dev, params, slots_.ln1_w, x, ctx,
+                                           &mean, &rstd));
+  const int64_t batch = h1.shape()[0], len = h1.shape()[1];
+  AttentionSaved saved;
+  Tensor partial;
+  RETURN_IF_ERROR(
+      attention_.Forward(dev, AttnTensors(params), h1, ctx, &partial, &saved));
+  ASSIGN_OR_RETURN(Tensor x2, FinishRowParallel(dev, params, slots_.proj_b,
+                                                kAttentionOutput, ctx, partial));
+  dev.Axpby(n, 1.0f, x.f32(), 1.0f, x2.f32());
+  ASSIGN_OR_RETURN(Tensor h2, GatheredNorm(dev, params, slots_.ln2_w, x2, ctx,
+                                           &mean, &rstd));
+  ASSIGN_OR_RETURN(Tensor f,
+                   dev.Allocate(Shape({batch, len, hidden_}), DType::kF32));
+  LinearForward(dev, h2.f32(), batch * len, c, hidden_, params[slots_.fc_w],
+                At(params, slots_.fc_b), f.f32());
+  ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
+  dev.Gelu(f.f32(), g.f32(), f.numel());
+  LinearForward(dev, g.f32(), batch * len, hidden_, c, params[slots_.mlp_w],
+                nullptr, partial.f32());
+  ASSIGN_OR_RETURN(*y, FinishRowParallel(dev, params, slots_.mlp_b,
+                                         kMlpOutput, ctx, partial));
+  dev.Axpby(n, 1.0f, x2.f32(), 1.0f, y->f32());
+  if (ctx.training) {
+    Keep(ctx.recompute, {x, x2, saved.qkv, saved.probs, saved.merged, f}, 3,
+         cache);
+  }
+  return absl::OkStatus();
+}
+
+// The backward of ForwardSequence: each gather's conjugate is a
+// reduce-scatter and each reduce-scatter's a gather. The biases of the
+// row-parallel maps take their gradient from the gathered (whole) output
+// gradient; the LayerNorms' come from this member's rows only
+// (SumSequenceParallelGradients adds the members' up).
+absl::Status TransformerBlockLayer::BackwardSequence(
+    Device& dev, absl::Span<const Tensor> params,
+    const std::vector<Tensor>& kept, const Tensor& dy, const PassContext& ctx,
+    Tensor* dx, absl::Span<const Tensor> grads, bool accumulate,
+    DeferredGrads* deferred) const {
+  const Tensor& x = kept[0];
+  const Tensor& x2 = kept[1];
+  const Tensor& f = kept[5];
+  const int64_t part_rows = x.shape()[0], c = config_.dim;
+  const int64_t rows = f.shape()[0] * f.shape()[1];
+  // The MLP: c_proj (its input gelu(f) recomputed), GELU, c_fc.
+  ASSIGN_OR_RETURN(const Tensor dm, DropThenGather(dev, kMlpOutput, ctx, dy));
+  ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
+  dev.Gelu(f.f32(), g.f32(), f.numel());
+  ASSIGN_OR_RETURN(Tensor dg, InputGradBuffer(dev, g, deferred));
+  LinearBackward(dev, g, dm, rows, hidden_, c, params[slots_.mlp_w],
+                 grads[slots_.mlp_w], At(grads, slots_.mlp_b), accumulate,
+                 dg.f32(), deferred);
+  dev.GeluBackward(f.f32(), dg.f32(), dg.f32(), f.numel());
+  Tensor mean, rstd;
+  ASSIGN_OR_RETURN(Tensor h2, GatheredNorm(dev, params, slots_.ln2_w, x2, ctx,
+                                           &mean, &rstd));
+  ASSIGN_OR_RETURN(Tensor dh2, InputGradBuffer(dev, h2, deferred));
+  LinearBackward(dev, h2, dg, rows, c, hidden_, params[slots_.fc_w],
+                 grads[slots_.fc_w], At(grads, slots_.fc_b), accumulate,
+                 dh2.f32(), deferred);
+  ASSIGN_OR_RETURN(const Tensor dh2_part,
+                   ScatterSequence(dev, ctx, shard(), index(), dh2));
+  ASSIGN_OR_RETURN(Tensor dx2, dev.Allocate(x2.shape(), DType::kF32));
+  dev.LayerNormBackward(dh2_part.f32(), x2.f32(), params[slots_.ln2_w].f32(),
+                        mean.f32(), rstd.f32(), part_rows, c, dx2.f32(),
+                        grads[slots_.ln2_w].f32(), grads[slots_.ln2_b].f32(),
+                        accumulate);
+  dev.Axpby(x2.numel(), 1.0f, dy.f32(), 1.0f, dx2.f32());
+  // The attention, then ln_1 and the residual.
+  ASSIGN_OR_RETURN(const Tensor da,
+                   DropThenGather(dev, kAttentionOutput, ctx, dx2));
+  ASSIGN_OR_RETURN(Tensor h1, GatheredNorm(dev, params, slots_.ln1_w, x, ctx,
+                                           &mean, &rstd));
+  Tensor dh1;
+  RETURN_IF_ERROR(attention_.Backward(
+      dev, AttnTensors(params), {kept[2], kept[3], kept[4]}, h1, da, ctx,
+      &dh1, AttnTensors(grads), accumulate, deferred));
+  ASSIGN_OR_RETURN(const Tensor dh1_part,
+                   ScatterSequence(dev, ctx, shard(), index(), dh1));
+  float* dx_data = nullptr;
+  if (dx != nullptr) {
+    ASSIGN_OR_RETURN(*dx, dev.Allocate(x.shape(), DType::kF32));
+    dx_data = dx->f32();
+  }
+  dev.LayerNormBackward(dh1_part.f32(), x.f32(), params[slots_.ln1_w].f32(),
+                        mean.f32(), rstd.f32(), part_rows, c, dx_data,
                         grads[slots_.ln1_w].f32(), grads[slots_.ln1_b].f32(),
                         accumulate);
   if (dx_data != nullptr) dev.Axpby(x.numel(), 1.0f, dx2.f32(), 1.0f, dx_data);
@@ -961,6 +1154,12 @@ LayerOr MakeBlock(const v1::TransformerBlockSpec& s, int index, const Shape& in,
   config.bias = !s.has_bias() || s.bias();
   RETURN_IF_ERROR(CheckShard(index, "transformer_block", config.heads,
                              config.hidden, shard));
+  if (shard.sequence && in[0] % shard.degree != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[", index, "].transformer_block: sequence parallelism "
+        "splits each sample's ", in[0], " positions across the tensor-parallel "
+        "degree of ", shard.degree, ", which must divide them"));
+  }
   return std::unique_ptr<Layer>(
       std::make_unique<TransformerBlockLayer>(index, in, config, seed, shard));
 }

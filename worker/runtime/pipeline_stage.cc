@@ -783,6 +783,8 @@ absl::Status PipelineStage::FinishTiedGradients(int64_t m) {
 }
 
 absl::Status PipelineStage::Step(int64_t m) {
+  RETURN_IF_ERROR(
+      SumSequenceParallelGradients(*model_, *device_, grads_, tensor_.get()));
   RETURN_IF_ERROR(FinishTiedGradients(m));
   if (pipemare_warmup_ > 0) {
     // PipeMare: the gradient of minibatch m is this many steps stale.

@@ -179,7 +179,7 @@ std::unique_ptr<Model> MemberModel(const JobSpec& spec, const Model& whole,
                                    int slot) {
   const int t = layout.TensorDegree(s);
   auto model = Model::Build(spec.model(), whole.input_shape(), whole.seed(),
-                            {slot % t, t});
+                            MemberShard(spec.pipeline(), slot % t, t));
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }
@@ -895,23 +895,12 @@ struct MeshCase {
   std::vector<Recompute> recompute;
 };
 
-// Megatron tensor parallelism inside the stages, with data parallelism and
-// recomputation: pipeline x data x tensor = 1x1x2, 1x1x4, 2x1x2, 2x2x2 (8
-// ranks), stages of different degrees, each recomputation mode; per-step
-// losses and every final weight (gathered whole) within 1e-5 of the same
-// pipeline without tensor groups and of train-local.
-TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
-  const JobSpec spec = GptSpecForTensorGroups();
+// Each case's per-step losses and every final weight (gathered whole)
+// within 1e-5 of the same pipeline without tensor groups and of
+// train-local.
+void ExpectMeshCasesEqualTrainLocal(const JobSpec& spec,
+                                    const std::vector<MeshCase>& cases) {
   const std::vector<double> local = LocalLosses(spec);
-  const Recompute none = Recompute::kNone, sel = Recompute::kSelective,
-                  full = Recompute::kFull;
-  const std::vector<MeshCase> cases = {
-      {{0}, {1}, {2}, {}},
-      {{0}, {1}, {4}, {full}},
-      {{0, 3}, {1, 1}, {2, 2}, {sel, none}},
-      {{0, 3}, {2, 2}, {2, 2}, {full, sel}},
-      {{0, 2, 4}, {1, 1, 1}, {2, 1, 2}, {none, none, full}},
-  };
   for (const MeshCase& c : cases) {
     const PipelineLayout layout =
         MeshLayout(v1::SCHEDULE_1F1B_FLUSH, c.begin, c.replicas, c.tensor,
@@ -931,6 +920,39 @@ TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
   }
 }
 
+constexpr Recompute kNone = Recompute::kNone, kSel = Recompute::kSelective,
+                    kFull = Recompute::kFull;
+
+// Megatron tensor parallelism inside the stages, with data parallelism and
+// recomputation: pipeline x data x tensor = 1x1x2, 1x1x4, 2x1x2, 2x2x2 (8
+// ranks), stages of different degrees, each recomputation mode.
+TEST(PipelineTest, GptTensorGroupsEqualTrainLocal) {
+  ExpectMeshCasesEqualTrainLocal(
+      GptSpecForTensorGroups(),
+      {
+          {{0}, {1}, {2}, {}},
+          {{0}, {1}, {4}, {kFull}},
+          {{0, 3}, {1, 1}, {2, 2}, {kSel, kNone}},
+          {{0, 3}, {2, 2}, {2, 2}, {kFull, kSel}},
+          {{0, 2, 4}, {1, 1, 1}, {2, 1, 2}, {kNone, kNone, kFull}},
+      });
+}
+
+// The same with sequence parallelism: the blocks' LayerNorms, dropout and
+// residual on each member's rows (dropout masks the whole layer's), their
+// LayerNorm gradients summed over the group before the step.
+TEST(PipelineTest, GptSequenceParallelEqualsTrainLocal) {
+  JobSpec spec = GptSpecForTensorGroups();
+  spec.mutable_pipeline()->set_sequence_parallel(true);
+  ExpectMeshCasesEqualTrainLocal(
+      spec, {
+                {{0}, {1}, {2}, {}},
+                {{0}, {1}, {4}, {kSel}},
+                {{0, 3}, {2, 2}, {2, 2}, {kFull, kNone}},
+                {{0, 2, 4}, {1, 1, 1}, {2, 2, 2}, {kNone, kSel, kFull}},
+            });
+}
+
 // The embedding and the head split the vocabulary across their groups:
 // tied across stages, the groups must be of one degree, or the job is
 // refused naming the tie.
@@ -946,10 +968,13 @@ TEST(PipelineTest, TiedLayersNeedTensorGroupsOfOneDegree) {
                                  "tensor degrees 2 and 4"));
 }
 
-// The zero-bubble schedules' split backward with tensor groups.
+// The zero-bubble schedules' split backward with tensor groups (ZB-H2's
+// sequence-parallel).
 TEST(PipelineTest, GptTensorGroupsUnderSplitBackwards) {
-  const JobSpec spec = GptSpecForTensorGroups();
+  JobSpec spec = GptSpecForTensorGroups();
   for (Schedule policy : {v1::SCHEDULE_ZB_H1, v1::SCHEDULE_ZB_H2}) {
+    spec.mutable_pipeline()->set_sequence_parallel(policy ==
+                                                   v1::SCHEDULE_ZB_H2);
     const PipelineLayout layout = MeshLayout(
         policy, {0, 3}, {1, 1}, {2, 2},
         {Recompute::kFull, Recompute::kSelective}, spec.max_steps(), 4, 6);
