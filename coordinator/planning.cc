@@ -200,6 +200,7 @@ absl::StatusOr<ModelProfile> ProfileFor(const JobSpec& spec,
   costs.bandwidth_bytes_per_s = policy.bandwidth_bytes_per_s;
   costs.batch_size = spec.batch_size();
   costs.step_latency_s = latency;
+  costs.sequence = policy.sequence_parallel;
   auto micro = MicrobatchesFor(policy, spec.batch_size(), workers / degree);
   costs.microbatches = micro.ok() ? *micro : 1;
   return MemberProfile(spec.model(), profile, costs);

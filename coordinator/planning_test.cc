@@ -5,6 +5,7 @@
 // cores.
 #include "coordinator/planning.h"
 
+#include "coordinator/planner/tensor_groups.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -141,6 +142,25 @@ TEST(PlanningTest, OversubscribedHostsMakeTensorGroupsDear) {
   ASSERT_TRUE(idle.ok() && busy.ok());
   EXPECT_GT(idle->pipeline().tensor_parallel(), 1);
   EXPECT_EQ(busy->pipeline().tensor_parallel(), 1);
+}
+
+// Sequence parallelism in a member's profile: a block keeps half of its
+// residual stream (x and x2, 16 x 32 x 64 floats each) and its backward
+// gathers twice more; other layers do not change.
+TEST(PlanningTest, SequenceParallelMembersKeepLessAndSendMore) {
+  MemberCosts costs;
+  costs.degree = 2;
+  costs.batch_size = 16;
+  const auto plain = MemberProfile(Gpt().model(), Profile(10), costs);
+  costs.sequence = true;
+  const auto split = MemberProfile(Gpt().model(), Profile(10), costs);
+  ASSERT_TRUE(plain.ok() && split.ok());
+  const LayerProfile& a = plain->nodes(2);
+  const LayerProfile& b = split->nodes(2);
+  EXPECT_DOUBLE_EQ(a.saved_bytes() - b.saved_bytes(), 16.0 * 32 * 64 * 4);
+  EXPECT_GT(b.backward_ms(), a.backward_ms());
+  EXPECT_DOUBLE_EQ(b.forward_ms(), a.forward_ms());
+  EXPECT_EQ(plain->nodes(6).DebugString(), split->nodes(6).DebugString());
 }
 
 }  // namespace

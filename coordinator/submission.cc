@@ -64,6 +64,7 @@ absl::Status CheckSuppliedProfileFits(const ModelProfile& profile,
           ? policy.recompute
           : Recompute::kFull;
   costs.batch_size = spec.batch_size();
+  costs.sequence = policy.sequence_parallel;
   absl::Status first;
   for (int degree : TensorDegreesFor(spec.model(), policy)) {
     costs.degree = degree;

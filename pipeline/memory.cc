@@ -39,21 +39,23 @@ int64_t AttentionSaved(int64_t t, int64_t dim, int64_t heads) {
 
 // A member's share of a transformer layer (EstimateModel). `whole_params`
 // of the parameters stay whole (LayerNorms, row-parallel biases).
+// `sequence`: a block's residual stream split by rows.
 LayerFootprint Member(LayerFootprint whole, int64_t whole_params, int64_t t,
                       int64_t dim, int64_t heads, int64_t hidden, bool block,
-                      int degree, Recompute mode) {
+                      int degree, Recompute mode, bool sequence) {
   LayerFootprint f;
   f.parameters = Add((whole.parameters - whole_params) / degree, whole_params);
   const int64_t td = Mul(t, dim);
+  const int64_t stream = block && sequence ? td / degree : td;
   const int64_t probs = Mul(heads, Mul(t, t)) / degree;
   switch (mode) {
     case Recompute::kFull:
-      f.activations_per_sample = td;
+      f.activations_per_sample = stream;
       return f;
     case Recompute::kSelective:
     case Recompute::kNone: {
       // x (and x2) whole; q, k, v, merged, the weights, the MLP hidden split.
-      int64_t kept = Add(Mul(block ? 2 : 1, td),
+      int64_t kept = Add(Mul(block ? 2 : 1, stream),
                          Add(Mul(4, td) / degree, Mul(t, hidden) / degree));
       if (mode == Recompute::kNone) kept = Add(kept, probs);
       f.activations_per_sample = kept;
@@ -147,7 +149,7 @@ LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
 // A member's share of layer `spec` (EstimateModel); other layers whole.
 LayerFootprint MemberLayer(const LayerSpec& spec, const SymbolicShape& in,
                            const LayerFootprint& whole, int degree,
-                           Recompute mode) {
+                           Recompute mode, bool sequence) {
   if (degree <= 1 && mode == Recompute::kNone) return whole;
   const int64_t t = Positions(in);
   if (spec.has_transformer_block()) {
@@ -156,27 +158,28 @@ LayerFootprint MemberLayer(const LayerSpec& spec, const SymbolicShape& in,
         s.has_mlp_hidden() ? s.mlp_hidden() : Mul(4, s.dim());
     const bool bias = !s.has_bias() || s.bias();
     return Member(whole, Add(Mul(4, s.dim()), bias ? Mul(2, s.dim()) : 0), t,
-                  s.dim(), s.heads(), hidden, true, degree, mode);
+                  s.dim(), s.heads(), hidden, true, degree, mode, sequence);
   }
   if (spec.has_causal_self_attention()) {
     const auto& s = spec.causal_self_attention();
     const bool bias = !s.has_bias() || s.bias();
     return Member(whole, bias ? s.dim() : 0, t, s.dim(), s.heads(), 0, false,
-                  degree, mode);
+                  degree, mode, false);
   }
   return whole;
 }
 
 std::vector<LayerFootprint> EstimateModel(
     const ModelSpec& model, const SymbolicShape& input,
-    const std::vector<SymbolicShape>& outputs, int degree, Recompute mode) {
+    const std::vector<SymbolicShape>& outputs, int degree, Recompute mode,
+    bool sequence) {
   std::vector<LayerFootprint> layers;
   const int n = std::min(model.layers_size(), static_cast<int>(outputs.size()));
   for (int l = 0; l < n; ++l) {
     const SymbolicShape& in = l == 0 ? input : outputs[l - 1];
     LayerFootprint f = MemberLayer(
         model.layers(l), in, EstimateLayer(model.layers(l), in, outputs[l]),
-        std::max(1, degree), mode);
+        std::max(1, degree), mode, sequence && degree > 1);
     // A vocabulary-parallel embedding and head: V / t rows and logits.
     if ((l == 0 || l == n - 1) && n == model.layers_size() &&
         SplitsVocabulary(model, degree)) {

@@ -49,11 +49,13 @@ LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
 //               weights and the MLP hidden split
 //   selective:  as none, less the attention weights
 //   full:       the input alone, [T, C]
+// With `sequence` (sequence parallelism, degree > 1), a block's x and x2
+// (full: its input) are the member's 1/degree of the rows.
 // Other layers are whole on every member.
 std::vector<LayerFootprint> EstimateModel(
     const ModelSpec& model, const SymbolicShape& input,
     const std::vector<SymbolicShape>& outputs, int degree = 1,
-    Recompute mode = Recompute::kNone);
+    Recompute mode = Recompute::kNone, bool sequence = false);
 
 // Optimizer state per parameter: Adam 2 (two moments), SGD with momentum 1,
 // plain SGD 0.

@@ -131,10 +131,12 @@ absl::Status CheckTensorGroupsWithin(const RankMesh& mesh,
 }
 
 double TensorGroupBytesPerLayer(int64_t rows, int64_t dim, int degree,
-                                bool block, bool forward_only) {
+                                bool block, bool forward_only, bool sequence) {
   if (degree <= 1) return 0;
-  const int sums = (block ? 2 : 1) * (forward_only ? 1 : 2);
-  return sums * static_cast<double>(rows) * static_cast<double>(dim) * 4 * 2.0 *
+  // In halves of an all-reduce (a reduce-scatter or an all-gather).
+  int halves = (block ? 2 : 1) * (forward_only ? 1 : 2) * 2;
+  if (sequence && block && !forward_only) halves += 2;
+  return halves * static_cast<double>(rows) * static_cast<double>(dim) * 4 *
          (degree - 1) / degree;
 }
 

@@ -89,9 +89,13 @@ absl::Status CheckTensorGroupsWithin(const RankMesh& mesh,
 //   an attention layer: 1 + 1
 // each of rows * dim floats, of which a ring member sends 2 (t - 1) / t
 // (exactly, when t divides rows * dim). `forward_only`: the forward's
-// sums alone (evaluation).
+// sums alone (evaluation). `sequence` (sequence parallelism, blocks only):
+// each all-reduce becomes a reduce-scatter and an all-gather (the same
+// bytes), and backward gathers ln_1(x) and ln_2(x2) again for the weight
+// gradients: 2 all-gathers more, of which a member sends (t - 1) / t.
 double TensorGroupBytesPerLayer(int64_t rows, int64_t dim, int degree,
-                                bool block, bool forward_only);
+                                bool block, bool forward_only,
+                                bool sequence = false);
 
 }  // namespace aqueduct
 

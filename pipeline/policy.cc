@@ -331,6 +331,8 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
                      " must be in [1, ", kMaxTensorParallel, "] (0: 1)"));
   }
   policy.tensor_parallel = p.tensor_parallel();
+  policy.sequence_parallel = p.sequence_parallel();
+  if (spec.data().has_text()) policy.positions = spec.data().text().context();
   policy.recompute_fixed = !p.recompute().empty() && p.recompute() != "auto";
   ASSIGN_OR_RETURN(policy.recompute,
                    ParseRecompute(policy.recompute_fixed ? p.recompute() : "",

@@ -106,6 +106,11 @@ struct PipelinePolicy {
   int tensor_parallel = 0;
   Recompute recompute = Recompute::kNone;
   bool recompute_fixed = false;
+  // pipeline.sequence_parallel, and the positions per sample its degree
+  // must divide (the text's context; 0 for other data, which transformer
+  // blocks do not take).
+  bool sequence_parallel = false;
+  int64_t positions = 0;
 };
 
 // The longest schedule program a spec may carry.

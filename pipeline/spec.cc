@@ -447,6 +447,13 @@ absl::Status CheckTensorGroups(const ModelSpec& model,
           "]'s ", heads, " heads",
           hidden > 0 ? absl::StrCat(" and ", hidden, " MLP units") : ""));
     }
+    if (pipeline.sequence_parallel && layer.has_transformer_block() &&
+        pipeline.positions % t != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.sequence_parallel splits each sample's ",
+          pipeline.positions, " positions (data.text.context) across "
+          "pipeline.tensor_parallel=", t, ", which must divide them"));
+    }
   }
   return absl::OkStatus();
 }
@@ -546,8 +553,9 @@ std::string BestCase(int degree, Recompute mode) {
 // (recomputing as `mode`) on pipeline.workers workers; the reason if not.
 absl::Status LayersFitAt(const JobSpec& spec, const SpecSummary& summary,
                          const MemoryLimit& limit, int degree, Recompute mode) {
-  const std::vector<LayerFootprint> layers = EstimateModel(
-      spec.model(), summary.input, summary.layer_outputs, degree, mode);
+  const std::vector<LayerFootprint> layers =
+      EstimateModel(spec.model(), summary.input, summary.layer_outputs, degree,
+                    mode, summary.pipeline.sequence_parallel);
   const int copies = TrainingCopies(spec.optimizer());
   const int64_t samples = MicrobatchSamples(spec, summary.pipeline);
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
@@ -833,7 +841,7 @@ absl::Status CheckStageMemory(const JobSpec& spec, const SymbolicShape& input,
   const MemoryLimit limit = KnownOrDefault(memory);
   const StageFootprint f = EstimateStage(
       EstimateModel(spec.model(), input, outputs, stage.tensor_degree,
-                    stage.recompute),
+                    stage.recompute, stage.sequence_parallel),
       stage.layer_begin, stage.layer_end, stage.copies, stage.samples);
   const int64_t steps = SaturatingMul(stage.steps, stage.bytes_per_step);
   const int64_t total =

@@ -81,6 +81,7 @@ struct StageNeeds {
   // (pipeline/memory.h EstimateModel).
   int tensor_degree = 1;
   Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
 };
 
 // A worker's own check before it allocates (defence in depth: the

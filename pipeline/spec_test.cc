@@ -260,6 +260,49 @@ TEST(SpecTest, LanguageModelsAreCheckedWithoutTheirText) {
             std::string::npos);
 }
 
+// Sequence parallelism splits each sample's positions across the tensor
+// degree: a fixed degree that does not divide them is refused, and the
+// planner's degrees leave such degrees out. A member then keeps 1/t of a
+// block's residual stream.
+TEST(SpecTest, SequenceParallelismSplitsThePositions) {
+  const std::string head =
+      "layers { linear { in_features: 8 out_features: 256 } }";
+  const std::string sp = "pipeline { workers: 2 sequence_parallel: true ";
+  EXPECT_TRUE(CheckJobSpec(Parse(Gpt(head, sp + "tensor_parallel: 2 }"))).ok());
+  const std::string three = absl::StrReplaceAll(
+      Gpt(head, sp + "tensor_parallel: 2 }"),
+      {{"tokenizer: \"bytes\"", "tokenizer: \"bytes\" context: 3"},
+       {"files: \"/nonexistent/t.txt\" context: 4",
+        "files: \"/nonexistent/t.txt\""}});
+  EXPECT_NE(Error(Parse(three))
+                .find("pipeline.sequence_parallel splits each sample's 3 "
+                      "positions (data.text.context) across "
+                      "pipeline.tensor_parallel=2"),
+            std::string::npos)
+      << Error(Parse(three));
+  const JobSpec planned =
+      Parse(absl::StrReplaceAll(three, {{"tensor_parallel: 2", ""}}));
+  const PipelinePolicy policy = *ResolvePipeline(planned);
+  EXPECT_EQ(TensorDegreesFor(planned.model(), policy), std::vector<int>{1});
+
+  const JobSpec spec = Parse(Gpt(head, ""));
+  const SymbolicShape input = SymbolicShape::Known({4});
+  const auto outputs = *InferModelShapes(spec.model(), input);
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    const auto plain = EstimateModel(spec.model(), input, outputs, 2, mode);
+    const auto split =
+        EstimateModel(spec.model(), input, outputs, 2, mode, true);
+    // x and x2 (full: x alone), [4, 8] each, halved.
+    const int64_t stream = mode == Recompute::kFull ? 32 : 64;
+    EXPECT_EQ(plain[2].activations_per_sample -
+                  split[2].activations_per_sample,
+              stream / 2)
+        << RecomputeName(mode);
+    EXPECT_EQ(plain[3].activations_per_sample,
+              split[3].activations_per_sample);
+  }
+}
+
 TEST(SpecTest, ParseErrorsSayWhere) {
   auto bad = ParseJobSpec("batch_size: x", "job.textproto");
   ASSERT_FALSE(bad.ok());

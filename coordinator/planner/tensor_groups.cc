@@ -42,13 +42,24 @@ bool TransformerOf(const ModelSpec& model, int layer, TransformerShape* out) {
   return true;
 }
 
-// The all-reduces' seconds per minibatch for one member.
-double SumSeconds(const TransformerShape& t, const MemberCosts& c) {
+// The group's collectives' seconds per minibatch for one member, in the
+// forward or the backward pass.
+double SumSeconds(const TransformerShape& t, const MemberCosts& c,
+                  bool backward) {
   if (c.degree == 1) return 0;
-  const double bytes = TensorGroupBytesPerLayer(
-      c.batch_size * std::max<int64_t>(1, t.context), t.dim, c.degree, t.block,
-      /*forward_only=*/false);
-  const int sums = (t.block ? 4 : 2) * std::max(1, c.microbatches);
+  const bool sequence = c.sequence && t.block;
+  const int64_t rows = c.batch_size * std::max<int64_t>(1, t.context);
+  const double forward = TensorGroupBytesPerLayer(rows, t.dim, c.degree,
+                                                  t.block, true, sequence);
+  const double bytes =
+      backward ? TensorGroupBytesPerLayer(rows, t.dim, c.degree, t.block,
+                                          false, sequence) -
+                     forward
+               : forward;
+  // In all-reduces (two halves each): sequence parallelism's backward
+  // gathers two halves more.
+  const int sums = ((t.block ? 2 : 1) + (backward && sequence ? 1 : 0)) *
+                   std::max(1, c.microbatches);
   return bytes / c.bandwidth_bytes_per_s +
          sums * 2.0 * (c.degree - 1) * c.step_latency_s;
 }
@@ -82,15 +93,16 @@ std::pair<double, double> InMode(const LayerProfile& p,
 }
 
 // A member's share of what the whole layer keeps: the residual stream's
-// tensors (x, and a block's x2; full recomputation's input) whole, the
-// rest split.
+// tensors (x, and a block's x2; full recomputation's input) whole (a
+// sequence-parallel block's split by rows), the rest split.
 double MemberSaved(double saved, const TransformerShape& t,
                    const MemberCosts& c) {
-  const double stream = static_cast<double>(c.batch_size) *
+  const double tensor = static_cast<double>(c.batch_size) *
                         std::max<int64_t>(1, t.context) * t.dim * 4;
-  if (c.recompute == Recompute::kFull) return std::min(saved, stream);
-  const double whole = std::min(saved, (t.block ? 2 : 1) * stream);
-  return whole + (saved - whole) / c.degree;
+  const double share = c.sequence && t.block ? 1.0 / c.degree : 1.0;
+  if (c.recompute == Recompute::kFull) return std::min(saved, tensor) * share;
+  const double stream = std::min(saved, (t.block ? 2 : 1) * tensor);
+  return stream * share + (saved - stream) / c.degree;
 }
 
 // A vocabulary-parallel embedding or head (pipeline/spec.h
@@ -149,11 +161,12 @@ absl::StatusOr<ModelProfile> MemberProfile(const ModelSpec& model,
           t.block ? absl::StrCat(" and ", t.hidden, " MLP units") : ""));
     }
     const double d = costs.degree;
-    const double sum_ms = SumSeconds(t, costs) * 1e3 / 2;  // per direction
+    const double sum_ms = SumSeconds(t, costs, false) * 1e3;
     const auto [backward_ms, saved] = InMode(p, t, costs);
     // Full recomputation runs the forward's sums again in backward.
     const double backward_sums =
-        costs.recompute == Recompute::kFull ? 2 * sum_ms : sum_ms;
+        SumSeconds(t, costs, true) * 1e3 +
+        (costs.recompute == Recompute::kFull ? sum_ms : 0);
     p.set_forward_ms(p.forward_ms() / d + sum_ms);
     p.set_backward_ms(backward_ms / d + backward_sums);
     p.set_parameter_bytes(p.parameter_bytes() / d);

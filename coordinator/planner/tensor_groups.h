@@ -20,6 +20,8 @@
 //                         forward * 2T^2C / (24TC^2 + 2T^2C)  (the core)
 //   full recompute:       saved bytes = the layer's input, B*T*C*4;
 //                         backward + forward
+//   sequence parallelism: a block's x and x2 (full: its input) / degree;
+//                         backward gathers 2 B*T*C floats more
 //
 // Pure; thread-safe.
 #ifndef AQUEDUCT_COORDINATOR_PLANNER_TENSOR_GROUPS_H_
@@ -42,6 +44,10 @@ struct MemberCosts {
   int64_t batch_size = 1;
   // Each sum runs once per microbatch (the latencies add up).
   int microbatches = 1;
+  // Sequence parallelism: a block's residual stream (x, x2; full
+  // recomputation's input) split by rows, and backward's two all-gathers
+  // more (pipeline/mesh.h TensorGroupBytesPerLayer).
+  bool sequence = false;
 };
 
 // The profile of one member of a tensor group running `profile`'s layers

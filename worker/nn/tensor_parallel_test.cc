@@ -17,6 +17,7 @@
 #include "common/comm/in_memory.h"
 #include "common/comm/process_group.h"
 #include "common/device/cpu_device.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeline/mesh.h"
 #include "worker/nn/layer.h"
@@ -65,6 +66,7 @@ struct PassResult {
 
 // Forward then backward through `layer` (split into I and W when `split`),
 // in a training pass of minibatch 5 whose batch starts at row 2.
+// A sequence-parallel member's x and dy are its rows.
 PassResult RunPass(const Layer& layer, const Values& params,
                    const std::vector<float>& x, const std::vector<float>& dy,
                    bool split, TensorParallelGroup* group,
@@ -81,7 +83,10 @@ PassResult RunPass(const Layer& layer, const Values& params,
     p.push_back(Upload(dev, params[i], specs[i].shape));
     g.push_back(*dev.Zeros(specs[i].shape, DType::kF32));
   }
-  const Shape batch({kBatch, kSample[0], kSample[1]});
+  const Shape batch =
+      layer.shard().sequence
+          ? Shape({static_cast<int64_t>(x.size()) / kSample[1], kSample[1]})
+          : Shape({kBatch, kSample[0], kSample[1]});
   LayerCache cache;
   Tensor y, dx;
   PassResult out;
@@ -98,6 +103,12 @@ PassResult RunPass(const Layer& layer, const Values& params,
                           false, split ? &deferred : nullptr);
   EXPECT_TRUE(s.ok()) << s;
   if (split) RunDeferredGrads(dev, deferred);
+  if (layer.shard().sequence) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (!layer.PartialOverRows(static_cast<int>(i))) continue;
+      EXPECT_TRUE(group->AllReduceHost(g[i].f32(), g[i].numel()).ok());
+    }
+  }
   out.dx = Download(dx);
   for (const Tensor& t : g) out.grads.push_back(Download(t));
   return out;
@@ -113,8 +124,15 @@ struct Comparison {
   std::vector<int64_t> bytes_sent;  // By each member, in its group's sums.
 };
 
+// The rows of a [rows, ...] batch's values member r of `degree` holds.
+std::vector<float> RowsOf(const std::vector<float>& v, int r, int degree) {
+  const size_t n = v.size() / degree;
+  return std::vector<float>(v.begin() + r * n, v.begin() + (r + 1) * n);
+}
+
 Comparison Compare(const std::string& text, int degree, bool split,
-                   Recompute recompute = Recompute::kNone) {
+                   Recompute recompute = Recompute::kNone,
+                   bool sequence = false) {
   Comparison c;
   std::mt19937 rng(7);
   c.whole_layer = Build(text, {});
@@ -131,8 +149,11 @@ Comparison Compare(const std::string& text, int degree, bool split,
   for (int r = 0; r < degree; ++r) ranks[r] = r;
   c.members.resize(degree);
   c.member_layers.resize(degree);
-  for (int r = 0; r < degree; ++r)
-    c.member_layers[r] = Build(text, {r, degree});
+  for (int r = 0; r < degree; ++r) {
+    TensorShard shard{r, degree};
+    shard.sequence = sequence;
+    c.member_layers[r] = Build(text, shard);
+  }
   c.bytes_sent.resize(degree);
   std::vector<std::thread> threads;
   for (int r = 0; r < degree; ++r) {
@@ -150,7 +171,10 @@ Comparison Compare(const std::string& text, int degree, bool split,
                                       c.whole_layer->Params()[i].shape, split_i,
                                       {r, degree}));
       }
-      c.members[r] = RunPass(layer, shards, x, dy, split, &tp, recompute);
+      c.members[r] =
+          sequence ? RunPass(layer, shards, RowsOf(x, r, degree),
+                             RowsOf(dy, r, degree), split, &tp, recompute)
+                   : RunPass(layer, shards, x, dy, split, &tp, recompute);
     });
   }
   for (auto& t : threads) t.join();
@@ -159,13 +183,22 @@ Comparison Compare(const std::string& text, int degree, bool split,
 
 void ExpectMembersMatchTheWholeLayer(const Comparison& c) {
   const int degree = static_cast<int>(c.members.size());
-  for (int r = 0; r < degree; ++r) {
-    // The residual stream and its gradient: the same bits on every member.
-    EXPECT_EQ(c.members[r].y, c.members[0].y) << "member " << r;
-    EXPECT_EQ(c.members[r].dx, c.members[0].dx) << "member " << r;
+  std::vector<float> y = c.members[0].y, dx = c.members[0].dx;
+  if (c.member_layers[0]->shard().sequence) {
+    // Each member's rows of the residual stream and its gradient.
+    for (int r = 1; r < degree; ++r) {
+      y.insert(y.end(), c.members[r].y.begin(), c.members[r].y.end());
+      dx.insert(dx.end(), c.members[r].dx.begin(), c.members[r].dx.end());
+    }
+  } else {
+    for (int r = 0; r < degree; ++r) {
+      // The residual stream and its gradient: the same bits on every member.
+      EXPECT_EQ(c.members[r].y, c.members[0].y) << "member " << r;
+      EXPECT_EQ(c.members[r].dx, c.members[0].dx) << "member " << r;
+    }
   }
-  EXPECT_LT(RelativeError(Wide(c.members[0].y), Wide(c.whole.y)), 1e-6);
-  EXPECT_LT(RelativeError(Wide(c.members[0].dx), Wide(c.whole.dx)), 1e-6);
+  EXPECT_LT(RelativeError(Wide(y), Wide(c.whole.y)), 1e-6);
+  EXPECT_LT(RelativeError(Wide(dx), Wide(c.whole.dx)), 1e-6);
   const std::vector<ParamSpec> specs = c.whole_layer->Params();
   for (size_t i = 0; i < specs.size(); ++i) {
     std::vector<std::vector<float>> parts;
@@ -191,6 +224,52 @@ TEST(TensorParallelTest, BlockMembersComputeTheWholeBlock) {
       ExpectMembersMatchTheWholeLayer(Compare(kBlock, degree, split));
     }
   }
+}
+
+// Sequence parallelism: each member's rows of the block's output and input
+// gradient are the whole block's (dropout masks included), the LayerNorm
+// gradients summed over the members are the whole block's, fused and
+// split, in each recomputation mode; and the sums of the bias and
+// LayerNorm gradients leave every member the same bits.
+TEST(TensorParallelTest, SequenceParallelBlockComputesTheWholeBlock) {
+  for (bool split : {false, true}) {
+    for (Recompute mode :
+         {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(testing::Message() << "split " << split << " recompute "
+                                      << RecomputeName(mode));
+      ExpectMembersMatchTheWholeLayer(Compare(kBlock, 2, split, mode, true));
+    }
+  }
+  // Forward: the same bytes as without (each all-reduce is a reduce-scatter
+  // and an all-gather); backward: the gathers of ln_1(x) and ln_2(x2) once
+  // more, for the weight gradients (as Megatron). Then, once per step, the
+  // LayerNorms' 4 C gradients all-reduced.
+  const Comparison plain = Compare(kBlock, 2, false);
+  const Comparison sequence =
+      Compare(kBlock, 2, false, Recompute::kNone, true);
+  const int64_t rows = kBatch * kSample[0], dim = kSample[1];
+  const int64_t norms = 4 * dim * 4 * 2 * (2 - 1) / 2;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(sequence.bytes_sent[r],
+              TensorGroupBytesPerLayer(rows, dim, 2, true, false, true) + norms)
+        << "member " << r;
+  }
+  EXPECT_EQ(sequence.bytes_sent[0] - plain.bytes_sent[0],
+            2 * rows * dim * 4 / 2 + norms);
+  // What a member keeps: half of x and of x2.
+  EXPECT_EQ(plain.members[0].kept_bytes - sequence.members[0].kept_bytes,
+            2u * rows * dim * 4 / 2);
+}
+
+// Sequence parallelism needs each sample's positions to split.
+TEST(TensorParallelTest, SequenceParallelRefusesPositionsThatDoNotSplit) {
+  TensorShard shard{0, 4};
+  shard.sequence = true;
+  auto layer = CreateLayer(ParseLayer(kBlock), 1, kSample, 42, shard);
+  ASSERT_FALSE(layer.ok());
+  EXPECT_THAT(std::string(layer.status().message()),
+              testing::HasSubstr("splits each sample's 6 positions across the "
+                                 "tensor-parallel degree of 4"));
 }
 
 // The bytes each member's communicator sent in a block's and an attention

@@ -348,6 +348,7 @@ absl::Status PipelineJob::Prepare() {
     needs.steps = layout_.total_steps;
     needs.bytes_per_step = PerStepBytes(true, layout_.pipeline.microbatches);
     needs.tensor_degree = layout_.pipeline.TensorDegree(stage);
+    needs.sequence_parallel = a_.spec().pipeline().sequence_parallel();
     needs.recompute = layout_.pipeline.RecomputeOf(stage);
     RETURN_IF_ERROR(
         CheckStageFits(a_.spec(), job_.data, env_,
