@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Process-level test of tensor groups through the real daemons: a small GPT
-# (head tied to its embedding across stages) trained by 2 and 4 worker
-# daemons as pipeline x tensor = 1x2, 1x4 and 2x2, with each recomputation
-# mode, has the per-step losses of `aq train-local` within 1e-5 (relative)
-# and its trained model (gathered whole from the tensor groups) equals
-# train-local's within 1e-5; a checkpoint written by a 1x2 job (whole
+# (head tied to its embedding across stages) trained by 2, 4 and 8 worker
+# daemons as pipeline x tensor = 1x2, 1x4 and 2x2 with each recomputation
+# mode, and sequence-parallel as 1x4 and as pipeline x data x tensor =
+# 2x2x2, has the per-step losses of `aq train-local` within 1e-5
+# (relative), and its trained model (gathered whole from the tensor
+# groups) equals train-local's within 1e-5; a checkpoint written by a 1x2 job (whole
 # tensors) resumes under 2x2 and under no tensor groups at all; a degree
 # that does not divide the heads is refused naming the layer.
 set -uo pipefail
@@ -22,13 +23,13 @@ pids+=("$!")
 wait_until 10 test -s "$tmp/port" || { cat "$tmp/coordinator.log"; exit 1; }
 addr="127.0.0.1:$(cat "$tmp/port")"
 aq() { "$AQ" "$@" --coordinator "$addr"; }
-for w in t1 t2 t3 t4; do
+for w in t1 t2 t3 t4 t5 t6 t7 t8; do
   "$WORKER" --coordinator "$addr" --worker_id "$w" --listen 127.0.0.1:0 \
     --threads 1 --measure_gemm=false --peer_timeout_ms 20000 \
     --checkpoint_root "$tmp" >"$tmp/$w.log" 2>&1 &
   pids+=("$!")
 done
-wait_until 20 eval '[ "$(healthy_count)" -eq 4 ]' || { fail "workers: $(aq workers)"; exit 1; }
+wait_until 30 eval '[ "$(healthy_count)" -eq 8 ]' || { fail "workers: $(aq workers)"; exit 1; }
 
 cat >"$tmp/gpt.textproto" <<'SPEC'
 name: "tensor-groups"
@@ -88,10 +89,11 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# run NAME WORKERS DEGREE RECOMPUTE [EXTRA]: the job against train-local.
+# run NAME WORKERS DEGREE RECOMPUTE [EXTRA [PIPELINE]]: the job against
+# train-local (PIPELINE: more fields of its pipeline section).
 run() {
-  local name=$1 workers=$2 degree=$3 recompute=$4 extra=${5:-} id
-  sed "s|^seed: 3$|seed: 3\npipeline { workers: $workers schedule: \"1f1b_flush\" microbatches: 4 tensor_parallel: $degree recompute: \"$recompute\" }\n$extra|" \
+  local name=$1 workers=$2 degree=$3 recompute=$4 extra=${5:-} more=${6:-} id
+  sed "s|^seed: 3$|seed: 3\npipeline { workers: $workers schedule: \"1f1b_flush\" microbatches: 4 tensor_parallel: $degree recompute: \"$recompute\" $more }\n$extra|" \
     "$tmp/gpt.textproto" >"$tmp/$name.textproto"
   id=$(aq submit "$tmp/$name.textproto" --wait --output json 2>"$tmp/$name.err" |
     grep -o 'job-[0-9a-f-]*' | head -1)
@@ -108,13 +110,24 @@ for s in plan["stages"]:
     assert int(s.get("tensor_parallel", 1)) == int(sys.argv[2]), s
     assert s.get("recompute", "none") == (sys.argv[3] or "none"), s
     assert len(s["worker_ranks"]) % int(sys.argv[2]) == 0, s
-print(f"  plan: {[len(s['worker_ranks']) for s in plan['stages']]} ranks per stage")
+print(f"  plan: {[len(s['worker_ranks']) for s in plan['stages']]} ranks per stage, "
+      f"{[int(s.get('replicas', 1)) for s in plan['stages']]} replicas")
 PY
   echo "$id" >"$tmp/$name.id"
 }
 run tp2 2 2 none "checkpoint { dir: \"$tmp/ckpt\" every_steps: 6 }"
 run tp4 4 4 full
 run pp2tp2 4 2 selective
+# Sequence parallelism, and all 8 daemons.
+run sp_tp4 4 4 none "" "sequence_parallel: true"
+run sp_8 8 2 full "" "sequence_parallel: true"
+# The planner made it pipeline x data x tensor = 2x2x2.
+python3 - "$tmp/sp_8.json" <<'PY' || fail "sp_8: not 2x2x2"
+import json, sys
+stages = json.load(open(sys.argv[1]))["plan"]["stages"]
+assert [int(s.get("replicas", 1)) for s in stages] == [2, 2], stages
+assert sorted(r for s in stages for r in s["worker_ranks"]) == list(range(8))
+PY
 
 # The 1x2 job's checkpoint holds whole tensors: resumed on 2x2 and on 2
 # plain stages, the losses after it are train-local's.
