@@ -165,6 +165,24 @@ absl::Status PipelineStage::PrepareTensorGroup() {
   return absl::OkStatus();
 }
 
+absl::Status PipelineStage::PrepareDataGroup() {
+  if (layout_.Replicas(stage_) == 1) return absl::OkStatus();
+  const int channel = 1 + ChunkOfStage(stage_);
+  if (channel >= kMaxGroupChannels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Who(), ": chunk ", channel - 1, " of a rank exceeds the ",
+                     kMaxGroupChannels - 1, " data-parallel channels"));
+  }
+  ASSIGN_OR_RETURN(
+      data_group_,
+      ProcessGroup::Make(comm_, layout_.DataGroup(stage_, member_), channel,
+                         absl::StrCat("the replicas of stage ", stage_,
+                                      Degree() > 1
+                                          ? absl::StrCat(" member ", member_)
+                                          : std::string())));
+  return absl::OkStatus();
+}
+
 absl::Status PipelineStage::Prepare() {
   if (first_ < 0 || first_ > layout_.num_minibatches) {
     return absl::InvalidArgumentError(
@@ -181,6 +199,7 @@ absl::Status PipelineStage::Prepare() {
   pipemare_warmup_ = policy.pipemare_warmup_steps;
   RETURN_IF_ERROR(CheckTies());
   RETURN_IF_ERROR(PrepareTensorGroup());
+  RETURN_IF_ERROR(PrepareDataGroup());
   if (stage_ == 0) {
     if (train_ == nullptr) {
       return absl::FailedPreconditionError("the input stage has no data");
@@ -438,7 +457,7 @@ absl::Status PipelineStage::Execute(const Op& op) {
     case OpKind::kBackwardWeight:
       return BackwardWeight(op.minibatch, op.microbatch);
     case OpKind::kAllReduce:
-      return AllReduce(op.minibatch);
+      return AllReduce();
     case OpKind::kOptimizerStep:
       return Step(op.minibatch);
     case OpKind::kSendActivation:
@@ -653,21 +672,18 @@ absl::StatusOr<LossOutput> PipelineStage::Loss(const Tensor& logits,
                                    member_ * classes, scale);
 }
 
-absl::Status PipelineStage::AllReduce(int64_t m) {
-  const std::vector<int> group = layout_.DataGroup(stage_, member_);
+// The replicas' ring all-reduce of every gradient, flattened (one
+// collective per stage and minibatch; the group numbers them).
+absl::Status PipelineStage::AllReduce() {
+  if (data_group_ == nullptr) return absl::OkStatus();
   std::vector<float> flat(static_cast<size_t>(grads_.numel()));
   size_t offset = 0;
   for (const Tensor& g : grads_.tensors) {
     RETURN_IF_ERROR(device_->CopyToHost(g, flat.data() + offset));
     offset += static_cast<size_t>(g.numel());
   }
-  // One all-reduce per stage and minibatch: two stages of a rank reduce
-  // over the same ranks.
-  const uint64_t sequence =
-      static_cast<uint64_t>(m) * static_cast<uint64_t>(layout_.num_stages()) +
-      static_cast<uint64_t>(stage_);
-  RETURN_IF_ERROR(comm_->AllReduce(group, sequence, flat.data(), flat.size(),
-                                   absl::Now() + options_.timeout));
+  RETURN_IF_ERROR(data_group_->AllReduce(flat.data(), flat.size(),
+                                         absl::Now() + options_.timeout));
   offset = 0;
   for (const Tensor& g : grads_.tensors) {
     RETURN_IF_ERROR(device_->CopyFromHost(flat.data() + offset, g));

@@ -190,7 +190,7 @@ class PipelineStage {
   absl::Status Backward(int64_t m, int j, bool split = false);
   absl::Status BackwardWeight(int64_t m, int j);
   absl::Status Step(int64_t m);
-  absl::Status AllReduce(int64_t m);
+  absl::Status AllReduce();
   // The output stage's loss: over this member's share of the vocabulary
   // when the model's head splits it.
   absl::StatusOr<LossOutput> Loss(const Tensor& logits, const Tensor& labels);
@@ -216,6 +216,10 @@ class PipelineStage {
   // The tensor group's collectives for the layers (degree > 1); INTERNAL
   // when the model or the group is not this member's.
   absl::Status PrepareTensorGroup();
+  // The replicas' group (pipeline/mesh.h's data-parallel group: this
+  // member of each replica of the stage), on channel 1 + this stage's
+  // chunk (the tensor groups' is 0). Replicas > 1 only.
+  absl::Status PrepareDataGroup();
   // Whether the stage that holds `stage`'s replica for microbatch j is on
   // this rank.
   bool Local(int stage, int microbatch) const;
@@ -283,6 +287,7 @@ class PipelineStage {
   std::vector<std::unique_ptr<Work>> tied_sends_;
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
   std::unique_ptr<TensorParallelGroup> tensor_;  // Degree > 1 only.
+  std::unique_ptr<ProcessGroup> data_group_;     // Replicas > 1 only.
   StageStats stats_;
 };
 
