@@ -1,6 +1,7 @@
 #include "coordinator/planning.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "coordinator/planner/profile_graph.h"
+#include "coordinator/planner/stage_recompute.h"
 #include "coordinator/planner/tensor_groups.h"
 #include "pipeline/ir/action.h"
 #include "pipeline/limits.h"
@@ -285,6 +287,47 @@ Weighed Weigh(const JobSpec& spec, const ModelProfile& profile, int workers,
   return w;
 }
 
+// Stage-aware recomputation (coordinator/planner/stage_recompute.h) on a
+// configuration that fits: its stages lightened where the smallest
+// worker's memory allows, the step simulated again, and its row of the
+// weighed configurations showing each stage's mode ("full,none").
+void LightenStages(const JobSpec& spec, const ModelProfile& profile,
+                   int workers, const std::vector<PlannerLevel>& levels,
+                   int64_t worker_memory, double latency, Weighed* chosen) {
+  // As PlanOn's member profile.
+  absl::StatusOr<Recompute> mode =
+      ParseRecompute(chosen->candidate.recompute(), "recompute");
+  absl::StatusOr<PipelinePolicy> policy = ResolvePipeline(spec);
+  if (!mode.ok() || *mode == Recompute::kNone || !policy.ok()) return;
+  const int degree = chosen->candidate.tensor_parallel();
+  if (degree > 1 && !levels.empty()) {
+    policy->bandwidth_bytes_per_s = levels.front().bandwidth_bytes_per_s;
+  }
+  std::array<ModelProfile, 3> member;
+  ProfilesByMode by_mode;
+  for (int m = 0; m < 3; ++m) {
+    policy->recompute = static_cast<Recompute>(m);
+    absl::StatusOr<ModelProfile> p =
+        ProfileFor(spec, *policy, profile, degree, workers, latency);
+    if (!p.ok()) return;
+    member[m] = *std::move(p);
+    by_mode[m] = &member[m];
+  }
+  PartitionPlan& plan = *chosen->plan;
+  if (!LightenRecomputation(by_mode, *mode, worker_memory, &plan)) return;
+  const absl::StatusOr<ir::Simulation> sim = SimulateDecision(plan);
+  if (sim.ok()) {
+    plan.mutable_pipeline()->set_predicted_step_s(sim->step_time);
+    plan.mutable_pipeline()->set_predicted_bubble(sim->bubble);
+  }
+  std::vector<std::string> modes;
+  for (const PlanStage& s : plan.stages()) modes.push_back(s.recompute());
+  plan.mutable_pipeline()->set_recompute(absl::StrJoin(modes, ","));
+  chosen->candidate.set_recompute(plan.pipeline().recompute());
+  chosen->candidate.set_predicted_step_s(StepOf(plan));
+  chosen->candidate.set_predicted_memory_bytes(WorkerMemory(plan, 1));
+}
+
 // Faster first; among equals, the smaller degree and less recomputation.
 bool Better(const v1::PlanCandidate& a, const v1::PlanCandidate& b) {
   if (a.predicted_step_s() != b.predicted_step_s()) {
@@ -310,6 +353,10 @@ absl::StatusOr<PartitionPlan> PlanJointly(
     for (Recompute r : modes) {
       all.push_back(
           Weigh(spec, profile, workers, levels, worker_memory, latency, t, r));
+      if (all.back().plan.has_value() && modes.size() > 1) {
+        LightenStages(spec, profile, workers, levels, worker_memory, latency,
+                      &all.back());
+      }
     }
   }
   std::stable_sort(

@@ -5,6 +5,10 @@
 // cores.
 #include "coordinator/planning.h"
 
+#include <algorithm>
+#include <set>
+#include <string>
+
 #include "coordinator/planner/tensor_groups.h"
 #include "gtest/gtest.h"
 
@@ -142,6 +146,45 @@ TEST(PlanningTest, OversubscribedHostsMakeTensorGroupsDear) {
   ASSERT_TRUE(idle.ok() && busy.ok());
   EXPECT_GT(idle->pipeline().tensor_parallel(), 1);
   EXPECT_EQ(busy->pipeline().tensor_parallel(), 1);
+}
+
+// Stage-aware recomputation: under 1F1B the first stage keeps 4
+// minibatches in flight and the last 1. When memory rules out no
+// recomputation for the first stage, the last, which bounds the step (its
+// head is heavy), still runs a lighter mode, and the step is faster than
+// with one mode everywhere; the stages that do not bound it keep it.
+TEST(PlanningTest, TheBusiestStageRecomputesLessWhereItFits) {
+  JobSpec spec = Gpt();
+  // Weight stashing: a straight pipeline, depth 3 to 0.
+  spec.mutable_pipeline()->set_schedule("1f1b_stashed");
+  ModelProfile profile = Profile(10);
+  profile.mutable_nodes(6)->set_forward_ms(12);
+  profile.mutable_nodes(6)->set_backward_ms(24);
+  auto open = PlanOn(spec, profile, 4, {});
+  ASSERT_TRUE(open.ok()) << open.status();
+  ASSERT_EQ(open->stages_size(), 4);
+  double whole = 0;
+  for (const PlanStage& s : open->stages()) {
+    whole = std::max(whole, s.predicted_memory_bytes());
+  }
+  const int64_t limit = static_cast<int64_t>(whole * 0.75);
+  auto plan = PlanOn(spec, profile, 4, {}, limit);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const PlanStage& s : plan->stages()) {
+    EXPECT_LE(s.predicted_memory_bytes(), limit) << s.DebugString();
+  }
+  const std::string heavy = plan->stages(0).recompute();
+  EXPECT_NE(heavy, "none");
+  EXPECT_EQ(plan->stages(3).recompute(), "none") << plan->pipeline().recompute();
+  EXPECT_EQ(plan->stages(1).recompute(), heavy);
+  EXPECT_EQ(plan->pipeline().candidates(0).recompute(),
+            plan->pipeline().recompute());
+  // One mode for every stage, fixed: slower.
+  JobSpec fixed = spec;
+  fixed.mutable_pipeline()->set_recompute(heavy);
+  auto uniform = PlanOn(fixed, profile, 4, {}, limit);
+  ASSERT_TRUE(uniform.ok()) << uniform.status();
+  EXPECT_LT(plan->time_per_minibatch_s(), uniform->time_per_minibatch_s());
 }
 
 // Sequence parallelism in a member's profile: a block keeps half of its
