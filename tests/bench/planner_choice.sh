@@ -9,6 +9,14 @@
 #
 #   tests/bench/planner_choice.sh             # STEPS=60 THREADS=1
 #   CONFIGS="planner 2:none" STEPS=30 tests/bench/planner_choice.sh
+#   SPEC=examples/gpt_wide.textproto MEMORY_LIMIT=9500000 \
+#     CONFIGS="planner 0:full" tests/bench/planner_choice.sh
+#
+# SPEC: a spec with "max_steps: 4000", "eval_every: 1000" and a
+# `  schedule: "1f1b_flush"` line, batch 16 of context 64; MEMORY_LIMIT:
+# the workers' --memory_limit (default none). A degree of 0 leaves it to
+# the planner; a third field "sp" turns sequence parallelism on
+# (2:none:sp).
 #
 # BIN: a bazel-bin with coordinator/coordinator, worker/worker and
 # client/aq (default: `bazel build --config=opt` them).
@@ -17,6 +25,9 @@ cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-60}
 THREADS=${THREADS:-1}
 CONFIGS=${CONFIGS:-planner 1:none 2:none 4:none 1:selective 1:full 2:full}
+SPEC=${SPEC:-examples/gpt_fortunes.textproto}
+limit=()
+[ -n "${MEMORY_LIMIT:-}" ] && limit=(--memory_limit "$MEMORY_LIMIT")
 if [ -z "${BIN:-}" ]; then
   bazel build --config=opt //coordinator:coordinator //worker:worker //client:aq >/dev/null 2>&1
   BIN=bazel-bin
@@ -37,10 +48,10 @@ addr="127.0.0.1:$(cat "$tmp/port")"
 aq() { "$BIN/client/aq" "$@" --coordinator "$addr"; }
 for n in 1 2 3 4; do
   "$BIN/worker/worker" --coordinator "$addr" --worker_id "p$n" --listen 127.0.0.1:0 \
-    --threads "$THREADS" >"$tmp/w$n.log" 2>&1 &
+    --threads "$THREADS" "${limit[@]}" >"$tmp/w$n.log" 2>&1 &
   pids+=($!)
 done
-sed -e 's/^max_steps: 4000/max_steps: 10/' examples/gpt_fortunes.textproto >"$tmp/profile.textproto"
+sed -e 's/^max_steps: 4000/max_steps: 10/' "$SPEC" >"$tmp/profile.textproto"
 "$BIN/client/aq" profile "$tmp/profile.textproto" --threads "$THREADS" -o "$tmp/profile.json" >/dev/null
 for _ in $(seq 100); do
   [ "$(aq workers --output json | grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -ge 4 ] && break
@@ -50,12 +61,14 @@ printf '%-14s %-22s %12s %14s %10s %12s\n' config chose predicted_s "memory/work
 for c in $CONFIGS; do
   how="microbatches: 4"
   if [ "$c" != planner ]; then
-    how="$how tensor_parallel: ${c%%:*} recompute: \"${c##*:}\""
+    IFS=: read -r degree mode sp <<<"$c"
+    how="$how tensor_parallel: $degree recompute: \"$mode\""
+    [ "${sp:-}" = sp ] && how="$how sequence_parallel: true"
   fi
-  name=${c/:/_}
+  name=${c//:/_}
   sed -e "s/^max_steps: 4000/max_steps: $STEPS/" -e "s/^eval_every: 1000/eval_every: $STEPS/" \
     -e "s/^  schedule: \"1f1b_flush\"/  schedule: \"1f1b_flush\" $how/" \
-    examples/gpt_fortunes.textproto >"$tmp/$name.textproto"
+    "$SPEC" >"$tmp/$name.textproto"
   timeout 1800 "$BIN/client/aq" submit "$tmp/$name.textproto" --profile "$tmp/profile.json" \
     --wait --coordinator "$addr" >"$tmp/$name.out" 2>&1 || true
   id=$(grep -o 'job-[0-9a-f-]*' "$tmp/$name.out" | head -1)
