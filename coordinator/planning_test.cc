@@ -175,7 +175,8 @@ TEST(PlanningTest, TheBusiestStageRecomputesLessWhereItFits) {
   }
   const std::string heavy = plan->stages(0).recompute();
   EXPECT_NE(heavy, "none");
-  EXPECT_EQ(plan->stages(3).recompute(), "none") << plan->pipeline().recompute();
+  EXPECT_EQ(plan->stages(3).recompute(), "none")
+      << plan->pipeline().recompute();
   EXPECT_EQ(plan->stages(1).recompute(), heavy);
   EXPECT_EQ(plan->pipeline().candidates(0).recompute(),
             plan->pipeline().recompute());

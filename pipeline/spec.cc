@@ -449,10 +449,12 @@ absl::Status CheckTensorGroups(const ModelSpec& model,
     }
     if (pipeline.sequence_parallel && layer.has_transformer_block() &&
         pipeline.positions % t != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pipeline.sequence_parallel splits each sample's ",
-          pipeline.positions, " positions (data.text.context) across "
-          "pipeline.tensor_parallel=", t, ", which must divide them"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline.sequence_parallel splits each sample's ",
+                       pipeline.positions,
+                       " positions (data.text.context) across "
+                       "pipeline.tensor_parallel=",
+                       t, ", which must divide them"));
     }
   }
   return absl::OkStatus();

@@ -294,12 +294,10 @@ TEST(SpecTest, SequenceParallelismSplitsThePositions) {
         EstimateModel(spec.model(), input, outputs, 2, mode, true);
     // x and x2 (full: x alone), [4, 8] each, halved.
     const int64_t stream = mode == Recompute::kFull ? 32 : 64;
-    EXPECT_EQ(plain[2].activations_per_sample -
-                  split[2].activations_per_sample,
+    EXPECT_EQ(plain[2].activations_per_sample - split[2].activations_per_sample,
               stream / 2)
         << RecomputeName(mode);
-    EXPECT_EQ(plain[3].activations_per_sample,
-              split[3].activations_per_sample);
+    EXPECT_EQ(plain[3].activations_per_sample, split[3].activations_per_sample);
   }
 }
 

@@ -48,8 +48,9 @@ void Lighten(Recompute lighter, const RangeCost& now, const RangeCost& to,
   const double compute = stage->compute_time_s() + (to.ms - now.ms) / 1000.0;
   const int replicas = std::max(1, stage->replicas());
   stage->set_compute_time_s(compute);
-  stage->set_predicted_time_s(std::max(
-      compute / replicas + stage->allreduce_time_s(), stage->transfer_time_s()));
+  stage->set_predicted_time_s(
+      std::max(compute / replicas + stage->allreduce_time_s(),
+               stage->transfer_time_s()));
   stage->set_predicted_memory_bytes(stage->predicted_memory_bytes() + extra);
   stage->set_recompute(RecomputeName(lighter));
 }
@@ -80,15 +81,15 @@ bool LightenStage(const ProfilesByMode& profiles, Schedule schedule,
   const int begin = stage->first_layer(), end = stage->end_layer();
   const RangeCost now = CostOf(*profiles[static_cast<int>(*mode)], begin, end);
   // Minibatches of activations the stage keeps (act's factor).
-  const double in_flight = StageMemoryBytes(schedule, microbatches, 0, 1,
-                                            stage->warmup_depth(), 0);
+  const double in_flight =
+      StageMemoryBytes(schedule, microbatches, 0, 1, stage->warmup_depth(), 0);
   for (int m = 0; m < static_cast<int>(*mode); ++m) {
     const RangeCost to = CostOf(*profiles[m], begin, end);
     const double extra = (to.saved - now.saved) * in_flight;
     bool fits = true;
     for (int rank : stage->worker_ranks()) {
-      fits = fits && (*per_worker)[rank] + extra <=
-                         static_cast<double>(worker_memory);
+      fits = fits &&
+             (*per_worker)[rank] + extra <= static_cast<double>(worker_memory);
     }
     if (!fits) continue;
     for (int rank : stage->worker_ranks()) (*per_worker)[rank] += extra;

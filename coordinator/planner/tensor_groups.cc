@@ -49,11 +49,11 @@ double SumSeconds(const TransformerShape& t, const MemberCosts& c,
   if (c.degree == 1) return 0;
   const bool sequence = c.sequence && t.block;
   const int64_t rows = c.batch_size * std::max<int64_t>(1, t.context);
-  const double forward = TensorGroupBytesPerLayer(rows, t.dim, c.degree,
-                                                  t.block, true, sequence);
+  const double forward =
+      TensorGroupBytesPerLayer(rows, t.dim, c.degree, t.block, true, sequence);
   const double bytes =
-      backward ? TensorGroupBytesPerLayer(rows, t.dim, c.degree, t.block,
-                                          false, sequence) -
+      backward ? TensorGroupBytesPerLayer(rows, t.dim, c.degree, t.block, false,
+                                          sequence) -
                      forward
                : forward;
   // In all-reduces (two halves each): sequence parallelism's backward

@@ -614,10 +614,10 @@ absl::StatusOr<Tensor> AsRows(const Tensor& t, int parts, int layer) {
   const int64_t cols = s.rank() == 0 ? 1 : s[s.rank() - 1];
   const int64_t rows = cols == 0 ? 0 : t.numel() / cols;
   if (rows % parts != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layers.", layer, ": ", rows,
-        " positions do not split into sequence-parallel parts of ", parts,
-        " members"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layers.", layer, ": ", rows,
+                     " positions do not split into sequence-parallel parts of ",
+                     parts, " members"));
   }
   return t.Reshape(Shape({rows, cols}));
 }
@@ -637,10 +637,10 @@ absl::StatusOr<Tensor> GatherSequence(Device& dev, const PassContext& ctx,
                                       const Tensor& part) {
   RETURN_IF_ERROR(CheckGroup(ctx, shard, layer));
   ASSIGN_OR_RETURN(const Tensor rows, AsRows(part, 1, layer));
-  ASSIGN_OR_RETURN(Tensor whole,
-                   dev.Allocate(Shape({rows.shape()[0] * shard.degree,
-                                       rows.shape()[1]}),
-                                DType::kF32));
+  ASSIGN_OR_RETURN(
+      Tensor whole,
+      dev.Allocate(Shape({rows.shape()[0] * shard.degree, rows.shape()[1]}),
+                   DType::kF32));
   RETURN_IF_ERROR(ctx.tensor->AllGather(dev, part, whole));
   return whole;
 }
@@ -650,10 +650,10 @@ absl::StatusOr<Tensor> ScatterSequence(Device& dev, const PassContext& ctx,
                                        const Tensor& whole) {
   RETURN_IF_ERROR(CheckGroup(ctx, shard, layer));
   ASSIGN_OR_RETURN(const Tensor rows, AsRows(whole, shard.degree, layer));
-  ASSIGN_OR_RETURN(Tensor part,
-                   dev.Allocate(Shape({rows.shape()[0] / shard.degree,
-                                       rows.shape()[1]}),
-                                DType::kF32));
+  ASSIGN_OR_RETURN(
+      Tensor part,
+      dev.Allocate(Shape({rows.shape()[0] / shard.degree, rows.shape()[1]}),
+                   DType::kF32));
   RETURN_IF_ERROR(ctx.tensor->ReduceScatter(dev, whole, part));
   return part;
 }

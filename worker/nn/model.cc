@@ -29,9 +29,9 @@ TensorShard LayerShard(const ModelSpec& spec, int l, const TensorShard& shard) {
 absl::StatusOr<Tensor> GatherRows(Device& device, const PassContext& ctx,
                                   const Layer& layer, const Tensor& part,
                                   const Shape& per_sample) {
-  ASSIGN_OR_RETURN(const Tensor whole,
-                   GatherSequence(device, ctx, layer.shard(), layer.index(),
-                                  part));
+  ASSIGN_OR_RETURN(
+      const Tensor whole,
+      GatherSequence(device, ctx, layer.shard(), layer.index(), part));
   std::vector<int64_t> dims = {whole.numel() / per_sample.numel()};
   for (int64_t d : per_sample.dims()) dims.push_back(d);
   return whole.Reshape(Shape(std::move(dims)));
@@ -220,24 +220,22 @@ absl::Status ForwardRange(const Model& model, Device& device,
     const Layer& layer = model.layer(l);
     if (layer.shard().sequence != rows) {
       ASSIGN_OR_RETURN(
-          current,
-          rows ? GatherRows(device, ctx, model.layer(l - 1), current,
-                            layer.input_shape())
-               : SequencePart(device, layer.shard(), l, current));
+          current, rows ? GatherRows(device, ctx, model.layer(l - 1), current,
+                                     layer.input_shape())
+                        : SequencePart(device, layer.shard(), l, current));
       rows = !rows;
     }
     Tensor next;
     LayerCache* layer_cache =
         cache != nullptr ? &cache->layers[l - params.begin] : nullptr;
-    RETURN_IF_ERROR(
-        layer.Forward(device, params.ForLayer(l), current, ctx, &next,
-                      layer_cache));
+    RETURN_IF_ERROR(layer.Forward(device, params.ForLayer(l), current, ctx,
+                                  &next, layer_cache));
     current = std::move(next);
   }
   if (rows) {
     const Layer& last = model.layer(params.end - 1);
-    ASSIGN_OR_RETURN(current, GatherRows(device, ctx, last, current,
-                                         last.output_shape()));
+    ASSIGN_OR_RETURN(
+        current, GatherRows(device, ctx, last, current, last.output_shape()));
   }
   *y = std::move(current);
   return absl::OkStatus();
@@ -262,10 +260,9 @@ absl::Status BackwardRange(const Model& model, Device& device,
     const Layer& layer = model.layer(l);
     if (layer.shard().sequence != rows) {
       ASSIGN_OR_RETURN(
-          current,
-          rows ? GatherRows(device, ctx, model.layer(l + 1), current,
-                            layer.output_shape())
-               : SequencePart(device, layer.shard(), l, current));
+          current, rows ? GatherRows(device, ctx, model.layer(l + 1), current,
+                                     layer.output_shape())
+                        : SequencePart(device, layer.shard(), l, current));
       rows = !rows;
     }
     const bool want_dx = want[l - params.begin];
@@ -279,8 +276,8 @@ absl::Status BackwardRange(const Model& model, Device& device,
   }
   if (rows) {
     const Layer& first = model.layer(params.begin);
-    ASSIGN_OR_RETURN(current, GatherRows(device, ctx, first, current,
-                                         first.input_shape()));
+    ASSIGN_OR_RETURN(
+        current, GatherRows(device, ctx, first, current, first.input_shape()));
   }
   if (dx != nullptr) *dx = std::move(current);
   return absl::OkStatus();

@@ -64,8 +64,7 @@ class Model {
 // The shard member `rank` of a tensor group of `degree` builds its model
 // with (Model::Build): sequence-parallel when `pipeline` asks for it and
 // the degree is above 1.
-TensorShard MemberShard(const v1::PipelineSpec& pipeline, int rank,
-                        int degree);
+TensorShard MemberShard(const v1::PipelineSpec& pipeline, int rank, int degree);
 
 // One tensor per parameter of layers [begin, end) of a model, in layer order.
 struct ParameterSet {

@@ -266,8 +266,8 @@ absl::Status ProcessGroupTensorParallel::ReduceScatter(Device& device,
   staging_.resize(n * size());
   staging_part_.resize(n);
   RETURN_IF_ERROR(device.CopyToHost(whole, staging_.data()));
-  RETURN_IF_ERROR(
-      group_->ReduceScatter(staging_.data(), n, staging_part_.data(), deadline));
+  RETURN_IF_ERROR(group_->ReduceScatter(staging_.data(), n,
+                                        staging_part_.data(), deadline));
   return device.CopyFromHost(staging_part_.data(), part);
 }
 

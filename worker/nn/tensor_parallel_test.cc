@@ -171,10 +171,10 @@ Comparison Compare(const std::string& text, int degree, bool split,
                                       c.whole_layer->Params()[i].shape, split_i,
                                       {r, degree}));
       }
-      c.members[r] =
-          sequence ? RunPass(layer, shards, RowsOf(x, r, degree),
-                             RowsOf(dy, r, degree), split, &tp, recompute)
-                   : RunPass(layer, shards, x, dy, split, &tp, recompute);
+      c.members[r] = sequence
+                         ? RunPass(layer, shards, RowsOf(x, r, degree),
+                                   RowsOf(dy, r, degree), split, &tp, recompute)
+                         : RunPass(layer, shards, x, dy, split, &tp, recompute);
     });
   }
   for (auto& t : threads) t.join();
@@ -245,8 +245,7 @@ TEST(TensorParallelTest, SequenceParallelBlockComputesTheWholeBlock) {
   // more, for the weight gradients (as Megatron). Then, once per step, the
   // LayerNorms' 4 C gradients all-reduced.
   const Comparison plain = Compare(kBlock, 2, false);
-  const Comparison sequence =
-      Compare(kBlock, 2, false, Recompute::kNone, true);
+  const Comparison sequence = Compare(kBlock, 2, false, Recompute::kNone, true);
   const int64_t rows = kBatch * kSample[0], dim = kSample[1];
   const int64_t norms = 4 * dim * 4 * 2 * (2 - 1) / 2;
   for (int r = 0; r < 2; ++r) {

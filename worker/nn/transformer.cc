@@ -774,8 +774,7 @@ class TransformerBlockLayer final : public Layer {
                                         const Tensor& part) const;
   // The first element of this member's rows in the minibatch's site.
   uint64_t FirstOfPart(const PassContext& ctx, int64_t part_numel) const {
-    return ctx.sample_offset *
-               static_cast<uint64_t>(input_shape().numel()) +
+    return ctx.sample_offset * static_cast<uint64_t>(input_shape().numel()) +
            static_cast<uint64_t>(shard().rank) *
                static_cast<uint64_t>(part_numel);
   }
@@ -991,8 +990,8 @@ absl::StatusOr<Tensor> TransformerBlockLayer::FinishRowParallel(
   ASSIGN_OR_RETURN(Tensor out,
                    ScatterSequence(dev, ctx, shard(), index(), partial));
   if (bias_slot >= 0) {
-    dev.AddBias(out.f32(), params[bias_slot].f32(), out.shape()[0],
-                config_.dim, false);
+    dev.AddBias(out.f32(), params[bias_slot].f32(), out.shape()[0], config_.dim,
+                false);
   }
   if (dropout_.active(ctx)) {
     dropout_.ApplyAt(dev, site, ctx, out.f32(), out.f32(), out.numel(),
@@ -1025,15 +1024,16 @@ absl::Status TransformerBlockLayer::ForwardSequence(
     const PassContext& ctx, Tensor* y, LayerCache* cache) const {
   const int64_t n = x.numel(), c = config_.dim;
   Tensor mean, rstd;
-  ASSIGN_OR_RETURN(Tensor h1, GatheredNorm(dev, params, slots_.ln1_w, x, ctx,
-                                           &mean, &rstd));
+  ASSIGN_OR_RETURN(
+      Tensor h1, GatheredNorm(dev, params, slots_.ln1_w, x, ctx, &mean, &rstd));
   const int64_t batch = h1.shape()[0], len = h1.shape()[1];
   AttentionSaved saved;
   Tensor partial;
   RETURN_IF_ERROR(
       attention_.Forward(dev, AttnTensors(params), h1, ctx, &partial, &saved));
-  ASSIGN_OR_RETURN(Tensor x2, FinishRowParallel(dev, params, slots_.proj_b,
-                                                kAttentionOutput, ctx, partial));
+  ASSIGN_OR_RETURN(
+      Tensor x2, FinishRowParallel(dev, params, slots_.proj_b, kAttentionOutput,
+                                   ctx, partial));
   dev.Axpby(n, 1.0f, x.f32(), 1.0f, x2.f32());
   ASSIGN_OR_RETURN(Tensor h2, GatheredNorm(dev, params, slots_.ln2_w, x2, ctx,
                                            &mean, &rstd));
@@ -1045,8 +1045,8 @@ absl::Status TransformerBlockLayer::ForwardSequence(
   dev.Gelu(f.f32(), g.f32(), f.numel());
   LinearForward(dev, g.f32(), batch * len, hidden_, c, params[slots_.mlp_w],
                 nullptr, partial.f32());
-  ASSIGN_OR_RETURN(*y, FinishRowParallel(dev, params, slots_.mlp_b,
-                                         kMlpOutput, ctx, partial));
+  ASSIGN_OR_RETURN(*y, FinishRowParallel(dev, params, slots_.mlp_b, kMlpOutput,
+                                         ctx, partial));
   dev.Axpby(n, 1.0f, x2.f32(), 1.0f, y->f32());
   if (ctx.training) {
     Keep(ctx.recompute, {x, x2, saved.qkv, saved.probs, saved.merged, f}, 3,
@@ -1097,12 +1097,12 @@ absl::Status TransformerBlockLayer::BackwardSequence(
   // The attention, then ln_1 and the residual.
   ASSIGN_OR_RETURN(const Tensor da,
                    DropThenGather(dev, kAttentionOutput, ctx, dx2));
-  ASSIGN_OR_RETURN(Tensor h1, GatheredNorm(dev, params, slots_.ln1_w, x, ctx,
-                                           &mean, &rstd));
+  ASSIGN_OR_RETURN(
+      Tensor h1, GatheredNorm(dev, params, slots_.ln1_w, x, ctx, &mean, &rstd));
   Tensor dh1;
   RETURN_IF_ERROR(attention_.Backward(
-      dev, AttnTensors(params), {kept[2], kept[3], kept[4]}, h1, da, ctx,
-      &dh1, AttnTensors(grads), accumulate, deferred));
+      dev, AttnTensors(params), {kept[2], kept[3], kept[4]}, h1, da, ctx, &dh1,
+      AttnTensors(grads), accumulate, deferred));
   ASSIGN_OR_RETURN(const Tensor dh1_part,
                    ScatterSequence(dev, ctx, shard(), index(), dh1));
   float* dx_data = nullptr;
@@ -1155,10 +1155,14 @@ LayerOr MakeBlock(const v1::TransformerBlockSpec& s, int index, const Shape& in,
   RETURN_IF_ERROR(CheckShard(index, "transformer_block", config.heads,
                              config.hidden, shard));
   if (shard.sequence && in[0] % shard.degree != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[", index, "].transformer_block: sequence parallelism "
-        "splits each sample's ", in[0], " positions across the tensor-parallel "
-        "degree of ", shard.degree, ", which must divide them"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers[", index,
+                     "].transformer_block: sequence parallelism "
+                     "splits each sample's ",
+                     in[0],
+                     " positions across the tensor-parallel "
+                     "degree of ",
+                     shard.degree, ", which must divide them"));
   }
   return std::unique_ptr<Layer>(
       std::make_unique<TransformerBlockLayer>(index, in, config, seed, shard));

@@ -175,11 +175,11 @@ absl::Status PipelineStage::PrepareDataGroup() {
   }
   ASSIGN_OR_RETURN(
       data_group_,
-      ProcessGroup::Make(comm_, layout_.DataGroup(stage_, member_), channel,
-                         absl::StrCat("the replicas of stage ", stage_,
-                                      Degree() > 1
-                                          ? absl::StrCat(" member ", member_)
-                                          : std::string())));
+      ProcessGroup::Make(
+          comm_, layout_.DataGroup(stage_, member_), channel,
+          absl::StrCat("the replicas of stage ", stage_,
+                       Degree() > 1 ? absl::StrCat(" member ", member_)
+                                    : std::string())));
   return absl::OkStatus();
 }
 

@@ -361,10 +361,9 @@ absl::Status PipelineJob::Prepare() {
   if (Degree() > 1) {
     ASSIGN_OR_RETURN(
         member_model_,
-        Model::Build(a_.spec().model(), job_.model->input_shape(),
-                     job_.model->seed(),
-                     MemberShard(a_.spec().pipeline(), layout_.member,
-                                 Degree())));
+        Model::Build(
+            a_.spec().model(), job_.model->input_shape(), job_.model->seed(),
+            MemberShard(a_.spec().pipeline(), layout_.member, Degree())));
   }
   ASSIGN_OR_RETURN(device_, CreateDevice(env_.device, env_.threads));
   return absl::OkStatus();
