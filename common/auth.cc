@@ -34,8 +34,9 @@ std::string Digest(absl::string_view token) {
 absl::StatusOr<Role> ParseRole(absl::string_view role) {
   if (role == "user") return Role::kUser;
   if (role == "worker") return Role::kWorker;
+  if (role == "admin") return Role::kAdmin;
   return absl::InvalidArgumentError(absl::StrCat(
-      "role '", role.substr(0, 32), "' is neither user nor worker"));
+      "role '", role.substr(0, 32), "' is not user, admin or worker"));
 }
 
 // One line's principal; `where` is "file:line".
@@ -103,7 +104,15 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
 }  // namespace
 
 const char* RoleName(Role role) {
-  return role == Role::kWorker ? "worker" : "user";
+  switch (role) {
+    case Role::kWorker:
+      return "worker";
+    case Role::kAdmin:
+      return "admin";
+    case Role::kUser:
+      break;
+  }
+  return "user";
 }
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,

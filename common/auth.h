@@ -6,9 +6,12 @@
 //
 //   # token                             role    name
 //   3f9c0e1d7a...(at least 32 chars)    user    alice
+//   5d20aa7e91...                       admin   ops
 //   9b1e44d0c2...                       worker  gpu-node-3:0
 //
-// A user may submit, watch, cancel and read jobs and workers; a worker may
+// A user may submit, watch, cancel and read jobs and workers; an admin may
+// do what a user may and give jobs any priority (a user: up to the
+// coordinator's --max_user_priority); a worker may
 // register, heartbeat, report progress, upload its job's model and use the
 // rendezvous store only as the worker named (its --worker_id) and only for
 // the job it is assigned to. Tokens are kept as SHA-256 digests: a lookup
@@ -29,9 +32,9 @@
 
 namespace aqueduct {
 
-enum class Role { kUser, kWorker };
+enum class Role { kUser, kWorker, kAdmin };
 
-// "user" or "worker".
+// "user", "worker" or "admin".
 const char* RoleName(Role role);
 
 // An authenticated caller. Without authentication (no token file: loopback

@@ -40,8 +40,14 @@ TEST(TokenTableTest, RefusesBadLinesNamingTheLineWithoutTheToken) {
   auto short_token = TokenTable::Parse("abc user alice\n", "f");
   EXPECT_EQ(short_token.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(short_token.status().message().find("f:1"), std::string::npos);
-  auto bad_role = TokenTable::Parse("\n" + kAlice + " admin root\n", "f");
+  auto bad_role = TokenTable::Parse("\n" + kAlice + " root root\n", "f");
   EXPECT_NE(bad_role.status().message().find("f:2"), std::string::npos);
+  EXPECT_NE(bad_role.status().message().find("is not user, admin or worker"),
+            std::string::npos);
+  auto admin = TokenTable::Parse(kAlice + " admin ops\n", "f");
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_EQ(admin->Find(kAlice)->role, Role::kAdmin);
+  EXPECT_STREQ(RoleName(Role::kAdmin), "admin");
   EXPECT_EQ(bad_role.status().message().find(kAlice), std::string::npos);
   EXPECT_FALSE(TokenTable::Parse(kAlice + " user\n", "f").ok());
   EXPECT_FALSE(

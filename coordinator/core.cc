@@ -1,5 +1,6 @@
 #include "coordinator/core.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -182,17 +183,25 @@ std::vector<WorkerStatus> CoordinatorCore::ListWorkersPage(
 
 absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
     const JobSpec& spec, const ModelProfile* profile,
-    const std::string& resume_from, const std::string& owner) {
+    const std::string& resume_from, const std::string& owner,
+    const std::string& owner_role) {
   RETURN_IF_ERROR(CheckSubmissionSizes(spec, profile, resume_from, owner));
   // Sizes are checked against the largest live worker's memory
   // (pipeline/limits.h's default while none has registered).
   int64_t memory = 0;
+  int registered = std::numeric_limits<int>::max();  // Not settled: unknown.
   {
     absl::MutexLock lock(&mu_);
     memory = LargestLiveWorkerMemory(registry_);
+    if (scheduler_.Settled(clock_->Now())) {
+      registered = static_cast<int>(registry_.size());
+    }
   }
   ASSIGN_OR_RETURN(const SpecSummary valid,
                    CheckSpecAndProfile(spec, profile, memory));
+  RETURN_IF_ERROR(CheckPriority(spec, owner_role, options_.max_user_priority));
+  RETURN_IF_ERROR(
+      CheckWorkersExist(spec, valid.pipeline.workers, registered));
   RETURN_IF_ERROR(checkpoints_.CheckDir(spec));
   v1::CheckpointManifest resume;
   if (!resume_from.empty()) {
@@ -310,11 +319,19 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
 }
 
 JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
-  return aqueduct::StatusOf(
+  JobStatus status = aqueduct::StatusOf(
       job, [this](const std::string& worker_id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         auto worker = registry_.Get(worker_id);  // Under mu_, held here.
         return worker.ok() ? worker->state() : v1::WORKER_STATE_UNSPECIFIED;
       });
+  status.set_priority(job.spec.priority());
+  if (job.state == v1::JOB_PENDING) {
+    const Scheduler::Standing standing =
+        scheduler_.StandingOf(job, scheduler_.QueueOrder());
+    status.set_queue_position(standing.position);
+    status.set_waiting_for(standing.waiting_for);
+  }
+  return status;
 }
 
 void CoordinatorCore::ScheduleLocked() { scheduler_.Schedule(); }

@@ -115,10 +115,16 @@ class CoordinatorCore : private JobEvents {
   // model. `owner`: who submits it (from the caller's credential; "" without
   // authentication), kept and journaled with the job; RESOURCE_EXHAUSTED
   // when the queue or the owner's share is full (jobs/queue.h).
+  // `owner_role` ("user", "admin", "" unauthenticated) bounds the spec's
+  // priority (PERMISSION_DENIED past options.max_user_priority for a
+  // user). FAILED_PRECONDITION when the job needs more workers than are
+  // registered and its spec does not ask to wait for them
+  // (pipeline.wait_for_workers_ms).
   absl::StatusOr<std::string> SubmitJob(const JobSpec& spec,
                                         const ModelProfile* profile,
                                         const std::string& resume = "",
-                                        const std::string& owner = "");
+                                        const std::string& owner = "",
+                                        const std::string& owner_role = "");
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Jobs in submission order, `page_size` at a time (0: 100; at most 1000;
   // fewer when their statuses pass options.max_jobs_page_bytes), after the job

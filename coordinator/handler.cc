@@ -222,7 +222,7 @@ class CoreHandler final : public CoordinatorHandler {
     // sets it, overwriting what the client sent.
     auto id = core_->SubmitJob(
         request.spec(), request.has_profile() ? &request.profile() : nullptr,
-        request.resume(), request.owner());
+        request.resume(), request.owner(), request.owner_role());
     if (!id.ok()) return id.status();
     v1::SubmitJobResponse response;
     response.set_job_id(*id);

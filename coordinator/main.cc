@@ -116,11 +116,15 @@ ABSL_FLAG(int64_t, worker_rpc_timeout_ms, 10000,
           "deadline of AssignStage/StartJob/StopJob calls to workers");
 ABSL_FLAG(int64_t, profile_timeout_ms, 300000,
           "deadline of a Profile call to a worker");
-ABSL_FLAG(int64_t, wait_for_workers_ms, 60000,
-          "default time a job waits for enough healthy workers");
+ABSL_FLAG(int64_t, wait_for_workers_ms, 0,
+          "default time a job waits for enough healthy workers (0: until "
+          "they are free, however long)");
 ABSL_FLAG(int64_t, max_wait_for_workers_ms, 3600000,
-          "the longest any job waits for workers, whatever its spec's "
-          "pipeline.wait_for_workers_ms asks");
+          "the longest deadline a spec's pipeline.wait_for_workers_ms may "
+          "set");
+ABSL_FLAG(int32_t, max_user_priority, 0,
+          "the highest job priority a user credential may set (an admin "
+          "credential: up to 1000)");
 ABSL_FLAG(int32_t, max_pending_jobs, 1000,
           "pending jobs, all users together, beyond which submissions are "
           "refused (RESOURCE_EXHAUSTED)");
@@ -209,7 +213,8 @@ const std::vector<FlagRange>& FlagRanges() {
       {"max_store_wait_ms", 1, kDayMs},
       {"worker_rpc_timeout_ms", 1, kDayMs},
       {"profile_timeout_ms", 1, kDayMs},
-      {"wait_for_workers_ms", 1, 7 * kDayMs},
+      {"wait_for_workers_ms", 0, 7 * kDayMs},
+      {"max_user_priority", -1000, 1000},
       {"max_wait_for_workers_ms", 1, 7 * kDayMs},
       {"max_pending_jobs", 1, 1000000},
       {"max_jobs_per_user", 1, 1000000},
@@ -288,8 +293,11 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_rpc_timeout_ms));
   options->profile_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
-  options->default_wait_for_workers =
-      absl::Milliseconds(absl::GetFlag(FLAGS_wait_for_workers_ms));
+  const int64_t wait_ms = absl::GetFlag(FLAGS_wait_for_workers_ms);
+  options->default_wait_for_workers = wait_ms > 0
+                                          ? absl::Milliseconds(wait_ms)
+                                          : absl::InfiniteDuration();
+  options->max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
   QueueOptionsFromFlags(options);
   LimitOptionsFromFlags(options);
   absl::StatusOr<PathRoots> roots =

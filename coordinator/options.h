@@ -30,8 +30,9 @@ struct CoordinatorOptions {
   absl::Duration worker_rpc_timeout = absl::Seconds(10);
   // Timeout of a Profile call.
   absl::Duration profile_timeout = absl::Seconds(300);
-  // Default wait for workers when the spec sets none.
-  absl::Duration default_wait_for_workers = absl::Seconds(60);
+  // Default wait for workers when the spec sets none (infinite: no
+  // deadline).
+  absl::Duration default_wait_for_workers = absl::InfiniteDuration();
   // Finished jobs kept in the table.
   int max_finished_jobs = 1000;
   // Threads that drive jobs (profile, plan, assign) and stop workers, and
@@ -54,6 +55,9 @@ struct CoordinatorOptions {
   int max_jobs_per_user = 64;
   absl::Duration max_wait_for_workers = absl::Hours(1);
   absl::Duration reserve_after = absl::Minutes(5);
+  // The highest JobSpec.priority a user credential may set (an admin's:
+  // kMaxJobPriority; an unauthenticated caller's: any).
+  int max_user_priority = 0;
   // The most bytes of statuses on one ListJobs page (at least one job):
   // under gRPC's default 4 MiB receive limit, whatever the client; a
   // running job's status with its loss curve is tens of KB.

@@ -54,7 +54,9 @@ absl::Status GrpcCoordinatorService::Allow(const grpc::ServerContext& ctx,
     case Access::kRead:
       return absl::OkStatus();
     case Access::kUser:
-      if (who->anonymous || who->role == Role::kUser) return absl::OkStatus();
+      if (who->anonymous || who->role != Role::kWorker) {
+        return absl::OkStatus();
+      }
       return absl::PermissionDeniedError(
           absl::StrCat("the worker credential of '", who->name,
                        "' cannot submit or cancel jobs"));
@@ -129,6 +131,7 @@ grpc::Status GrpcCoordinatorService::SubmitJob(
   }
   v1::SubmitJobRequest owned = *request;
   owned.set_owner(caller.anonymous ? "" : caller.name);
+  owned.set_owner_role(caller.anonymous ? "" : RoleName(caller.role));
   return Reply(handler_->SubmitJob(owned), response);
 }
 

@@ -88,6 +88,32 @@ absl::Status CheckSuppliedProfileFits(const ModelProfile& profile,
   return first;
 }
 
+absl::Status CheckPriority(const JobSpec& spec, const std::string& role,
+                           int max_user_priority) {
+  if (role != "user" || spec.priority() <= max_user_priority) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "priority=", spec.priority(), " is above ", max_user_priority,
+      ", the most a user credential may set (the coordinator's "
+      "--max_user_priority); an admin credential may set up to ",
+      kMaxJobPriority));
+}
+
+absl::Status CheckWorkersExist(const JobSpec& spec, int needed,
+                               int registered) {
+  if (needed <= registered || spec.pipeline().wait_for_workers_ms() > 0) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the job needs ", needed, needed == 1 ? " worker and " : " workers and ",
+      registered,
+      registered == 1 ? " is" : " are",
+      " registered: no set of registered workers could run it; start more "
+      "workers, ask for fewer (pipeline.workers), or set "
+      "pipeline.wait_for_workers_ms to wait that long for more to register"));
+}
+
 absl::StatusOr<SpecSummary> CheckSpecAndProfile(const JobSpec& spec,
                                                 const ModelProfile* profile,
                                                 int64_t memory_bytes) {

@@ -25,6 +25,20 @@ absl::Status CheckSubmissionSizes(const JobSpec& spec,
                                   const std::string& resume,
                                   const std::string& owner);
 
+// OK when a submitter of `role` ("user", "admin", or "" without
+// authentication) may give its job the spec's priority: any as an admin
+// or unauthenticated, at most `max_user_priority` as a user;
+// PERMISSION_DENIED naming the bound otherwise.
+absl::Status CheckPriority(const JobSpec& spec, const std::string& role,
+                           int max_user_priority);
+
+// OK when the `needed` workers of a job are among the `registered` ones,
+// or its spec asks to wait for workers (pipeline.wait_for_workers_ms);
+// FAILED_PRECONDITION saying so otherwise: no set of registered workers
+// could run it.
+absl::Status CheckWorkersExist(const JobSpec& spec, int needed,
+                               int registered);
+
 // The spec's checks (CheckJobSpec) and the profile's, if any, against
 // `memory_bytes`, the largest live worker's memory (0: none has
 // registered): INVALID_ARGUMENT, "invalid job spec: ..." or "invalid

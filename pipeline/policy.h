@@ -75,6 +75,8 @@ inline constexpr int kMaxChunks = 64;
 // The largest tensor-parallel degree (a group's ring has at most this many
 // steps per phase; Megatron keeps it within a node, 8 GPUs).
 inline constexpr int kMaxTensorParallel = 64;
+// JobSpec.priority's range: [-kMaxJobPriority, kMaxJobPriority].
+inline constexpr int kMaxJobPriority = 1000;
 
 // A job's pipeline section with every default applied.
 struct PipelinePolicy {

@@ -285,6 +285,8 @@ absl::Status ValidateLoop(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckAtMost("epochs", spec.epochs(), kMaxEpochs));
   RETURN_IF_ERROR(CheckAtMost("max_steps", spec.max_steps(), kMaxSteps));
   RETURN_IF_ERROR(CheckInRange("eval_every", spec.eval_every(), 0, kMaxSteps));
+  RETURN_IF_ERROR(CheckInRange("priority", spec.priority(), -kMaxJobPriority,
+                               kMaxJobPriority));
   if (spec.epochs() == 0 && spec.max_steps() == 0) {
     return absl::InvalidArgumentError(
         "neither epochs nor max_steps is set: training would never stop");

@@ -28,14 +28,25 @@ absl::Status AdmitJob(const QueueLimits& limits, int pending, int owned,
   return absl::OkStatus();
 }
 
+bool QueueBefore(const QueuedJob& a, const QueuedJob& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  return a.seq < b.seq;
+}
+
 std::vector<int> PlaceQueuedJobs(const std::vector<QueuedJob>& queue, int idle,
                                  int live, absl::Duration reserve_after) {
   std::vector<int> placed(queue.size(), 0);
-  // 64 bits: holds add up over many jobs.
+  // 64 bits: holds add up over many jobs. `held` binds every later job;
+  // `level` (the waiting jobs of the current priority that have not waited
+  // long) binds the later jobs of lower priorities only.
   int64_t free = std::max(idle, 0);
-  int64_t held = 0;
+  int64_t held = 0, level = 0;
   for (size_t i = 0; i < queue.size(); ++i) {
     const QueuedJob& job = queue[i];
+    if (i > 0 && job.priority != queue[i - 1].priority) {
+      held += level;
+      level = 0;
+    }
     const int64_t least = std::max(job.least, 1);
     const int64_t usable = std::max<int64_t>(free - held, 0);
     if (least <= usable) {
@@ -43,8 +54,8 @@ std::vector<int> PlaceQueuedJobs(const std::vector<QueuedJob>& queue, int idle,
           std::min<int64_t>(std::max(job.wanted, job.least), usable);
       placed[i] = static_cast<int>(take);
       free -= take;
-    } else if (job.waited >= reserve_after && least <= live) {
-      held += least;
+    } else if (least <= live) {
+      (job.waited >= reserve_after ? held : level) += least;
     }
   }
   return placed;

@@ -7,18 +7,19 @@
 // `max_per_user` unfinished jobs (pending, planning or running; the empty
 // owner, a caller without authentication, counts as one user).
 //
-// Placement: jobs are considered in submission order. A job starts as soon
-// as enough idle healthy workers are free for it (`least`), taking up to
-// `wanted`. A job that cannot start now is skipped and later jobs may
-// start on the workers it cannot use (backfill), so one job asking for
-// more workers than exist blocks nobody; it fails when its wait for
-// workers ends (capped by the coordinator's max_wait_for_workers).
-// Against a large job starved by a stream of small ones: a job that has
-// waited `reserve_after` or longer, and could run on the healthy workers
-// registered (busy or idle), holds back the idle workers it needs. Later
-// jobs start only on idle workers beyond every earlier hold, so as running
-// jobs end, their workers go to the oldest waiting jobs first. A hold
-// lasts at most until the job starts or its wait ends.
+// Placement: jobs are considered by priority (higher first), then in
+// submission order (QueueOrder). A job starts as soon as enough idle
+// healthy workers are free for it (`least`), taking up to `wanted`. A job
+// that cannot start now is skipped and later jobs may start on the workers
+// it cannot use (backfill), so one job asking for more workers than exist
+// blocks nobody. A job that waits holds back the idle workers it needs
+// (when it could run on the healthy workers registered, busy or idle) from
+// every later job of lower priority at once, and from later jobs of its
+// own priority once it has waited `reserve_after` (against a large job
+// starved by a stream of small ones). Later jobs start only on idle
+// workers beyond the holds that bind them, so as running jobs end, their
+// workers go to the highest-priority, then oldest, waiting jobs first. A
+// hold lasts until the job starts or fails.
 //
 // Thread-safety: stateless functions.
 #ifndef AQUEDUCT_COORDINATOR_JOBS_QUEUE_H_
@@ -49,12 +50,17 @@ struct QueuedJob {
   int least = 1;   // The fewest workers it can start on.
   int wanted = 1;  // The most it takes.
   absl::Duration waited = absl::ZeroDuration();  // Since it became pending.
+  int priority = 0;
+  int64_t seq = 0;  // Submission order.
 };
 
-// For each job of `queue` (pending, in submission order), how many of the
+// Whether `a` comes before `b` in the queue: higher priority, then
+// submitted earlier.
+bool QueueBefore(const QueuedJob& a, const QueuedJob& b);
+
+// For each job of `queue` (pending, in QueueBefore order), how many of the
 // `idle` idle healthy workers it gets now (0: it waits). `live`: the
-// healthy workers registered, busy or idle; read only for jobs that have
-// waited `reserve_after`.
+// healthy workers registered, busy or idle.
 std::vector<int> PlaceQueuedJobs(const std::vector<QueuedJob>& queue, int idle,
                                  int live, absl::Duration reserve_after);
 

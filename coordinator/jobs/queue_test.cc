@@ -106,6 +106,39 @@ TEST(QueueTest, ABigJobIsNotStarvedBySmallOnes) {
             (std::vector<int>{4, 0, 0, 0}));
 }
 
+QueuedJob At(int priority, int workers, int64_t seq,
+             absl::Duration waited = absl::Seconds(1)) {
+  QueuedJob j = Job(workers, workers, waited);
+  j.priority = priority;
+  j.seq = seq;
+  return j;
+}
+
+TEST(QueueTest, PriorityThenSubmissionOrder) {
+  EXPECT_TRUE(QueueBefore(At(5, 1, 9), At(0, 1, 1)));
+  EXPECT_TRUE(QueueBefore(At(0, 1, 1), At(0, 1, 2)));
+  EXPECT_FALSE(QueueBefore(At(-1, 1, 1), At(0, 1, 2)));
+}
+
+// A waiting job holds its workers from lower priorities at once, from its
+// own only after reserve_after.
+TEST(QueueTest, HigherPrioritiesHoldAtOnce) {
+  // 2 idle of 4: the priority-5 job needs 3 and waits.
+  EXPECT_EQ(PlaceQueuedJobs({At(5, 3, 1), At(5, 1, 2), At(0, 1, 3)}, 2, 4,
+                            kReserveAfter),
+            (std::vector<int>{0, 1, 0}));
+  // Its own priority backfills until it has waited reserve_after.
+  EXPECT_EQ(PlaceQueuedJobs({At(5, 3, 1, kReserveAfter), At(5, 1, 2)}, 2, 4,
+                            kReserveAfter),
+            (std::vector<int>{0, 0}));
+  // Beyond its hold, lower priorities start; a job the cluster cannot run
+  // holds nothing.
+  EXPECT_EQ(PlaceQueuedJobs({At(5, 3, 1), At(0, 1, 2)}, 4, 6, kReserveAfter),
+            (std::vector<int>{3, 1}));
+  EXPECT_EQ(PlaceQueuedJobs({At(5, 9, 1), At(0, 1, 2)}, 2, 4, kReserveAfter),
+            (std::vector<int>{0, 1}));
+}
+
 TEST(QueueTest, AdmissionLimits) {
   QueueLimits limits;
   limits.max_pending = 3;
