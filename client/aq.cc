@@ -37,6 +37,8 @@ const Subcommand kSubcommands[] = {
     {"status", "[JOB]", "a job's status (every job's without JOB)", StatusMain},
     {"watch", "JOB", "follow a job's progress until it ends", WatchMain},
     {"jobs", "", "list jobs", JobsMain},
+    {"queue", "", "the jobs waiting for workers, in the order they start",
+     QueueMain},
     {"workers", "", "list workers", WorkersMain},
     {"cancel", "JOB", "cancel a job", CancelMain},
     {"trace", "JOB -o FILE", "a job's executed schedule as Chrome trace JSON",

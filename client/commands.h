@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "common/command_line.h"
+#include "proto/types.h"
+
 namespace aqueduct {
 
 // In this process (train_local.cc, profile_command.cc, plan_command.cc).
@@ -23,6 +27,10 @@ int SubmitMain(const std::vector<std::string>& args);
 int StatusMain(const std::vector<std::string>& args);
 int WatchMain(const std::vector<std::string>& args);
 int JobsMain(const std::vector<std::string>& args);
+// --name and --set (aq submit, aq train-local) applied to `spec`, --set
+// last; INVALID_ARGUMENT naming the override.
+absl::Status ApplyOverrideFlags(const ParsedArgs& parsed, JobSpec* spec);
+int QueueMain(const std::vector<std::string>& args);
 int WorkersMain(const std::vector<std::string>& args);
 int CancelMain(const std::vector<std::string>& args);
 int TraceMain(const std::vector<std::string>& args);

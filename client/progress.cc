@@ -30,6 +30,10 @@ std::string StateName(JobState s) { return v1::JobState_Name(s).substr(4); }
 std::string Waiting(const JobStatus& job) {
   switch (job.state()) {
     case v1::JOB_PENDING:
+      if (job.queue_position() > 0) {
+        return absl::StrCat("#", job.queue_position(), " in the queue: ",
+                            Printable(job.waiting_for()));
+      }
       return "waiting for workers";
     case v1::JOB_PLANNING:
       return "planning";

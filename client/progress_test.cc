@@ -39,6 +39,12 @@ TEST(JobSummaryTest, NoFiguresBeforeTheFirstReport) {
             "job-7 mlp RUNNING waiting for the first report");
   EXPECT_EQ(JobSummary(Job(v1::JOB_PENDING)),
             "job-7 mlp PENDING waiting for workers");
+  JobStatus queued = Job(v1::JOB_PENDING);
+  queued.set_queue_position(2);
+  queued.set_waiting_for("needs 3 workers, 1 idle; 1 job ahead");
+  EXPECT_EQ(JobSummary(queued),
+            "job-7 mlp PENDING #2 in the queue: needs 3 workers, 1 idle; 1 "
+            "job ahead");
   EXPECT_EQ(JobSummary(Job(v1::JOB_PLANNING)), "job-7 mlp PLANNING planning");
   const std::string line = ProgressLine(running, 100);
   EXPECT_EQ(line.find("loss"), std::string::npos) << line;

@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +19,7 @@
 #include "client/list_pages.h"
 #include "client/progress.h"
 #include "client/remote.h"
+#include "client/spec_overrides.h"
 #include "client/terminal_text.h"
 #include "common/status.h"
 #include "coordinator/planner/profile_graph.h"
@@ -29,6 +33,19 @@ ABSL_FLAG(std::string, resume, "",
           "start from a committed checkpoint: a job id (its latest), a "
           "checkpoint's version directory or its manifest.json (aq "
           "checkpoints JOB lists them)");
+
+ABSL_FLAG(std::vector<std::string>, set, {},
+          "override a scalar field of the spec, by its dotted path: --set "
+          "max_steps=100 --set pipeline.workers=2 (repeatable; a value "
+          "cannot hold a comma)");
+ABSL_FLAG(std::string, name, "", "the job's name, overriding the spec's");
+ABSL_FLAG(int32_t, priority, 0,
+          "the job's place in the queue, overriding the spec's (higher "
+          "first; a user credential may set at most the coordinator's "
+          "--max_user_priority)");
+// Shared with aq train-local and aq plan.
+ABSL_DECLARE_FLAG(int64_t, max_steps);
+ABSL_DECLARE_FLAG(std::vector<std::string>, workers);
 
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "checkpoint into this directory (absolute; every worker and the "
@@ -59,8 +76,12 @@ constexpr char kWatchDescription[] =
     "every second instead. Exits 0 if the job succeeds, 1 if it fails or\n"
     "is cancelled.\n";
 constexpr char kJobsDescription[] =
-    "Lists the coordinator's jobs, oldest first, with each job's owner when\n"
-    "the coordinator authenticates its users.\n";
+    "Lists the coordinator's jobs, oldest first, a row each (whole ids, to\n"
+    "copy), with each job's owner when the coordinator authenticates its\n"
+    "users; aq status JOB has a job's stages.\n";
+constexpr char kQueueDescription[] =
+    "Lists the jobs waiting for workers in the order they will start\n"
+    "(higher priority first, then first come), with what each waits for.\n";
 constexpr char kWorkersDescription[] =
     "Lists the workers registered with the coordinator.\n";
 constexpr char kCancelDescription[] = "Cancels a job.\n";
@@ -103,9 +124,27 @@ int FollowJob(Remote& remote, const std::string& job_id) {
   return last.state() == v1::JOB_SUCCEEDED ? kExitOk : kExitFailed;
 }
 
-absl::StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& path) {
+absl::StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& path,
+                                                   const ParsedArgs& parsed) {
   v1::SubmitJobRequest request;
   ASSIGN_OR_RETURN(*request.mutable_spec(), LoadJobSpecFile(path));
+  JobSpec* spec = request.mutable_spec();
+  if (parsed.given.count("max_steps") != 0) {
+    spec->set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  }
+  if (parsed.given.count("workers") != 0) {
+    const std::vector<std::string> workers = absl::GetFlag(FLAGS_workers);
+    int n = 0;
+    if (workers.size() != 1 || !absl::SimpleAtoi(workers[0], &n) || n < 1) {
+      return absl::InvalidArgumentError(
+          "--workers needs one positive integer (pipeline.workers)");
+    }
+    spec->mutable_pipeline()->set_workers(n);
+  }
+  if (parsed.given.count("priority") != 0) {
+    spec->set_priority(absl::GetFlag(FLAGS_priority));
+  }
+  RETURN_IF_ERROR(ApplyOverrideFlags(parsed, spec));
   const std::string profile = absl::GetFlag(FLAGS_profile);
   if (!profile.empty()) {
     ASSIGN_OR_RETURN(ProfileGraph graph, ReadProfileFile(profile, ""));
@@ -126,14 +165,51 @@ absl::StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& path) {
 constexpr int kJobsPageSize = 1000;
 constexpr int kWorkersPageSize = 5000;
 
-// "job-1 mlp RUNNING ... | owner alice": the summary, and the owner when
-// jobs have one (authentication on).
-std::string JobLine(const JobStatus& job) {
-  std::string line = JobSummary(job);
-  if (!job.owner().empty()) {
-    absl::StrAppend(&line, " | owner ", Printable(job.owner()));
+// "3m12s", "2h05m", "4d03h": how long ago `ms` (milliseconds since the
+// epoch) was; "-" when unknown.
+std::string Age(int64_t ms) {
+  if (ms <= 0) return "-";
+  const int64_t s = std::max<int64_t>(0, absl::ToUnixMillis(absl::Now()) - ms) /
+                    1000;
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+  return absl::StrFormat("%dd%02dh", s / 86400, s % 86400 / 3600);
+}
+
+// A name cut to `width` columns (names come from users: escaped).
+std::string Cell(const std::string& text, size_t width) {
+  std::string shown = Printable(text);
+  if (shown.size() > width) shown = shown.substr(0, width - 1) + "~";
+  return shown.empty() ? "-" : shown;
+}
+
+// One row a job: its whole id (to copy), name, state, progress, loss and
+// age, and its owner when jobs have one (authentication on); per-stage
+// detail is aq status JOB's.
+void PrintJobTable(const v1::ListJobsResponse& response) {
+  bool owners = false;
+  for (const JobStatus& j : response.jobs()) owners |= !j.owner().empty();
+  auto row = [owners](const std::string& id, const std::string& name,
+                      const std::string& state, const std::string& steps,
+                      const std::string& loss, const std::string& age,
+                      const std::string& owner) {
+    std::string line = absl::StrFormat("%-40s %-20s %-10s %-13s %-8s %-8s %s",
+                                       id, name, state, steps, loss, age,
+                                       owners ? owner : "");
+    absl::StripTrailingAsciiWhitespace(&line);
+    std::cout << line << "\n";
+  };
+  row("ID", "NAME", "STATE", "STEP/TOTAL", "LOSS", "AGE", "OWNER");
+  for (const JobStatus& j : response.jobs()) {
+    const std::string steps =
+        j.total_steps() > 0 ? absl::StrCat(j.step(), "/", j.total_steps())
+                            : absl::StrCat(j.step());
+    const std::string loss =
+        j.step() > 0 ? absl::StrFormat("%.4f", j.loss()) : std::string("-");
+    row(Printable(j.job_id()), Cell(j.name(), 20), StateName(j.state()), steps,
+        loss, Age(j.submitted_ms()), Cell(j.owner(), 24));
   }
-  return line;
 }
 
 int PrintJobList(const v1::ListJobsResponse& response) {
@@ -144,12 +220,47 @@ int PrintJobList(const v1::ListJobsResponse& response) {
   } else if (response.jobs().empty()) {
     std::cout << "no jobs" << std::endl;
   } else {
-    for (const JobStatus& j : response.jobs()) std::cout << JobLine(j) << "\n";
+    PrintJobTable(response);
   }
   return kExitOk;
 }
 
-int ListJobs() {
+// The pending jobs in the queue's order: position, id, name, priority,
+// owner, time waited and what each waits for.
+int PrintQueue(const v1::ListJobsResponse& response) {
+  std::vector<const JobStatus*> pending;
+  for (const JobStatus& j : response.jobs()) {
+    if (j.state() == v1::JOB_PENDING) pending.push_back(&j);
+  }
+  std::stable_sort(pending.begin(), pending.end(),
+                   [](const JobStatus* a, const JobStatus* b) {
+                     return a->queue_position() < b->queue_position();
+                   });
+  if (JsonOutput()) {
+    v1::ListJobsResponse queue;
+    for (const JobStatus* j : pending) *queue.add_jobs() = *j;
+    std::cout << (pending.empty() ? "{\"jobs\":[]}" : ProtoJson(queue))
+              << std::endl;
+    return kExitOk;
+  }
+  if (pending.empty()) {
+    std::cout << "no jobs are waiting" << std::endl;
+    return kExitOk;
+  }
+  const char* kRow = "%-4s %-40s %-20s %-8s %-16s %-8s %s\n";
+  std::cout << absl::StrFormat(kRow, "POS", "ID", "NAME", "PRIORITY", "OWNER",
+                               "WAITED", "WAITING FOR");
+  for (const JobStatus* j : pending) {
+    std::cout << absl::StrFormat(
+        kRow, absl::StrCat(j->queue_position()), Printable(j->job_id()),
+        Cell(j->name(), 20), absl::StrCat(j->priority()), Cell(j->owner(), 16),
+        Age(j->submitted_ms()), Printable(j->waiting_for()));
+  }
+  return kExitOk;
+}
+
+// Every job, a page at a time; `print` shows them.
+int ListJobs(int (*print)(const v1::ListJobsResponse&) = PrintJobList) {
   Remote remote;
   const auto response =
       FetchAllPages<v1::ListJobsRequest, v1::ListJobsResponse>(
@@ -159,7 +270,7 @@ int ListJobs() {
           },
           std::cerr);
   if (!response.ok()) return remote.Failed(response.status());
-  return PrintJobList(*response);
+  return print(*response);
 }
 
 void PrintWorkerTable(const v1::ListWorkersResponse& response) {
@@ -179,6 +290,11 @@ void PrintWorkerTable(const v1::ListWorkersResponse& response) {
 
 }  // namespace
 
+absl::Status ApplyOverrideFlags(const ParsedArgs& parsed, JobSpec* spec) {
+  if (parsed.given.count("name") != 0) spec->set_name(absl::GetFlag(FLAGS_name));
+  return ApplySpecOverrides(absl::GetFlag(FLAGS_set), spec);
+}
+
 int SubmitMain(const std::vector<std::string>& args) {
   const CommandLineSpec spec = SubcommandSpec(
       "submit", "JOB_SPEC [flags]", kSubmitDescription,
@@ -189,11 +305,16 @@ int SubmitMain(const std::vector<std::string>& args) {
        {"resume", "JOB|CHECKPOINT", ""},
        {"checkpoint_dir", "DIR", ""},
        {"checkpoint_every", "N", ""},
+       {"set", "PATH=VALUE", ""},
+       {"name", "NAME", ""},
+       {"max_steps", "N", "stop after N steps (the spec's max_steps)"},
+       {"workers", "N", "the workers to ask for (pipeline.workers)"},
+       {"priority", "P", ""},
        CoordinatorFlag(),
        OutputFlag()});
   ParsedArgs parsed;
   if (auto code = ParseSubcommand(spec, args, 1, 1, &parsed)) return *code;
-  const auto request = SubmitRequest(parsed.positional[0]);
+  const auto request = SubmitRequest(parsed.positional[0], parsed);
   if (!request.ok()) return Fail(std::string(request.status().message()));
   Remote remote;
   const auto response = remote.client().SubmitJob(*request, kSubmitTimeout);
@@ -249,6 +370,14 @@ int JobsMain(const std::vector<std::string>& args) {
   ParsedArgs parsed;
   if (auto code = ParseSubcommand(spec, args, 0, 0, &parsed)) return *code;
   return ListJobs();
+}
+
+int QueueMain(const std::vector<std::string>& args) {
+  const CommandLineSpec spec = SubcommandSpec(
+      "queue", "[flags]", kQueueDescription, {CoordinatorFlag(), OutputFlag()});
+  ParsedArgs parsed;
+  if (auto code = ParseSubcommand(spec, args, 0, 0, &parsed)) return *code;
+  return ListJobs(PrintQueue);
 }
 
 int WorkersMain(const std::vector<std::string>& args) {

@@ -72,6 +72,8 @@ CommandLineSpec TrainLocalSpec() {
                           "continue from a checkpoint: its version "
                           "directory or manifest.json (of any job of this "
                           "model)"},
+                         {"set", "PATH=VALUE", ""},
+                         {"name", "NAME", ""},
                          OutputFlag(),
                          {"log_level", "LEVEL", ""}});
 }
@@ -108,9 +110,11 @@ std::optional<std::string> OptionsFromFlags(const ParsedArgs& parsed,
   return std::nullopt;
 }
 
-absl::StatusOr<JobSpec> LoadValidSpec(const std::string& path) {
+absl::StatusOr<JobSpec> LoadValidSpec(const std::string& path,
+                                      const ParsedArgs& parsed) {
   auto spec = LoadJobSpecFile(path);
   if (!spec.ok()) return spec.status();
+  RETURN_IF_ERROR(ApplyOverrideFlags(parsed, &*spec));
   if (auto valid = ValidateJobSpec(*spec); !valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", valid.status().message()));
@@ -279,7 +283,7 @@ int TrainLocalMain(const std::vector<std::string>& args) {
     return UsageError(spec, std::string(s.message()));
   }
   const std::string& path = parsed.positional[0];
-  const auto job = LoadValidSpec(path);
+  const auto job = LoadValidSpec(path, parsed);
   if (!job.ok()) return Fail(std::string(job.status().message()));
   if (!options.save_weights.empty()) {
     if (absl::Status s = CheckWritable(options.save_weights); !s.ok()) {

@@ -94,5 +94,40 @@ TEST(SubmissionTest, NewJobIsPendingWithWhatWasSubmitted) {
   EXPECT_EQ(job.max_restarts, 3);
 }
 
+// A user's credential may set at most --max_user_priority; an admin's and
+// an unauthenticated caller's any in range (the spec's checks bound it).
+TEST(SubmissionTest, PriorityIsBoundedByTheRole) {
+  JobSpec spec = Spec();
+  spec.set_priority(5);
+  EXPECT_TRUE(CheckPriority(spec, "user", 5).ok());
+  const absl::Status high = CheckPriority(spec, "user", 0);
+  EXPECT_EQ(high.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(high.message(),
+            "priority=5 is above 0, the most a user credential may set (the "
+            "coordinator's --max_user_priority); an admin credential may set "
+            "up to 1000");
+  EXPECT_TRUE(CheckPriority(spec, "admin", 0).ok());
+  EXPECT_TRUE(CheckPriority(spec, "", 0).ok());
+  spec.set_priority(1001);
+  EXPECT_EQ(CheckSpecAndProfile(spec, nullptr, 0).status().message(),
+            "invalid job spec: priority=1001 must be in [-1000, 1000]");
+}
+
+// No set of registered workers could run a job that needs more: refused,
+// unless the spec asks to wait for workers to register.
+TEST(SubmissionTest, AJobNeedsWorkersThatExist) {
+  JobSpec spec = Spec();
+  EXPECT_TRUE(CheckWorkersExist(spec, 2, 2).ok());
+  const absl::Status s = CheckWorkersExist(spec, 3, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "the job needs 3 workers and 1 is registered: no set of "
+            "registered workers could run it; start more workers, ask for "
+            "fewer (pipeline.workers), or set pipeline.wait_for_workers_ms to "
+            "wait that long for more to register");
+  spec.mutable_pipeline()->set_wait_for_workers_ms(60000);
+  EXPECT_TRUE(CheckWorkersExist(spec, 3, 1).ok());
+}
+
 }  // namespace
 }  // namespace aqueduct
