@@ -166,6 +166,10 @@ Job AdoptedJob(Job job, const std::vector<v1::JobStarted>& starts,
   }
   job.adopted_at = now;
   job.checkpoint_asked = now;  // Timed checkpoints count anew.
+  // The attempt's restart was an earlier coordinator's: its first step
+  // may have been logged then, and timed from here it would count this
+  // coordinator's downtime. It is not logged again.
+  job.stepped_since_restart = true;
   return job;
 }
 

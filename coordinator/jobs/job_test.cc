@@ -99,6 +99,8 @@ TEST(JobTest, AdoptedJobRunsItsLatestAttemptAwaitingItsWorkers) {
   EXPECT_EQ(job.awaiting, (std::set<std::string>{"w1", "w2", "w3"}));
   EXPECT_EQ(job.adopted_at, now);
   EXPECT_EQ(job.checkpoint_asked, now);
+  // The restart's first step is not logged again by this coordinator.
+  EXPECT_TRUE(job.stepped_since_restart);
 }
 
 TEST(JobTest, StartRecordHasThePlanWorkersAndLastRestart) {

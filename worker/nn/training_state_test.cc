@@ -223,5 +223,38 @@ TEST(TrainingStateTest, Rejections) {
   expect_error(f, adam->get(), "'embedding.weight'");
 }
 
+// An init file whose tied copies differ (not written by Aqueduct): the
+// stage holding only the head loads the embedding's values, so both
+// stages of a pipeline start from the owner's copy, as one process does.
+TEST(TrainingStateTest, TiedCopiesOfAFileTakeTheOwnersValues) {
+  ModelSpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "layers { token_embedding { vocab_size: 5 dim: 3 } } "
+      "layers { linear { in_features: 3 out_features: 5 bias: false } "
+      "tie_weight_to: 0 }",
+      &spec));
+  auto model = Model::Build(spec, Shape({2}), /*seed=*/7);
+  ASSERT_TRUE(model.ok()) << model.status();
+  CpuDevice device;
+  auto whole = InitParameters(**model, 0, 2, &device);
+  ASSERT_TRUE(whole.ok());
+  auto file = ExportParameters(device, *whole);
+  ASSERT_TRUE(file.ok());
+  HostTensor& copy = file->tensors["layers.1.weight"];
+  for (size_t b = 0; b < copy.data.size(); b += 4) copy.data[b] ^= 0x5a;
+  ASSERT_NE(copy.data, file->tensors["layers.0.weight"].data);
+  TieFileCopies(**model, &*file);
+  EXPECT_EQ(file->tensors["layers.1.weight"].data,
+            file->tensors["layers.0.weight"].data);
+  // The head's stage alone.
+  auto head = InitParameters(**model, 1, 2, &device);
+  ASSERT_TRUE(head.ok());
+  ASSERT_TRUE(ImportParameters(*file, device, *head).ok());
+  std::vector<float> got(15), want(15);
+  ASSERT_TRUE(device.CopyToHost(head->tensors[0], got.data()).ok());
+  std::memcpy(want.data(), file->tensors["layers.0.weight"].data.data(), 60);
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace aqueduct

@@ -148,4 +148,20 @@ absl::Status LoadParametersFile(const std::string& path, Device& device,
   return Annotate(ImportParameters(file, device, params), path);
 }
 
+void TieFileCopies(const Model& model, SafetensorsFile* file) {
+  for (const auto& [owner, copy] : model.ties()) {
+    auto name = [&model](int l) {
+      const Layer& layer = model.layer(l);
+      return absl::StrCat("layers.", l, ".",
+                          layer.Params()[WeightParam(layer)].name);
+    };
+    auto from = file->tensors.find(name(owner));
+    auto to = file->tensors.find(name(copy));
+    if (from != file->tensors.end() && to != file->tensors.end() &&
+        from->second.shape == to->second.shape) {
+      to->second = from->second;
+    }
+  }
+}
+
 }  // namespace aqueduct

@@ -33,6 +33,12 @@ absl::Status ImportParameters(
     const SafetensorsFile& file, Device& device, const ParameterSet& params,
     const std::function<bool(const std::string&)>& skip);
 
+// A file whose tied copies differ (one not written by Aqueduct): each
+// tied layer's weight in `file` takes its owner's values (when the file
+// holds both, of one shape), so that every stage of a pipeline starts with
+// the copy one process takes (CopyTiedWeights: the owner's).
+void TieFileCopies(const Model& model, SafetensorsFile* file);
+
 // File wrappers; errors name the path.
 absl::Status SaveParametersFile(const std::string& path, Device& device,
                                 const ParameterSet& params);

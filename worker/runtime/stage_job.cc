@@ -115,7 +115,9 @@ absl::Status LoadInitWeights(const std::string& path, const JobEnv& env,
       const SafetensorsFile file,
       ReadSafetensorsUnder(files.data, path, "init_weights", files.stop));
   const std::string what = absl::StrCat("init_weights: '", path, "'");
-  absl::StatusOr<SafetensorsFile> part = ShardFile(file, model, model.shard());
+  SafetensorsFile tied = file;
+  TieFileCopies(model, &tied);
+  absl::StatusOr<SafetensorsFile> part = ShardFile(tied, model, model.shard());
   if (!part.ok()) return Annotate(part.status(), what);
   return Annotate(ImportParameters(*part, device, params), what);
 }
