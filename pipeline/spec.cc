@@ -803,8 +803,47 @@ bool HasTestSplit(const DataSpec& d) {
          (d.has_synthetic() && d.synthetic().test_samples() > 0);
 }
 
+// Every check of CheckJobSpec, the errors as they are.
+absl::StatusOr<SpecSummary> CheckJobSpecFields(const JobSpec& spec,
+                                               const MemoryLimit& memory);
+
+absl::Status WithLayerNames(const ModelSpec& model, const absl::Status& s) {
+  if (s.ok()) return s;
+  const std::string kRef = "model.layers[";
+  const std::string in(s.message());
+  std::string out;
+  size_t at = 0;
+  while (true) {
+    const size_t ref = in.find(kRef, at);
+    if (ref == std::string::npos) break;
+    const size_t digits = ref + kRef.size();
+    const size_t close = in.find(']', digits);
+    int l = -1;
+    if (close == std::string::npos ||
+        !absl::SimpleAtoi(in.substr(digits, close - digits), &l)) {
+      break;
+    }
+    out += in.substr(at, close + 1 - at);
+    at = close + 1;
+    const bool named = l >= 0 && l < model.layers_size() &&
+                       !model.layers(l).name().empty();
+    if (named && in.compare(at, 2, " (") != 0) {
+      absl::StrAppend(&out, " ('", model.layers(l).name(), "')");
+    }
+  }
+  out += in.substr(at);
+  return absl::Status(s.code(), out);
+}
+
 absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec,
                                          const MemoryLimit& memory) {
+  absl::StatusOr<SpecSummary> summary = CheckJobSpecFields(spec, memory);
+  if (summary.ok()) return summary;
+  return WithLayerNames(spec.model(), summary.status());
+}
+
+absl::StatusOr<SpecSummary> CheckJobSpecFields(const JobSpec& spec,
+                                               const MemoryLimit& memory) {
   RETURN_IF_ERROR(ValidateLoop(spec));
   RETURN_IF_ERROR(ValidateOptimizerSpec(spec.optimizer()));
   RETURN_IF_ERROR(ValidateDataSpec(spec.data()));

@@ -57,6 +57,10 @@ struct SpecSummary {
 // the field, and for sizes the numbers: "model.layers[3].transformer_block
 // needs at least 80.0 GB: ..., more than the largest registered worker's
 // memory (16.0 GB)".
+// `s` with each "model.layers[8]" in its message followed by the layer's
+// name when it has one: "model.layers[8] ('h.3')".
+absl::Status WithLayerNames(const ModelSpec& model, const absl::Status& s);
+
 absl::StatusOr<SpecSummary> CheckJobSpec(const JobSpec& spec,
                                          const MemoryLimit& memory = {});
 

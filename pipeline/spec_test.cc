@@ -301,6 +301,25 @@ TEST(SpecTest, SequenceParallelismSplitsThePositions) {
   }
 }
 
+// Errors show a named layer's name beside its index.
+TEST(SpecTest, ErrorsShowLayerNames) {
+  const std::string head =
+      "layers { linear { in_features: 8 out_features: 256 } }";
+  std::string text = Gpt(head, "pipeline { workers: 3 tensor_parallel: 3 }");
+  text = absl::StrReplaceAll(
+      text, {{"layers { transformer_block", "layers { name: \"h.0\" "
+                                             "transformer_block"}});
+  EXPECT_NE(Error(Parse(text)).find("model.layers[2] ('h.0')'s 2 heads"),
+            std::string::npos)
+      << Error(Parse(text));
+  EXPECT_EQ(WithLayerNames(Parse(text).model(),
+                           absl::InvalidArgumentError(
+                               "model.layers[2] and model.layers[9] and "
+                               "model.layers[x]"))
+                .message(),
+            "model.layers[2] ('h.0') and model.layers[9] and model.layers[x]");
+}
+
 TEST(SpecTest, ParseErrorsSayWhere) {
   auto bad = ParseJobSpec("batch_size: x", "job.textproto");
   ASSERT_FALSE(bad.ok());
