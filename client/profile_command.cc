@@ -35,7 +35,8 @@ CommandLineSpec ProfileSpec() {
        {"format", "json|pipedream", "profile format (default: json)"},
        {"output", "json|text|FILE",
         "json: the JSON profile on stdout; text: the PipeDream text on "
-        "stdout; anything else is a file to write, as -o"},
+        "stdout; anything else is a file to write, as -o (default: the "
+        "JSON profile on stdout)"},
        {"warmup", "N", ""},
        {"iterations", "N", ""},
        {"threads", "T", ""}});
