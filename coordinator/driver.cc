@@ -143,24 +143,40 @@ bool JobDriver::ReadInput(const std::string& job_id, Input* in) {
     if (status.ok()) {
       const v1::DeviceInfo& d = status->info().device();
       share = {status->info().host(), d.threads(), d.host_cores()};
+      if (in->shares.empty()) in->first_device = d;
     }
     in->shares.push_back(share);
   }
   return true;
 }
 
-absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
-  if (!in.has_profile) {
-    auto measured = worker_clients_(in.addresses[0])
-                        ->Profile(in.spec, options_.profile_timeout);
-    if (!measured.ok()) {
-      return absl::Status(
-          measured.status().code(),
-          absl::StrCat("profiling the model on worker ", in.reserved[0],
-                       " failed: ", measured.status().message()));
+absl::Status JobDriver::Profile(Input& in) {
+  const std::string key = ProfileCache::KeyOf(in.spec, in.first_device);
+  if (options_.reuse_profiles) {
+    if (std::optional<ModelProfile> known = profiles_.Find(key)) {
+      AQ_LOG_INFO(
+          "using the profile measured for an earlier job of this model on "
+          "a {}",
+          in.first_device.name());
+      in.profile = *std::move(known);
+      return absl::OkStatus();
     }
-    in.profile = *std::move(measured);
   }
+  auto measured = worker_clients_(in.addresses[0])
+                      ->Profile(in.spec, options_.profile_timeout);
+  if (!measured.ok()) {
+    return absl::Status(
+        measured.status().code(),
+        absl::StrCat("profiling the model on worker ", in.reserved[0],
+                     " failed: ", measured.status().message()));
+  }
+  in.profile = *std::move(measured);
+  profiles_.Put(key, in.profile);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
+  if (!in.has_profile) RETURN_IF_ERROR(Profile(in));
   const int workers = static_cast<int>(in.reserved.size());
   // Plans made ahead are flat: a measured plan is made for the links of the
   // workers it runs on.

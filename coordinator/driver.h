@@ -27,6 +27,7 @@
 #include "coordinator/options.h"
 #include "coordinator/planning.h"
 #include "coordinator/registry.h"
+#include "coordinator/profile_cache.h"
 #include "coordinator/worker_client.h"
 #include "proto/service_types.h"
 
@@ -68,6 +69,8 @@ class JobDriver {
     // Each reserved worker's host, compute threads and host cores (0: not
     // reported), for the collectives' latency (planning.h).
     std::vector<HostShare> shares;
+    // The device of the worker that would profile the model.
+    v1::DeviceInfo first_device;
     int attempt = 0;
     v1::CheckpointManifest restore;
     std::map<int, PartitionPlan> ready_plans;
@@ -77,6 +80,10 @@ class JobDriver {
   // False when the job is no longer PLANNING.
   bool ReadInput(const std::string& job_id, Input* in) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PartitionPlan> ProfileAndPlan(Input& in);
+  // The model's profile: measured on the first reserved worker, or an
+  // earlier job's of the same model on the same kind of worker
+  // (options.reuse_profiles).
+  absl::Status Profile(Input& in);
   // pipeline.topology "measured" (coordinator/topology.h): the reserved
   // workers measure their links, `in`'s workers are reordered group by
   // group and the plan is made on the measured levels; on the spec's flat
@@ -117,6 +124,7 @@ class JobDriver {
   const WorkerClientFactory& worker_clients_;
   const JournalAccessor journal_;
   BoundedExecutor& executor_;
+  ProfileCache profiles_;
 };
 
 }  // namespace aqueduct

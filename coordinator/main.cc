@@ -122,6 +122,10 @@ ABSL_FLAG(int64_t, wait_for_workers_ms, 0,
 ABSL_FLAG(int64_t, max_wait_for_workers_ms, 3600000,
           "the longest deadline a spec's pipeline.wait_for_workers_ms may "
           "set");
+ABSL_FLAG(bool, reuse_profiles, true,
+          "plan a model's later jobs from the profile measured for its first "
+          "(on the same kind of worker), so that its plan does not change "
+          "with the noise of a measurement");
 ABSL_FLAG(int32_t, max_user_priority, 0,
           "the highest job priority a user credential may set (an admin "
           "credential: up to 1000)");
@@ -298,6 +302,7 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
                                           ? absl::Milliseconds(wait_ms)
                                           : absl::InfiniteDuration();
   options->max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
+  options->reuse_profiles = absl::GetFlag(FLAGS_reuse_profiles);
   QueueOptionsFromFlags(options);
   LimitOptionsFromFlags(options);
   absl::StatusOr<PathRoots> roots =

@@ -30,6 +30,9 @@ struct CoordinatorOptions {
   absl::Duration worker_rpc_timeout = absl::Seconds(10);
   // Timeout of a Profile call.
   absl::Duration profile_timeout = absl::Seconds(300);
+  // Later jobs of a model reuse the profile measured for an earlier one on
+  // the same kind of worker (coordinator/profile_cache.h).
+  bool reuse_profiles = true;
   // Default wait for workers when the spec sets none (infinite: no
   // deadline).
   absl::Duration default_wait_for_workers = absl::InfiniteDuration();

@@ -41,8 +41,9 @@ absl::StatusOr<PlanRequest> RequestFor(
       opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
   auto microbatches = MicrobatchesFor(policy, spec.batch_size(), workers);
   request.microbatches = microbatches.ok() ? *microbatches : 1;
-  // Weight stashing runs unreplicated stages: plan a straight pipeline.
-  request.straight_pipeline = StashesWeights(policy.schedule);
+  // Weight stashing runs unreplicated stages: plan a straight pipeline
+  // (and when the spec asks for one).
+  request.straight_pipeline = StashesWeights(policy.schedule) || policy.straight;
   return request;
 }
 

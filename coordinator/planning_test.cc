@@ -188,6 +188,23 @@ TEST(PlanningTest, TheBusiestStageRecomputesLessWhereItFits) {
   EXPECT_LT(plan->time_per_minibatch_s(), uniform->time_per_minibatch_s());
 }
 
+// pipeline.straight: no replicated stages, whatever the profile favours.
+TEST(PlanningTest, AStraightPipelineHasNoReplicas) {
+  JobSpec spec = Gpt();
+  spec.mutable_pipeline()->set_tensor_parallel(1);
+  ModelProfile profile = Profile(10);
+  profile.mutable_nodes(6)->set_forward_ms(12);
+  profile.mutable_nodes(6)->set_backward_ms(24);
+  auto open = PlanOn(spec, profile, 4, {});
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(open->stages_size(), 1);  // Data parallel: 4 replicas.
+  spec.mutable_pipeline()->set_straight(true);
+  auto straight = PlanOn(spec, profile, 4, {});
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  EXPECT_GT(straight->stages_size(), 1);
+  for (const PlanStage& s : straight->stages()) EXPECT_EQ(s.replicas(), 1);
+}
+
 // Sequence parallelism in a member's profile: a block keeps half of its
 // residual stream (x and x2, 16 x 32 x 64 floats each) and its backward
 // gathers twice more; other layers do not change.

@@ -113,6 +113,8 @@ struct PipelinePolicy {
   // blocks do not take).
   bool sequence_parallel = false;
   int64_t positions = 0;
+  // pipeline.straight: no replicated stages.
+  bool straight = false;
 };
 
 // The longest schedule program a spec may carry.
