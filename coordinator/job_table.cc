@@ -4,6 +4,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "coordinator/input_checks.h"
 #include "coordinator/jobs/job_id.h"
@@ -23,15 +25,32 @@ JobTable::JobTable(std::string start_tag, uint64_t run)
     : start_tag_(std::move(start_tag)), run_(run) {}
 
 absl::StatusOr<Job*> JobTable::Find(const std::string& job_id) {
-  Job* job = Get(job_id);
-  if (job == nullptr) return JobNotFound(job_id);
-  return job;
+  ASSIGN_OR_RETURN(const Job* job,
+                   static_cast<const JobTable*>(this)->Find(job_id));
+  return const_cast<Job*>(job);
 }
 
 absl::StatusOr<const Job*> JobTable::Find(const std::string& job_id) const {
-  const Job* job = Get(job_id);
-  if (job == nullptr) return JobNotFound(job_id);
-  return job;
+  if (const Job* job = Get(job_id)) return job;
+  // A unique prefix of an id (of at least 8 characters, beyond "job-").
+  constexpr size_t kShortestPrefix = 8;
+  if (job_id.size() < kShortestPrefix) return JobNotFound(job_id);
+  std::vector<const Job*> matches;
+  for (auto it = jobs_.lower_bound(job_id);
+       it != jobs_.end() && it->first.compare(0, job_id.size(), job_id) == 0;
+       ++it) {
+    matches.push_back(&it->second);
+    if (matches.size() > 3) break;
+  }
+  if (matches.empty()) return JobNotFound(job_id);
+  if (matches.size() == 1) return matches[0];
+  std::vector<std::string> ids;
+  for (const Job* j : matches) ids.push_back(j->id);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job id prefix ", Shown(job_id), " matches ",
+      matches.size() > 3 ? "more than 3 jobs" : "several jobs", " (",
+      absl::StrJoin(ids, ", "), matches.size() > 3 ? ", ..." : "",
+      "): give more of it"));
 }
 
 Job* JobTable::Get(const std::string& job_id) {

@@ -38,8 +38,10 @@ class JobTable {
   // `run`: this run's tag in page tokens (jobs/pages.h).
   JobTable(std::string start_tag, uint64_t run);
 
-  // The job of `job_id`; NOT_FOUND naming it (quoted short) when there is
-  // none. The one lookup for ids that callers give.
+  // The job of `job_id`, or of the one id it is a prefix of (8 characters
+  // or more); NOT_FOUND naming it (quoted short) when there is none,
+  // INVALID_ARGUMENT listing some when the prefix is not unique. The one
+  // lookup for ids that callers give.
   absl::StatusOr<Job*> Find(const std::string& job_id);
   absl::StatusOr<const Job*> Find(const std::string& job_id) const;
   // The job of an id the coordinator holds (a task's, a worker's): null

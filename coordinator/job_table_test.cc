@@ -31,6 +31,27 @@ TEST(JobTableTest, FindIsNotFoundQuotingTheId) {
   EXPECT_EQ(table.Get("nope"), nullptr);
 }
 
+// A unique prefix of 8 characters or more finds its job; an ambiguous one
+// lists some of what it matches.
+TEST(JobTableTest, FindTakesAUniquePrefix) {
+  JobTable table("tag", 1);
+  table.Add(NewJob("job-6b0a-1-aaaa"));
+  table.Add(NewJob("job-6b0a-2-bbbb"));
+  table.Add(NewJob("job-6b0a-21-cccc"));
+  ASSERT_TRUE(table.Find("job-6b0a-1").ok());
+  EXPECT_EQ((*table.Find("job-6b0a-1"))->id, "job-6b0a-1-aaaa");
+  EXPECT_EQ((*table.Find("job-6b0a-21"))->id, "job-6b0a-21-cccc");
+  EXPECT_EQ(table.Find("job-6b").status().code(),
+            absl::StatusCode::kNotFound);  // Too short to be a prefix.
+  const absl::Status two = table.Find("job-6b0a-2").status();
+  EXPECT_EQ(two.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(two.message(),
+            "job id prefix job-6b0a-2 matches several jobs (job-6b0a-2-bbbb, "
+            "job-6b0a-21-cccc): give more of it");
+  EXPECT_EQ(table.Find("job-6b0a-3").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(JobTableTest, AddKeepsSubmissionOrder) {
   JobTable table("tag", 1);
   table.Add(NewJob("b"));
