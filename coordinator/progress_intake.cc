@@ -1,9 +1,11 @@
 #include "coordinator/progress_intake.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -196,6 +198,7 @@ void ProgressIntake::Apply(Job& job, const std::string& worker_id,
     job.total_steps = p.total_steps();
   }
   ++job.version;
+  if (IsOutputStage(job, p.stage())) LogTrainingSignal(job);
   LogFirstStepAfterRestart(job, p);
   VouchForWorkers(job, p, now);
   checkpoints_.ApplyLocked(job, p);
@@ -267,6 +270,38 @@ void ProgressIntake::ForgetUnloadableCheckpoint(Job& job, int64_t version,
       "restarts use an older one: {}",
       job.id, it->first, it->second.dir(), error);
   job.checkpoints.erase(it);
+}
+
+void ProgressIntake::LogTrainingSignal(Job& job) {
+  const int64_t now_ms = absl::ToUnixMillis(clock_->WallNow());
+  const v1::LossPoint latest = job.ledger.latest_loss();
+  const int64_t step = latest.minibatch() + 1;
+  const int64_t every = LogEvery(job);
+  if (step / every > job.logged_step / every ||
+      (job.total_steps > 0 && step == job.total_steps &&
+       job.logged_step < step)) {
+    job.logged_step = step;
+    logs_.AppendEvent(
+        job.id, now_ms, "info",
+        job.total_steps > 0
+            ? absl::StrFormat("step %d/%d loss %.4f", step, job.total_steps,
+                              latest.loss())
+            : absl::StrFormat("step %d loss %.4f", step, latest.loss()));
+  }
+  const bool text = job.spec.data().has_text();
+  for (const auto& [at, e] : job.ledger.evals()) {
+    if (at <= job.logged_eval) continue;
+    job.logged_eval = at;
+    logs_.AppendEvent(
+        job.id, now_ms, "info",
+        text ? absl::StrFormat(
+                   "evaluation at step %d: validation loss %.4f perplexity "
+                   "%.2f",
+                   at, e.loss(), std::exp(e.loss()))
+             : absl::StrFormat(
+                   "evaluation at step %d: test loss %.4f accuracy %.4f", at,
+                   e.loss(), e.accuracy()));
+  }
 }
 
 void ProgressIntake::LogFirstStepAfterRestart(Job& job,

@@ -77,6 +77,9 @@ class ProgressIntake {
   // files are damaged): forgets it, so that a restart goes further back.
   void ForgetUnloadableCheckpoint(Job& job, int64_t version,
                                   const std::string& error);
+  // A loss line every LogEvery(job) steps and one per evaluation, in the
+  // job's log (from the output stage's reports, combined over replicas).
+  void LogTrainingSignal(Job& job);
   void LogFirstStepAfterRestart(Job& job, const StageProgress& p);
   // A stage committed a version beyond any before in this attempt: every
   // worker of the job took part (a pipeline's step needs every stage, a

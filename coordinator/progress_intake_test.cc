@@ -182,6 +182,41 @@ TEST_F(ProgressIntakeTest, LogLinesAreTheCallersAndTracesKeptForLater) {
   EXPECT_EQ(records_[0].trace.events_size(), 1);
 }
 
+// The training signal: a loss line every LogEvery steps (100 steps: every
+// 10) and at the last step, and a line per evaluation, once each.
+TEST_F(ProgressIntakeTest, TheLogHoldsTheLossAndEachEvaluation) {
+  EXPECT_EQ(LogEvery(TheJob()), 10);
+  auto report = [](int64_t from, int64_t to) {
+    StageProgress p = Report();
+    for (int64_t m = from; m < to; ++m) {
+      v1::LossPoint* l = p.add_losses();
+      l->set_minibatch(m);
+      l->set_loss(2.0 - 0.01 * m);
+      l->set_samples(8);
+    }
+    return p;
+  };
+  ASSERT_TRUE(Send({report(0, 9)}).ok());  // Steps 1-9: no line yet.
+  StageProgress p = report(9, 25);
+  v1::EvalPoint* e = p.add_evals();
+  e->set_step(20);
+  e->set_loss(1.5);
+  e->set_accuracy(0.75);
+  ASSERT_TRUE(Send({p}).ok());
+  ASSERT_TRUE(Send({report(25, 26)}).ok());  // No new line.
+  ASSERT_TRUE(Send({report(26, 100)}).ok());
+  std::vector<std::string> texts;
+  for (const v1::LogLine& l : logs_.Read("j1", 0, std::nullopt, 100)) {
+    EXPECT_EQ(l.worker(), "coordinator");
+    texts.push_back(l.text());
+  }
+  EXPECT_EQ(texts, (std::vector<std::string>{
+                       "step 25/100 loss 1.7600",
+                       "evaluation at step 20: test loss 1.5000 accuracy "
+                       "0.7500",
+                       "step 100/100 loss 1.0100"}));
+}
+
 TEST_F(ProgressIntakeTest, CheckBatchNeedsNoState) {
   EXPECT_TRUE(ProgressIntake::CheckBatch("w1", "i1", {}).ok());
   EXPECT_EQ(ProgressIntake::CheckBatch("", "i1", {}).code(),

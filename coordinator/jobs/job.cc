@@ -14,6 +14,12 @@ int MaxRestarts(const JobSpec& spec) {
   return f.has_max_restarts() ? f.max_restarts() : 3;
 }
 
+int64_t LogEvery(const Job& job) {
+  if (job.spec.log_every() > 0) return job.spec.log_every();
+  if (job.total_steps <= 0) return 100;
+  return std::max<int64_t>(10, (job.total_steps / 20 + 9) / 10 * 10);
+}
+
 const v1::CheckpointManifest* RestorePoint(const Job& job) {
   if (!job.checkpoints.empty()) return &job.checkpoints.rbegin()->second;
   if (job.resume.version() > 0) return &job.resume;

@@ -62,6 +62,10 @@ struct Job {
   bool probing = false;
   // The output stage committed a step since the latest restart.
   bool stepped_since_restart = false;
+  // The training signal in the job's log: the last step whose loss, and
+  // the last evaluation's step, it holds a line of.
+  int64_t logged_step = 0;
+  int64_t logged_eval = -1;
   // The highest version any stage of this attempt reported committed:
   // a report beyond it vouches for the job's silent workers.
   int64_t vouched_version = 0;
@@ -88,6 +92,11 @@ struct Job {
 
 // fault_tolerance.max_restarts, 3 when the spec does not say.
 int MaxRestarts(const JobSpec& spec);
+
+// Every how many steps the job's log gets a loss line: the spec's
+// log_every, else about 20 lines over the job (every 10 steps at least;
+// every 100 while the total is not known).
+int64_t LogEvery(const Job& job);
 
 // The checkpoint an attempt starts from: the latest committed one, else the
 // one the job resumed from; null for the start.

@@ -70,6 +70,17 @@ class JobLedger {
   // those, scanning each stage replica's events from the newest.
   v1::GetTraceResponse TraceTail(int64_t window_us) const;
   double loss() const { return loss_; }
+  // The newest whole minibatch's loss (minibatch -1 before any), and the
+  // evaluations by step.
+  v1::LossPoint latest_loss() const {
+    if (loss_curve_.empty()) {
+      v1::LossPoint none;
+      none.set_minibatch(-1);
+      return none;
+    }
+    return loss_curve_.back();
+  }
+  const std::map<int64_t, v1::EvalPoint>& evals() const { return evals_; }
 
  private:
   struct Replica {
