@@ -31,8 +31,8 @@ std::string Waiting(const JobStatus& job) {
   switch (job.state()) {
     case v1::JOB_PENDING:
       if (job.queue_position() > 0) {
-        return absl::StrCat("#", job.queue_position(), " in the queue: ",
-                            Printable(job.waiting_for()));
+        return absl::StrCat("#", job.queue_position(),
+                            " in the queue: ", Printable(job.waiting_for()));
       }
       return "waiting for workers";
     case v1::JOB_PLANNING:

@@ -8,9 +8,9 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
@@ -169,8 +169,8 @@ constexpr int kWorkersPageSize = 5000;
 // epoch) was; "-" when unknown.
 std::string Age(int64_t ms) {
   if (ms <= 0) return "-";
-  const int64_t s = std::max<int64_t>(0, absl::ToUnixMillis(absl::Now()) - ms) /
-                    1000;
+  const int64_t s =
+      std::max<int64_t>(0, absl::ToUnixMillis(absl::Now()) - ms) / 1000;
   if (s < 60) return absl::StrCat(s, "s");
   if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
@@ -194,17 +194,17 @@ void PrintJobTable(const v1::ListJobsResponse& response) {
                       const std::string& state, const std::string& steps,
                       const std::string& loss, const std::string& age,
                       const std::string& owner) {
-    std::string line = absl::StrFormat("%-40s %-20s %-10s %-13s %-8s %-8s %s",
-                                       id, name, state, steps, loss, age,
-                                       owners ? owner : "");
+    std::string line =
+        absl::StrFormat("%-40s %-20s %-10s %-13s %-8s %-8s %s", id, name, state,
+                        steps, loss, age, owners ? owner : "");
     absl::StripTrailingAsciiWhitespace(&line);
     std::cout << line << "\n";
   };
   row("ID", "NAME", "STATE", "STEP/TOTAL", "LOSS", "AGE", "OWNER");
   for (const JobStatus& j : response.jobs()) {
-    const std::string steps =
-        j.total_steps() > 0 ? absl::StrCat(j.step(), "/", j.total_steps())
-                            : absl::StrCat(j.step());
+    const std::string steps = j.total_steps() > 0
+                                  ? absl::StrCat(j.step(), "/", j.total_steps())
+                                  : absl::StrCat(j.step());
     const std::string loss =
         j.step() > 0 ? absl::StrFormat("%.4f", j.loss()) : std::string("-");
     row(Printable(j.job_id()), Cell(j.name(), 20), StateName(j.state()), steps,
@@ -291,7 +291,8 @@ void PrintWorkerTable(const v1::ListWorkersResponse& response) {
 }  // namespace
 
 absl::Status ApplyOverrideFlags(const ParsedArgs& parsed, JobSpec* spec) {
-  if (parsed.given.count("name") != 0) spec->set_name(absl::GetFlag(FLAGS_name));
+  if (parsed.given.count("name") != 0)
+    spec->set_name(absl::GetFlag(FLAGS_name));
   return ApplySpecOverrides(absl::GetFlag(FLAGS_set), spec);
 }
 

@@ -140,8 +140,9 @@ absl::Status ApplyOne(const std::string& set, JobSpec* spec) {
     const FieldDescriptor* field =
         message->GetDescriptor()->FindFieldByName(names[i]);
     if (field == nullptr) {
-      return bad(absl::StrCat(message->GetDescriptor()->name(), " has no field '",
-                              names[i], "' (", FieldsOf(*message), ")"));
+      return bad(absl::StrCat(message->GetDescriptor()->name(),
+                              " has no field '", names[i], "' (",
+                              FieldsOf(*message), ")"));
     }
     if (field->is_repeated()) {
       return bad(absl::StrCat(names[i], " is a list: set it in the spec file"));
@@ -150,10 +151,10 @@ absl::Status ApplyOne(const std::string& set, JobSpec* spec) {
     const bool is_message =
         field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
     if (last && is_message) {
-      return bad(absl::StrCat(names[i], " is a message: name one of its ",
-                              "fields (", FieldsOf(message->GetReflection()->
-                                                   GetMessage(*message, field)),
-                              ")"));
+      return bad(absl::StrCat(
+          names[i], " is a message: name one of its ", "fields (",
+          FieldsOf(message->GetReflection()->GetMessage(*message, field)),
+          ")"));
     }
     if (!last && !is_message) {
       return bad(absl::StrCat(names[i], " is not a message"));

@@ -17,12 +17,12 @@ std::string Error(const std::vector<std::string>& sets) {
 TEST(SpecOverridesTest, SetsScalarsAtAnyDepth) {
   JobSpec spec;
   spec.mutable_optimizer()->mutable_sgd()->set_lr(0.1);
-  ASSERT_TRUE(ApplySpecOverrides({"max_steps=100", "pipeline.workers=2",
-                                  "name=run 7", "optimizer.adam.lr=3e-4",
-                                  "pipeline.sequence_parallel=true",
-                                  "data.text.context=32", "priority=-3",
-                                  "pipeline.schedule=zb_h1", "seed=18"},
-                                 &spec)
+  ASSERT_TRUE(ApplySpecOverrides(
+                  {"max_steps=100", "pipeline.workers=2", "name=run 7",
+                   "optimizer.adam.lr=3e-4", "pipeline.sequence_parallel=true",
+                   "data.text.context=32", "priority=-3",
+                   "pipeline.schedule=zb_h1", "seed=18"},
+                  &spec)
                   .ok());
   EXPECT_EQ(spec.max_steps(), 100);
   EXPECT_EQ(spec.pipeline().workers(), 2);
@@ -53,8 +53,9 @@ TEST(SpecOverridesTest, ErrorsNameThePath) {
   EXPECT_EQ(Error({"pipeline.sequence_parallel=yes please"}),
             "--set pipeline.sequence_parallel: 'yes please' is not true or "
             "false");
-  EXPECT_NE(Error({"pipeline=3"}).find("--set pipeline: pipeline is a "
-                                       "message: name one of its fields"),
+  EXPECT_NE(Error({"pipeline=3"})
+                .find("--set pipeline: pipeline is a "
+                      "message: name one of its fields"),
             std::string::npos);
   EXPECT_EQ(Error({"max_steps.x=3"}),
             "--set max_steps.x: max_steps is not a message");

@@ -200,8 +200,7 @@ absl::StatusOr<std::string> CoordinatorCore::SubmitJob(
   ASSIGN_OR_RETURN(const SpecSummary valid,
                    CheckSpecAndProfile(spec, profile, memory));
   RETURN_IF_ERROR(CheckPriority(spec, owner_role, options_.max_user_priority));
-  RETURN_IF_ERROR(
-      CheckWorkersExist(spec, valid.pipeline.workers, registered));
+  RETURN_IF_ERROR(CheckWorkersExist(spec, valid.pipeline.workers, registered));
   RETURN_IF_ERROR(checkpoints_.CheckDir(spec));
   v1::CheckpointManifest resume;
   if (!resume_from.empty()) {

@@ -26,8 +26,8 @@
 #include "coordinator/job_table.h"
 #include "coordinator/options.h"
 #include "coordinator/planning.h"
-#include "coordinator/registry.h"
 #include "coordinator/profile_cache.h"
+#include "coordinator/registry.h"
 #include "coordinator/worker_client.h"
 #include "proto/service_types.h"
 

@@ -46,11 +46,11 @@ absl::StatusOr<const Job*> JobTable::Find(const std::string& job_id) const {
   if (matches.size() == 1) return matches[0];
   std::vector<std::string> ids;
   for (const Job* j : matches) ids.push_back(j->id);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "job id prefix ", Shown(job_id), " matches ",
-      matches.size() > 3 ? "more than 3 jobs" : "several jobs", " (",
-      absl::StrJoin(ids, ", "), matches.size() > 3 ? ", ..." : "",
-      "): give more of it"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("job id prefix ", Shown(job_id), " matches ",
+                   matches.size() > 3 ? "more than 3 jobs" : "several jobs",
+                   " (", absl::StrJoin(ids, ", "),
+                   matches.size() > 3 ? ", ..." : "", "): give more of it"));
 }
 
 Job* JobTable::Get(const std::string& job_id) {

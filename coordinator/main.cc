@@ -298,9 +298,8 @@ bool OptionsFromFlags(CoordinatorOptions* options) {
   options->profile_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_profile_timeout_ms));
   const int64_t wait_ms = absl::GetFlag(FLAGS_wait_for_workers_ms);
-  options->default_wait_for_workers = wait_ms > 0
-                                          ? absl::Milliseconds(wait_ms)
-                                          : absl::InfiniteDuration();
+  options->default_wait_for_workers =
+      wait_ms > 0 ? absl::Milliseconds(wait_ms) : absl::InfiniteDuration();
   options->max_user_priority = absl::GetFlag(FLAGS_max_user_priority);
   options->reuse_profiles = absl::GetFlag(FLAGS_reuse_profiles);
   QueueOptionsFromFlags(options);

@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
+#include "common/version.h"
 #include "grpcpp/support/interceptor.h"
 
 namespace aqueduct {
@@ -117,7 +118,18 @@ void DeclareJobFamilies(MetricsText* text) {
   text->Declare("aqueduct_job_planned_steps", MetricType::kGauge,
                 "Minibatches the job runs in all (0: not known yet).");
   text->Declare("aqueduct_job_samples_per_second", MetricType::kGauge,
-                "The job's training throughput, samples per second.");
+                "The job's training throughput, samples per second (rate() "
+                "of aqueduct_job_samples_total is the Prometheus way).");
+  text->Declare("aqueduct_job_samples_total", MetricType::kCounter,
+                "Samples the job has trained (steps x batch size).");
+  text->Declare("aqueduct_job_tokens_total", MetricType::kCounter,
+                "Tokens a text job has trained (samples x context).");
+  text->Declare("aqueduct_job_eval_loss", MetricType::kGauge,
+                "The job's latest evaluation's loss, on its held-out split "
+                "(validation for text, test for images).");
+  text->Declare("aqueduct_job_eval_accuracy", MetricType::kGauge,
+                "The job's latest evaluation's accuracy (token accuracy for "
+                "text).");
   text->Declare("aqueduct_job_loss", MetricType::kGauge,
                 "The job's latest training loss.");
   text->Declare("aqueduct_job_restarts_total", MetricType::kCounter,
@@ -147,6 +159,16 @@ void AddJob(const v1::JobStatus& job, MetricsText* text) {
   text->Add("aqueduct_job_steps", id, job.step());
   text->Add("aqueduct_job_planned_steps", id, job.total_steps());
   text->Add("aqueduct_job_samples_per_second", id, job.samples_per_second());
+  text->Add("aqueduct_job_samples_total", id, job.samples());
+  if (job.tokens() > 0)
+    text->Add("aqueduct_job_tokens_total", id, job.tokens());
+  if (!job.evals().empty()) {
+    const MetricLabels split = {{"job", job.job_id()},
+                                {"split", job.eval_split()}};
+    text->Add("aqueduct_job_eval_loss", split, job.evals().rbegin()->loss());
+    text->Add("aqueduct_job_eval_accuracy", split,
+              job.evals().rbegin()->accuracy());
+  }
   if (job.step() > 0) text->Add("aqueduct_job_loss", id, job.loss());
   int64_t rolled_back = 0;
   for (const v1::RestartRecord& r : job.restarts()) {
@@ -214,9 +236,10 @@ void DeclareWorkerFamilies(MetricsText* text) {
   text->Declare("aqueduct_worker_heartbeats_total", MetricType::kCounter,
                 "Heartbeats of the worker the coordinator accepted (since "
                 "the coordinator started).");
-  text->Declare("aqueduct_worker_last_heartbeat_age_seconds",
+  text->Declare("aqueduct_worker_last_heartbeat_timestamp_seconds",
                 MetricType::kGauge,
-                "Seconds since the worker's last heartbeat.");
+                "When the coordinator last heard the worker's heartbeat "
+                "(Unix seconds; time() minus it is the age).");
   text->Declare("aqueduct_worker_device_memory_bytes", MetricType::kGauge,
                 "Memory of the worker's device as it reported at registration "
                 "(host memory for a CPU device; GPU memory in use is not "
@@ -341,14 +364,25 @@ void CoordinatorMetrics::ApplyReport(const std::string& worker_id,
 }
 
 void CoordinatorMetrics::RenderJobs(const std::vector<v1::JobStatus>& jobs,
-                                    MetricsText* text) const {
+                                    absl::Time now, MetricsText* text) const {
   DeclareJobFamilies(text);
+  text->Declare("aqueduct_build_info", MetricType::kGauge,
+                "1, labelled with the coordinator's version, protocol and "
+                "build.");
+  text->Add(
+      "aqueduct_build_info",
+      {{"version", kVersion}, {"protocol", kProtoHash}, {"build", kBuild}}, 1);
   std::map<std::string, int> by_state;
   for (int s = v1::JOB_PENDING; s <= v1::JOB_CANCELLED; ++s) {
     by_state[JobStateLabel(static_cast<v1::JobState>(s))] = 0;
   }
   for (const v1::JobStatus& job : jobs) {
-    AddJob(job, text);
+    // A finished job's series end kFinishedJobGrace after it did (its
+    // count by state stays).
+    const bool stale =
+        job.finished_ms() > 0 &&
+        now - absl::FromUnixMillis(job.finished_ms()) > kFinishedJobGrace;
+    if (!stale) AddJob(job, text);
     ++by_state[JobStateLabel(job.state())];
   }
   for (const auto& [state, count] : by_state) {
@@ -394,8 +428,7 @@ void CoordinatorMetrics::RenderReplicas(const std::vector<v1::JobStatus>& jobs,
 }
 
 void CoordinatorMetrics::RenderWorkers(
-    const std::vector<v1::WorkerStatus>& workers, absl::Time now,
-    MetricsText* text) {
+    const std::vector<v1::WorkerStatus>& workers, MetricsText* text) {
   DeclareWorkerFamilies(text);
   std::map<std::string, int64_t> peak_rss;
   std::map<std::string, int> by_state;
@@ -417,10 +450,8 @@ void CoordinatorMetrics::RenderWorkers(
     const int64_t count = hb == heartbeats_.end() ? 0 : hb->second;
     heartbeats[id] = count;
     text->Add("aqueduct_worker_heartbeats_total", l, count);
-    text->Add(
-        "aqueduct_worker_last_heartbeat_age_seconds", l,
-        std::max(0.0, absl::ToDoubleSeconds(
-                          now - absl::FromUnixMillis(w.last_heartbeat_ms()))));
+    text->Add("aqueduct_worker_last_heartbeat_timestamp_seconds", l,
+              static_cast<double>(w.last_heartbeat_ms()) / 1000.0);
     text->Add("aqueduct_worker_device_memory_bytes", l,
               w.info().device().memory_bytes());
     if (auto p = peak_rss.find(id); p != peak_rss.end() && p->second > 0) {
@@ -446,9 +477,9 @@ std::string CoordinatorMetrics::Render(const CoordinatorCore& core,
   const std::vector<v1::JobStatus> jobs = AllJobs(core);
   const std::vector<v1::WorkerStatus> workers = core.ListWorkers();
   MetricsText text;
-  RenderJobs(jobs, &text);
+  RenderJobs(jobs, now, &text);
   RenderReplicas(jobs, &text);
-  RenderWorkers(workers, now, &text);
+  RenderWorkers(workers, &text);
   text.Declare(kRpcSeconds, MetricType::kHistogram,
                "Latency of the coordinator's gRPC calls from arrival to "
                "status, by method and status code, seconds.");

@@ -104,12 +104,14 @@ class CoordinatorMetrics {
   };
   void ApplyReport(const std::string& worker_id, const ReportSummary& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RenderJobs(const std::vector<v1::JobStatus>& jobs,
+  // How long a finished job's series stay after it ended.
+  static constexpr absl::Duration kFinishedJobGrace = absl::Minutes(10);
+  void RenderJobs(const std::vector<v1::JobStatus>& jobs, absl::Time now,
                   MetricsText* text) const;
   void RenderReplicas(const std::vector<v1::JobStatus>& jobs,
                       MetricsText* text);
   void RenderWorkers(const std::vector<v1::WorkerStatus>& workers,
-                     absl::Time now, MetricsText* text);
+                     MetricsText* text);
 
   HistogramFamily rpc_seconds_;
   mutable absl::Mutex mu_;

@@ -72,8 +72,9 @@ TEST_F(CoordinatorMetricsTest, RendersWorkersCallsAndProcess) {
            "aqueduct_worker_up{worker=\"w0\",host=\"host\\\"a\"} 1\n",
            "aqueduct_worker_heartbeats_total{worker=\"w0\",host=\"host\\\"a\"} "
            "2\n",
-           "aqueduct_worker_last_heartbeat_age_seconds{worker=\"w0\",host="
-           "\"host\\\"a\"} 0.5\n",
+           "aqueduct_worker_last_heartbeat_timestamp_seconds{worker=\"w0\","
+           "host=\"host\\\"a\"} ",
+           "aqueduct_build_info{version=\"0.1.0\",protocol=\"aqueduct.v1/",
            "aqueduct_worker_device_memory_bytes{worker=\"w0\",host="
            "\"host\\\"a\"}"
            " 1073741824\n",

@@ -43,7 +43,8 @@ absl::StatusOr<PlanRequest> RequestFor(
   request.microbatches = microbatches.ok() ? *microbatches : 1;
   // Weight stashing runs unreplicated stages: plan a straight pipeline
   // (and when the spec asks for one).
-  request.straight_pipeline = StashesWeights(policy.schedule) || policy.straight;
+  request.straight_pipeline =
+      StashesWeights(policy.schedule) || policy.straight;
   return request;
 }
 

@@ -24,8 +24,8 @@ std::string Bytes(const google::protobuf::Message& m) {
 std::string ProfileCache::KeyOf(const JobSpec& spec,
                                 const v1::DeviceInfo& device) {
   return absl::StrCat(Bytes(spec.model()), "|", Bytes(spec.data()), "|",
-                      spec.batch_size(), "|", device.kind(), "|",
-                      device.name(), "|", device.threads());
+                      spec.batch_size(), "|", device.kind(), "|", device.name(),
+                      "|", device.threads());
 }
 
 std::optional<ModelProfile> ProfileCache::Find(const std::string& key) const {

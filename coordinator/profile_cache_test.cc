@@ -39,7 +39,8 @@ TEST(ProfileCacheTest, KeysOnTheModelDataBatchAndDevice) {
   EXPECT_NE(ProfileCache::KeyOf(Spec(16), cpu),
             ProfileCache::KeyOf(Spec(16), two));
   JobSpec wider = Spec(16);
-  wider.mutable_model()->mutable_layers(0)->mutable_linear()->set_in_features(8);
+  wider.mutable_model()->mutable_layers(0)->mutable_linear()->set_in_features(
+      8);
   EXPECT_NE(ProfileCache::KeyOf(Spec(16), cpu),
             ProfileCache::KeyOf(wider, cpu));
 }

@@ -5,8 +5,8 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/input_checks.h"

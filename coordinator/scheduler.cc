@@ -80,11 +80,13 @@ std::vector<const Job*> Scheduler::QueueOrder() const {
   std::vector<std::pair<QueuedJob, const Job*>> queue;
   for (const std::string& id : jobs_.order()) {
     const Job& job = jobs_.At(id);
-    if (job.state == v1::JOB_PENDING) queue.emplace_back(QueuedOf(job, now), &job);
+    if (job.state == v1::JOB_PENDING)
+      queue.emplace_back(QueuedOf(job, now), &job);
   }
-  std::stable_sort(queue.begin(), queue.end(), [](const auto& a, const auto& b) {
-    return QueueBefore(a.first, b.first);
-  });
+  std::stable_sort(queue.begin(), queue.end(),
+                   [](const auto& a, const auto& b) {
+                     return QueueBefore(a.first, b.first);
+                   });
   std::vector<const Job*> order;
   order.reserve(queue.size());
   for (const auto& [q, job] : queue) order.push_back(job);

@@ -46,7 +46,8 @@ class Scheduler {
   // started (its workers' heartbeats dead_after, plus the adoption grace):
   // before that, the registered workers undercount the cluster.
   bool Settled(absl::Time now) const {
-    return now - since_ >= options_.registry.dead_after + options_.adoption_grace;
+    return now - since_ >=
+           options_.registry.dead_after + options_.adoption_grace;
   }
 
   // The pending jobs in the order the queue considers them (priority,

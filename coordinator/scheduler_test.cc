@@ -191,8 +191,7 @@ TEST_F(SchedulerTest, AJobTheRegisteredWorkersCannotRunFails) {
             "the registered workers shrank below the job: it needs 2 and 1 "
             "is registered");
   EXPECT_EQ(patient.state, v1::JOB_PENDING);
-  EXPECT_EQ(scheduler_.StandingOf(patient, scheduler_.QueueOrder())
-                .waiting_for,
+  EXPECT_EQ(scheduler_.StandingOf(patient, scheduler_.QueueOrder()).waiting_for,
             "needs 2 workers, 1 idle, 1 registered; fails in 3585 s");
 }
 

@@ -107,8 +107,7 @@ absl::Status CheckWorkersExist(const JobSpec& spec, int needed,
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "the job needs ", needed, needed == 1 ? " worker and " : " workers and ",
-      registered,
-      registered == 1 ? " is" : " are",
+      registered, registered == 1 ? " is" : " are",
       " registered: no set of registered workers could run it; start more "
       "workers, ask for fewer (pipeline.workers), or set "
       "pipeline.wait_for_workers_ms to wait that long for more to register"));

@@ -36,8 +36,7 @@ absl::Status CheckPriority(const JobSpec& spec, const std::string& role,
 // or its spec asks to wait for workers (pipeline.wait_for_workers_ms);
 // FAILED_PRECONDITION saying so otherwise: no set of registered workers
 // could run it.
-absl::Status CheckWorkersExist(const JobSpec& spec, int needed,
-                               int registered);
+absl::Status CheckWorkersExist(const JobSpec& spec, int needed, int registered);
 
 // The spec's checks (CheckJobSpec) and the profile's, if any, against
 // `memory_bytes`, the largest live worker's memory (0: none has

@@ -825,8 +825,8 @@ absl::Status WithLayerNames(const ModelSpec& model, const absl::Status& s) {
     }
     out += in.substr(at, close + 1 - at);
     at = close + 1;
-    const bool named = l >= 0 && l < model.layers_size() &&
-                       !model.layers(l).name().empty();
+    const bool named =
+        l >= 0 && l < model.layers_size() && !model.layers(l).name().empty();
     if (named && in.compare(at, 2, " (") != 0) {
       absl::StrAppend(&out, " ('", model.layers(l).name(), "')");
     }

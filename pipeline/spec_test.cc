@@ -306,9 +306,9 @@ TEST(SpecTest, ErrorsShowLayerNames) {
   const std::string head =
       "layers { linear { in_features: 8 out_features: 256 } }";
   std::string text = Gpt(head, "pipeline { workers: 3 tensor_parallel: 3 }");
-  text = absl::StrReplaceAll(
-      text, {{"layers { transformer_block", "layers { name: \"h.0\" "
-                                             "transformer_block"}});
+  text = absl::StrReplaceAll(text, {{"layers { transformer_block",
+                                     "layers { name: \"h.0\" "
+                                     "transformer_block"}});
   EXPECT_NE(Error(Parse(text)).find("model.layers[2] ('h.0')'s 2 heads"),
             std::string::npos)
       << Error(Parse(text));

@@ -89,7 +89,8 @@ def check_coordinator(families, job, stages, final_steps):
         "aqueduct_stage_received_bytes": "counter",
         "aqueduct_stage_stashed_activation_bytes": "gauge",
         "aqueduct_worker_up": "gauge", "aqueduct_worker_heartbeats": "counter",
-        "aqueduct_worker_last_heartbeat_age_seconds": "gauge",
+        "aqueduct_worker_last_heartbeat_timestamp_seconds": "gauge",
+        "aqueduct_job_samples": "counter", "aqueduct_build_info": "gauge",
         "aqueduct_worker_device_memory_bytes": "gauge",
         "aqueduct_coordinator_rpc_duration_seconds": "histogram",
         "aqueduct_coordinator_rpcs": "counter",
@@ -141,6 +142,7 @@ def check_worker(families, job, final_steps):
         "aqueduct_worker_stage_compute_seconds": "counter",
         "aqueduct_worker_stage_sent_bytes": "counter", "aqueduct_worker_stage_minibatches": "gauge",
         "process_cpu_seconds": "counter", "process_resident_memory_bytes": "gauge",
+        "aqueduct_build_info": "gauge",
     })
     sent = one(samples(families, "aqueduct_worker_heartbeats_sent", "aqueduct_worker_heartbeats_sent_total"),
                "heartbeats sent")

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/version.h"
 
 namespace aqueduct {
 namespace {
@@ -258,6 +259,12 @@ std::string WorkerMetrics::Render(const std::string& worker_id) const {
                  MetricType::kCounter,
                  "Heartbeats that failed (unreachable, refused or fenced).");
     text.Add("aqueduct_worker_heartbeats_failed_total", w, heartbeat_failures_);
+    text.Declare("aqueduct_build_info", MetricType::kGauge,
+                 "1, labelled with the worker's version, protocol and build.");
+    text.Add(
+        "aqueduct_build_info",
+        {{"version", kVersion}, {"protocol", kProtoHash}, {"build", kBuild}},
+        1);
     text.Declare("aqueduct_worker_registrations_total", MetricType::kCounter,
                  "Registrations with the coordinator, by result.");
     text.Add("aqueduct_worker_registrations_total",

@@ -70,6 +70,12 @@ JobStatus StatusOf(
     s.set_eval_split(job.spec.data().has_text() ? "validation" : "test");
   }
   job.ledger.FillStatus(job.stage_workers, worker_state, &s);
+  // Counters for metrics: samples trained, and tokens for text (each
+  // sample's context of positions).
+  s.set_samples(s.step() * job.spec.batch_size());
+  if (job.spec.data().has_text()) {
+    s.set_tokens(s.samples() * job.spec.data().text().context());
+  }
   s.set_attempt(job.attempt);
   *s.mutable_restarts() = {job.restarts.begin(), job.restarts.end()};
   if (!job.checkpoints.empty()) {
