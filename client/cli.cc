@@ -69,10 +69,16 @@ CommandLineSpec SubcommandSpec(const std::string& name,
   const bool remote =
       std::any_of(flags.begin(), flags.end(),
                   [](const FlagUse& f) { return f.name == "coordinator"; });
+  const bool output =
+      std::any_of(flags.begin(), flags.end(),
+                  [](const FlagUse& f) { return f.name == "output"; });
   spec.flags = std::move(flags);
   if (remote) {
     for (FlagUse& f : SecurityFlags()) spec.flags.push_back(std::move(f));
   }
+  // -o json: --output's short form (commands that write files set -o to
+  // their output file instead).
+  if (output) spec.aliases = {{"o", "output"}};
   spec.notes = kNotes;
   return spec;
 }

@@ -10,6 +10,7 @@
 #include "client/cli.h"
 #include "client/terminal_text.h"
 #include "common/grpc_coordinator_client.h"
+#include "absl/strings/match.h"
 #include "common/security.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -37,9 +38,27 @@ SecurityConfig ClientSecurity() {
 
 }  // namespace
 
-Remote::Remote()
-    : address_(CoordinatorAddress()),
-      client_(NewGrpcCoordinatorClient(address_, ClientSecurity())) {}
+Remote::Remote() : address_(CoordinatorAddress()) {
+  const SecurityConfig security = ClientSecurity();
+  tls_ = security.tls();
+  client_ = NewGrpcCoordinatorClient(address_, security);
+}
+
+std::string TlsMismatchHint(const absl::Status& status, bool tls) {
+  const absl::string_view message = status.message();
+  // A plaintext HTTP/2 preface to a TLS port: the server closes at once.
+  if (!tls && absl::StrContains(message, "Socket closed")) {
+    return " (a coordinator that speaks TLS closes plaintext connections "
+           "so: pass --tls_ca CA_FILE, and --token_file, or source "
+           "<state-dir>/aq.env for a cluster of deploy/local/aqueduct-local.sh)";
+  }
+  if (tls && (absl::StrContains(message, "andshake") ||
+              absl::StrContains(message, "SSL"))) {
+    return " (the TLS handshake failed: does the coordinator speak TLS, and "
+           "did --tls_ca's CA sign its certificate?)";
+  }
+  return "";
+}
 
 Remote::Remote(std::string address, std::unique_ptr<CoordinatorClient> client)
     : address_(std::move(address)), client_(std::move(client)) {}
@@ -52,7 +71,8 @@ int Remote::Failed(const absl::Status& status) const {
   }
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
     std::cerr << "aq: cannot reach the coordinator at " << address_ << ": "
-              << Printable(status.message()) << "\n";
+              << Printable(status.message()) << TlsMismatchHint(status, tls_)
+              << "\n";
     return kExitUnreachable;
   }
   // gRPC answers a method a server does not have with UNIMPLEMENTED and no

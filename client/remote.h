@@ -29,6 +29,11 @@ inline constexpr absl::Duration kWatchTimeout = absl::Hours(24);
 // --coordinator, else $AQ_COORDINATOR, else 127.0.0.1:7070.
 std::string CoordinatorAddress();
 
+// What an UNAVAILABLE `status` says of a TLS mismatch, to append to it: a
+// plaintext client (`tls` false) whose connection the coordinator closed
+// at once, or a TLS client whose handshake failed; "" otherwise.
+std::string TlsMismatchHint(const absl::Status& status, bool tls);
+
 class Remote {
  public:
   // A client for CoordinatorAddress() (connects lazily).
@@ -47,6 +52,7 @@ class Remote {
  private:
   std::string address_;
   std::unique_ptr<CoordinatorClient> client_;
+  bool tls_ = false;  // The client speaks TLS (--tls_ca).
 };
 
 // `message` as one line of JSON with the proto field names;

@@ -52,5 +52,23 @@ TEST(RemoteFailedTest, UnreachableExitsThree) {
       << text;
 }
 
+// A TLS mismatch is named: a plaintext client closed on at once, a TLS
+// client whose handshake failed; other failures get no hint.
+TEST(RemoteTest, ATlsMismatchIsNamed) {
+  const absl::Status closed = absl::UnavailableError(
+      "failed to connect to all addresses; last error: UNAVAILABLE: "
+      "ipv4:127.0.0.1:7070: Socket closed");
+  EXPECT_NE(TlsMismatchHint(closed, false).find("speaks TLS"),
+            std::string::npos);
+  EXPECT_EQ(TlsMismatchHint(closed, true), "");
+  const absl::Status handshake =
+      absl::UnavailableError("Ssl handshake failed: SSL_ERROR_SSL");
+  EXPECT_NE(TlsMismatchHint(handshake, true).find("TLS handshake failed"),
+            std::string::npos);
+  EXPECT_EQ(TlsMismatchHint(absl::UnavailableError("Connection refused"),
+                            false),
+            "");
+}
+
 }  // namespace
 }  // namespace aqueduct
