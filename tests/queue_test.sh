@@ -64,7 +64,7 @@ grep -q "unauthenticated callers have 3 unfinished jobs.*(--max_jobs_per_user)" 
   fail "a fourth unfinished job: $(cat "$tmp/err")"
 
 # Listings answer, the JSON as one document.
-[ "$(aq jobs | wc -l)" -eq 4 ] || fail "aq jobs: $(aq jobs)"
+[ "$(aq jobs | wc -l)" -eq 5 ] || fail "aq jobs (a header and 4 rows): $(aq jobs)"
 aq jobs --output json >"$tmp/jobs.json" || fail "aq jobs --output json"
 one_json <"$tmp/jobs.json" || fail "aq jobs --output json: $(head -c 300 "$tmp/jobs.json")"
 [ "$(grep -o '"job_id"' "$tmp/jobs.json" | wc -l)" -eq 4 ] || fail "aq jobs --output json: $(cat "$tmp/jobs.json")"
