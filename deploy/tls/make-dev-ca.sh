@@ -6,7 +6,8 @@
 #
 #   deploy/tls/make-dev-ca.sh DIR [--hosts IP,IP,...] [--workers N]
 #                                 [--worker-prefix P] [--first K]
-#                                 [--users NAME,NAME,...] [--days D]
+#                                 [--users NAME,NAME,...] [--admins NAME,...]
+#                                 [--days D]
 #
 # Writes into DIR (created, mode 700):
 #   ca.pem ca.key                 the CA (key mode 600)
@@ -19,7 +20,10 @@
 #   tokens                        the coordinator's --tokens_file: one line
 #                                 per worker (P<K> ... P<K+N-1>, default
 #                                 worker-0 ... worker-N-1: each worker's
-#                                 --worker_id) and per user (default: admin)
+#                                 --worker_id), per user (role user) and per
+#                                 admin (role admin: any job priority;
+#                                 default: one named admin when --users is
+#                                 not given)
 #   token.<name>                  each credential's token alone, for a
 #                                 daemon's or aq's --token_file
 # Existing files in DIR are replaced.
@@ -28,12 +32,13 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0";
 dir="${1:-}"
 [ -z "$dir" ] || [ "${dir:0:1}" = "-" ] && { usage >&2; exit 2; }
 shift
-hosts="" workers=4 users="admin" days=30 prefix="worker-" first=0
+hosts="" workers=4 users="" admins="admin" days=30 prefix="worker-" first=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
-    --users) users="$2"; shift 2 ;;
+    --users) users="$2"; [ -n "${admins_given:-}" ] || admins=""; shift 2 ;;
+    --admins) admins="$2"; admins_given=1; shift 2 ;;
     --worker-prefix) prefix="$2"; shift 2 ;;
     --first) first="$2"; shift 2 ;;
     --days) days="$2"; shift 2 ;;
@@ -85,5 +90,7 @@ add_token() {
 for ((i = first; i < first + workers; i++)); do add_token worker "$prefix$i"; done
 IFS=',' read -ra names <<< "$users"
 for u in "${names[@]}"; do [ -n "$u" ] && add_token user "$u"; done
+IFS=',' read -ra names <<< "$admins"
+for u in "${names[@]}"; do [ -n "$u" ] && add_token admin "$u"; done
 chmod 600 ./*.key tokens token.*
-echo "make-dev-ca: CA, certificates and tokens for $workers workers and users '$users' in $(pwd)"
+echo "make-dev-ca: CA, certificates and tokens for $workers workers, users '$users' and admins '$admins' in $(pwd)"
