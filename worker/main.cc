@@ -66,6 +66,10 @@ ABSL_FLAG(int64_t, memory_limit, 0,
           "device's memory: the planner fits plans to it and stages check "
           "against it before they allocate); 0: the host's physical memory");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file");
+ABSL_FLAG(bool, evaluate_in_background, true,
+          "run a job's periodic evaluations on a thread of their own, off "
+          "the pipeline's critical path (false: on the output stage's "
+          "thread, as before; for benchmarks)");
 ABSL_FLAG(int64_t, peer_timeout_ms, 60000,
           "deadline of every wait on a pipeline peer");
 ABSL_FLAG(int64_t, model_upload_deadline_ms, 300000,
@@ -341,6 +345,7 @@ StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads,
   options.memory_bytes = MemoryBytes();
   options.peer_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
+  options.evaluate_in_background = absl::GetFlag(FLAGS_evaluate_in_background);
   return options;
 }
 

@@ -111,7 +111,10 @@ absl::StatusOr<ParameterSet> GatherWeights(
     std::vector<std::string> parts(layout.TensorDegree(s));
     for (int k = 0; k < layout.TensorDegree(s); ++k) {
       auto mine = in.local.find(s);
-      if (k == 0 && mine != in.local.end()) {
+      auto flat = in.local_flat.find(s);
+      if (k == 0 && flat != in.local_flat.end()) {
+        parts[k] = flat->second;
+      } else if (k == 0 && mine != in.local.end()) {
         ASSIGN_OR_RETURN(parts[k], Flatten(*in.device, *mine->second));
       } else {
         ASSIGN_OR_RETURN(parts[k],
@@ -164,18 +167,34 @@ absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in) {
   return end;
 }
 
+bool GathersEvaluation(const JobLayout& layout, int stage) {
+  return layout.replica == 0 && IsEvaluator(layout) &&
+         stage == layout.num_stages() - 1;
+}
+
+absl::Status LocalSnapshot(EvaluationInputs* in) {
+  for (const auto& [stage, params] : in->local) {
+    ASSIGN_OR_RETURN(in->local_flat[stage], Flatten(*in->device, *params));
+  }
+  in->local.clear();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<EvalResult>> EvaluateAtVersion(
     const EvaluationInputs& in, int64_t version,
     std::vector<std::unique_ptr<Work>>* sends) {
   const JobLayout& layout = *in.layout;
   if (layout.replica != 0) return std::nullopt;
   auto mine = in.local.find(in.stage);
-  if (mine == in.local.end()) {
+  if (mine == in.local.end() && in.local_flat.count(in.stage) == 0) {
     return absl::InternalError(
         absl::StrCat("an evaluation called for stage ", in.stage,
                      ", which this worker does not hold"));
   }
   if (!IsEvaluator(layout)) {
+    if (mine == in.local.end()) {
+      return absl::InternalError("a periodic evaluation's sender snapshot");
+    }
     ASSIGN_OR_RETURN(std::string flat, Flatten(*in.device, *mine->second));
     sends->push_back(in.comm->Send(layout.evaluator_rank(),
                                    EvalTag(version, in.stage, layout.member),

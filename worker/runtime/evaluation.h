@@ -38,6 +38,9 @@ struct EvaluationInputs {
   // The weights of every stage this worker holds (one, or its chunks), by
   // stage; live (a chunk's current weights).
   std::map<int, const ParameterSet*> local;
+  // Or their bytes copied to the host (LocalSnapshot), for an evaluation
+  // off the stage's thread; these come first.
+  std::map<int, std::string> local_flat;
   // EvaluateAtVersion: the stage whose step made the version (its chunk's
   // weights are sent, or on the evaluator's rank the output stage gathers).
   int stage = 0;
@@ -59,6 +62,16 @@ struct EndOfJob {
 // `timeout`), DATA_LOSS for weights of the wrong size, INTERNAL when the
 // evaluator has no test split loaded.
 absl::StatusOr<EndOfJob> EvaluateAtEnd(const EvaluationInputs& in);
+
+// Whether stage `stage`'s step on this worker is where a periodic
+// evaluation gathers and evaluates (the output stage, on member 0 of its
+// replica 0): the part that may run off the stage's thread.
+bool GathersEvaluation(const JobLayout& layout, int stage);
+
+// The host bytes of the weights of every stage in `in.local`, into
+// `in.local_flat` (and `in.local` cleared): what an evaluation run later,
+// on another thread and device, reads of this worker's own stages.
+absl::Status LocalSnapshot(EvaluationInputs* in);
 
 // A periodic evaluation (JobSpec.eval_every) of the weights of `version`,
 // called by every stage's replica 0 once it has made that version (for

@@ -200,6 +200,13 @@ void ProgressAccumulator::RecordTransfersLocked(const StageEvent& e, int stage,
   }
 }
 
+void ProgressAccumulator::OnEvalSpan(int64_t step, absl::Time start,
+                                     absl::Time end) {
+  absl::MutexLock lock(&mu_);
+  AddTraceLocked(absl::StrCat("eval v=", step), "eval", start, end - start);
+  dirty_ = true;
+}
+
 void ProgressAccumulator::RecordTraceLocked(const StageEvent& e, int stage) {
   const std::string mb =
       absl::StrCat("mb=", e.minibatch,

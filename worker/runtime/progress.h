@@ -77,6 +77,9 @@ class ProgressAccumulator {
   // The test split's metrics of the trained model (also an evaluation at
   // the total step count).
   void SetTest(double accuracy, double loss);
+  // A periodic evaluation that ran off the stage's thread from `start` to
+  // `end`: a trace event "eval v=<step>" on the "eval" track.
+  void OnEvalSpan(int64_t step, absl::Time start, absl::Time end);
   // An evaluation of the weights after `step` steps (JobSpec.eval_every).
   void OnEval(int64_t step, double accuracy, double loss);
   // The stage finished its work.

@@ -5,9 +5,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/logging.h"
@@ -275,6 +277,9 @@ class PipelineJob {
   PipelineJob(const StageAssignment& a, const JobEnv& env) : a_(a), env_(env) {}
   // The data plane is forgotten before it closes, on every path out.
   ~PipelineJob() {
+    // An evaluation in flight ends (its waits on peers are bounded) before
+    // the data plane and the data it reads go.
+    if (eval_thread_.joinable()) eval_thread_.join();
     if (plane_.comm != nullptr && env_.on_data_plane) {
       env_.on_data_plane(nullptr);
     }
@@ -309,6 +314,15 @@ class PipelineJob {
   PipelineStage::Options StageOptions(Held& held);
   EvaluationInputs EvalInputs(int stage);
   absl::Status EvaluatePeriodically(int stage, int64_t version);
+  // The evaluator's part of a periodic evaluation, off the stage's thread:
+  // this worker's weights copied to the host now, then gathered with the
+  // other stages' and evaluated on eval_thread_ with a device of its own,
+  // while the stage trains on. One at a time; an earlier one's error
+  // surfaces at the next, or at the end.
+  absl::Status EvaluateInBackground(EvaluationInputs in, int stage,
+                                    int64_t version);
+  // Waits for the evaluation in flight; its error, if it failed.
+  absl::Status JoinEvaluation();
 
   // The model the stages run: this member's part when they are
   // tensor-parallel, else the whole (job_'s, which evaluation uses).
@@ -329,6 +343,11 @@ class PipelineJob {
   std::vector<Held> held_;
   // Sends of weights to periodic evaluations, not waited for yet.
   std::vector<std::unique_ptr<Work>> eval_sends_;
+  // The evaluator's periodic evaluations (EvaluateInBackground).
+  std::unique_ptr<Device> eval_device_;
+  std::thread eval_thread_;
+  absl::Mutex eval_mu_;
+  absl::Status eval_status_ ABSL_GUARDED_BY(eval_mu_);
 };
 
 absl::Status PipelineJob::Prepare() {
@@ -473,11 +492,46 @@ EvaluationInputs PipelineJob::EvalInputs(int stage) {
 }
 
 absl::Status PipelineJob::EvaluatePeriodically(int stage, int64_t version) {
+  if (GathersEvaluation(layout_, stage) && env_.evaluate_in_background) {
+    return EvaluateInBackground(EvalInputs(stage), stage, version);
+  }
   ASSIGN_OR_RETURN(std::optional<EvalResult> eval,
                    EvaluateAtVersion(EvalInputs(stage), version, &eval_sends_));
   if (eval.has_value()) {
     ProgressOf(env_, stage)->OnEval(version, eval->accuracy, eval->loss);
   }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineJob::JoinEvaluation() {
+  if (eval_thread_.joinable()) eval_thread_.join();
+  absl::MutexLock lock(&eval_mu_);
+  return eval_status_;
+}
+
+absl::Status PipelineJob::EvaluateInBackground(EvaluationInputs in, int stage,
+                                               int64_t version) {
+  RETURN_IF_ERROR(JoinEvaluation());
+  RETURN_IF_ERROR(LocalSnapshot(&in));
+  if (eval_device_ == nullptr) {
+    ASSIGN_OR_RETURN(eval_device_, CreateDevice(env_.device, env_.threads));
+  }
+  in.device = eval_device_.get();
+  eval_thread_ = std::thread([this, in = std::move(in), stage, version] {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::optional<EvalResult>> eval =
+        EvaluateAtVersion(in, version, nullptr);
+    if (eval.ok() && eval->has_value()) {
+      ProgressAccumulator* progress = ProgressOf(env_, stage);
+      progress->OnEval(version, (*eval)->accuracy, (*eval)->loss);
+      progress->OnEvalSpan(version, start, absl::Now());
+    }
+    if (!eval.ok()) {
+      absl::MutexLock lock(&eval_mu_);
+      eval_status_ = Annotate(eval.status(),
+                              absl::StrCat("the evaluation at step ", version));
+    }
+  });
   return absl::OkStatus();
 }
 
@@ -523,6 +577,7 @@ absl::Status PipelineJob::RunStages() {
 }
 
 absl::Status PipelineJob::Evaluate() {
+  RETURN_IF_ERROR(JoinEvaluation());
   // The periodic evaluations' weights reached the evaluator.
   for (auto& send : eval_sends_) {
     RETURN_IF_ERROR(send->Wait(absl::Now() + env_.peer_timeout));

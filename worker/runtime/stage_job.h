@@ -42,6 +42,9 @@ struct JobEnv {
   RendezvousStore* store = nullptr;
   // Deadline of every wait on a peer (connecting included).
   absl::Duration peer_timeout = absl::Seconds(60);
+  // The evaluator runs periodic evaluations on a thread of its own (false:
+  // on the output stage's, stalling the pipeline; benchmarks compare).
+  bool evaluate_in_background = true;
   // When it becomes true the job ends with CANCELLED after its current step
   // (a wait on a peer ends when the data plane is aborted; connecting to the
   // peers ends within about 50 ms).

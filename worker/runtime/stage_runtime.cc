@@ -177,6 +177,7 @@ void StageRuntime::Run(const StageAssignment& a) {
   env.data_plane = data_plane_;
   env.store = store_;
   env.peer_timeout = options_.peer_timeout;
+  env.evaluate_in_background = options_.evaluate_in_background;
   env.stop = &stop_;
   env.progress = &progress_;
   {

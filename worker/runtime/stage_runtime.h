@@ -45,6 +45,7 @@ struct StageRuntimeOptions {
   int64_t memory_bytes = 0;
   // Deadline of every wait on a peer.
   absl::Duration peer_timeout = absl::Seconds(60);
+  bool evaluate_in_background = true;  // JobEnv's.
   // How long an assignment waits for a previous job that is ending (its
   // stop in flight) before it is refused as busy.
   absl::Duration busy_wait = absl::Seconds(5);
