@@ -7,10 +7,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "client/cli.h"
 #include "client/terminal_text.h"
 #include "common/grpc_coordinator_client.h"
-#include "absl/strings/match.h"
 #include "common/security.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -50,7 +50,8 @@ std::string TlsMismatchHint(const absl::Status& status, bool tls) {
   if (!tls && absl::StrContains(message, "Socket closed")) {
     return " (a coordinator that speaks TLS closes plaintext connections "
            "so: pass --tls_ca CA_FILE, and --token_file, or source "
-           "<state-dir>/aq.env for a cluster of deploy/local/aqueduct-local.sh)";
+           "<state-dir>/aq.env for a cluster of "
+           "deploy/local/aqueduct-local.sh)";
   }
   if (tls && (absl::StrContains(message, "andshake") ||
               absl::StrContains(message, "SSL"))) {

@@ -65,9 +65,8 @@ TEST(RemoteTest, ATlsMismatchIsNamed) {
       absl::UnavailableError("Ssl handshake failed: SSL_ERROR_SSL");
   EXPECT_NE(TlsMismatchHint(handshake, true).find("TLS handshake failed"),
             std::string::npos);
-  EXPECT_EQ(TlsMismatchHint(absl::UnavailableError("Connection refused"),
-                            false),
-            "");
+  EXPECT_EQ(
+      TlsMismatchHint(absl::UnavailableError("Connection refused"), false), "");
 }
 
 }  // namespace

@@ -277,14 +277,16 @@ absl::StatusOr<PartitionPlan> CoordinatorCore::GetPlan(
 
 absl::StatusOr<v1::GetTraceResponse> CoordinatorCore::GetTrace(
     const std::string& job_id) const {
+  std::string id;  // Whole: `job_id` may be a unique prefix of it.
   {
     absl::MutexLock lock(&mu_);
     ASSIGN_OR_RETURN(const Job* job, jobs_.Find(job_id));
     if (!traces_.is_open()) return job->ledger.Trace();
+    id = job->id;
   }
   // The file has every event since the job began, whatever restarts of
   // the coordinator came between; it is read without the table's lock.
-  absl::StatusOr<v1::GetTraceResponse> kept = traces_.Read(job_id);
+  absl::StatusOr<v1::GetTraceResponse> kept = traces_.Read(id);
   if (kept.ok() || kept.status().code() != absl::StatusCode::kNotFound) {
     return kept;
   }

@@ -424,7 +424,10 @@ absl::Status CoreHandler::StreamLogs(
     const std::function<bool(const v1::LogLine&)>& write) {
   static const std::string kFollows = "log follows";
   constexpr size_t kBatch = 1000;
-  const std::string& job = request.job_id();
+  // The whole id (the request may give a unique prefix of it): the log
+  // store knows jobs by their ids.
+  ASSIGN_OR_RETURN(const JobStatus status, core_->GetJob(request.job_id()));
+  const std::string& job = status.job_id();
   std::optional<int> stage;
   if (request.has_stage()) stage = request.stage();
   bool waiting = false;

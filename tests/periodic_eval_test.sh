@@ -51,8 +51,9 @@ id=$(aq submit "$tmp/gpt.textproto" --wait --output json 2>"$tmp/submit.err" |
   grep -o 'job-[0-9a-f-]*' | head -1)
 [ -n "$id" ] || { fail "the job: $(cat "$tmp/submit.err")"; exit 1; }
 aq status "$id" --output json >"$tmp/job.json"
-aq trace "$id" -o "$tmp/trace.json" >/dev/null 2>&1 || fail "aq trace"
-aq logs "$id" >"$tmp/logs.txt" 2>&1 || fail "aq logs"
+# A unique prefix of the id serves as well as the id.
+aq trace "${id:0:20}" -o "$tmp/trace.json" >/dev/null 2>&1 || fail "aq trace"
+aq logs "${id:0:20}" >"$tmp/logs.txt" 2>&1 || fail "aq logs"
 python3 - "$tmp/local.json" "$tmp/job.json" "$tmp/trace.json" <<'PY' || fail "the evaluations"
 import json, sys
 local = {int(e["step"]): e for e in json.load(open(sys.argv[1]))["evals"]}

@@ -156,7 +156,8 @@ case "$cmd" in
       echo "export AQ_COORDINATOR=$address"
       [ "$tls" = 1 ] && echo "export AQ_TLS_CA=$AQ_TLS_CA AQ_TOKEN_FILE=$AQ_TOKEN_FILE"
     } >"$state/aq.env"
-    printf '%s\n' ${data_roots[@]+"${data_roots[@]}"} >"$state/data-roots"
+    : >"$state/data-roots"
+    for d in ${data_roots[@]+"${data_roots[@]}"}; do printf '%s\n' "$d" >>"$state/data-roots"; done
     for i in $(seq "$workers"); do start_worker "$i" "$address" || { stop; exit 1; }; done
     wait_healthy "$workers" "$address" || { stop; exit 1; }
     if [ -s "$state/dashboard.url" ]; then
@@ -173,7 +174,9 @@ case "$cmd" in
     [ -s "$state/aq.env" ] && source "$state/aq.env"
     # The data roots start was given, unless others are.
     if [ ${#data_roots[@]} -eq 0 ] && [ -s "$state/data-roots" ]; then
-      while IFS= read -r d; do roots+=(--data_root "$d"); done <"$state/data-roots"
+      while IFS= read -r d; do
+        [ -n "$d" ] && roots+=(--data_root "$d")
+      done <"$state/data-roots"
     fi
     i=1
     while [ -e "$state/worker-$i.pid" ]; do i=$((i + 1)); done

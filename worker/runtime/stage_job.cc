@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
 #include "common/logging.h"
 #include "common/status.h"
