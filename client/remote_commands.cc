@@ -247,7 +247,7 @@ int PrintQueue(const v1::ListJobsResponse& response) {
     std::cout << "no jobs are waiting" << std::endl;
     return kExitOk;
   }
-  const char* kRow = "%-4s %-40s %-20s %-8s %-16s %-8s %s\n";
+  static constexpr char kRow[] = "%-4s %-40s %-20s %-8s %-16s %-8s %s\n";
   std::cout << absl::StrFormat(kRow, "POS", "ID", "NAME", "PRIORITY", "OWNER",
                                "WAITED", "WAITING FOR");
   for (const JobStatus* j : pending) {
