@@ -16,18 +16,8 @@ cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-100}
 EVERY=${EVERY:-20}
 ROUNDS=${ROUNDS:-2}
-if [ -z "${BIN:-}" ]; then
-  bazel build --config=opt //coordinator:coordinator //worker:worker //client:aq >/dev/null 2>&1
-  BIN=bazel-bin
-fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/bench_lib.sh
+source tests/bench/bench_lib.sh
 "$BIN/coordinator/coordinator" --listen 127.0.0.1:0 --port_file "$tmp/port" \
   --state_dir "$tmp/state" >"$tmp/coordinator.log" 2>&1 &
 pids+=($!)
@@ -44,10 +34,7 @@ for round in $(seq "$ROUNDS"); do
         >"$tmp/w$n.log" 2>&1 &
       wpids+=($!)
     done
-    for _ in $(seq 100); do
-      [ "$(aq workers --output json | grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -ge 4 ] && break
-      sleep 0.2
-    done
+    wait_healthy "$addr" 4 || true
     every=$EVERY
     [ "$mode" = none ] && every=0
     id=$(aq submit examples/gpt_fortunes.textproto --set max_steps="$STEPS" \

@@ -15,18 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-10}
 LOAD=${LOAD:-2}
-if [ -z "${BIN:-}" ]; then
-  bazel build --config=opt //coordinator:coordinator //worker:worker //client:aq >/dev/null 2>&1
-  BIN=bazel-bin
-fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/bench_lib.sh
+source tests/bench/bench_lib.sh
 for _ in $(seq "$LOAD"); do
   (while :; do :; done) &
   pids+=($!)
@@ -51,11 +41,7 @@ for reuse in true false; do
       --threads 1 >"$tmp/w$n.$reuse.log" 2>&1 &
     wpids+=($!)
   done
-  for _ in $(seq 100); do
-    [ "$("$BIN/client/aq" workers --coordinator "$addr" --output json |
-      grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -ge 4 ] && break
-    sleep 0.2
-  done
+  wait_healthy "$addr" 4 || true
   : >"$tmp/plans.$reuse"
   for run in $(seq "$RUNS"); do
     id=$("$BIN/client/aq" submit "$tmp/job.textproto" --wait --coordinator "$addr" 2>&1 |
