@@ -252,10 +252,14 @@ absl::StatusOr<JobStatus> CoordinatorCore::GetJob(
 absl::StatusOr<JobPage> CoordinatorCore::ListJobs(
     int64_t page_size, const std::string& page_token) const {
   absl::MutexLock lock(&mu_);
+  // The queue's order once for the page, not once per pending job.
+  const std::vector<const Job*> order = scheduler_.QueueOrder();
   return jobs_.Page(page_size, page_token, options_.max_jobs_page_bytes,
-                    [this](const Job& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                      return StatusOfLocked(job);  // Under mu_, held here.
-                    });
+                    [this, &order](const Job& job)
+                        ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                          // Under mu_, held here.
+                          return StatusOfLocked(job, &order);
+                        });
 }
 
 absl::StatusOr<JobState> CoordinatorCore::CancelJob(const std::string& job_id) {
@@ -319,7 +323,8 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> CoordinatorCore::WaitForJob(
   return std::make_pair(StatusOfLocked(*job), job->version);
 }
 
-JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
+JobStatus CoordinatorCore::StatusOfLocked(
+    const Job& job, const std::vector<const Job*>* order) const {
   JobStatus status = aqueduct::StatusOf(
       job, [this](const std::string& worker_id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         auto worker = registry_.Get(worker_id);  // Under mu_, held here.
@@ -328,7 +333,8 @@ JobStatus CoordinatorCore::StatusOfLocked(const Job& job) const {
   status.set_priority(job.spec.priority());
   if (job.state == v1::JOB_PENDING) {
     const Scheduler::Standing standing =
-        scheduler_.StandingOf(job, scheduler_.QueueOrder());
+        order != nullptr ? scheduler_.StandingOf(job, *order)
+                         : scheduler_.StandingOf(job, scheduler_.QueueOrder());
     status.set_queue_position(standing.position);
     status.set_waiting_for(standing.waiting_for);
   }

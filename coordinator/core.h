@@ -232,7 +232,10 @@ class CoordinatorCore : private JobEvents {
   void Schedule() override;
   void TrimFinished() override;
 
-  JobStatus StatusOfLocked(const Job& job) const
+  // `order`: the queue's order (Scheduler::QueueOrder), when the caller
+  // has it; else computed for a pending job.
+  JobStatus StatusOfLocked(const Job& job,
+                           const std::vector<const Job*>* order = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the pending jobs that can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
