@@ -140,39 +140,59 @@ bool JobDriver::ReadInput(const std::string& job_id, Input* in) {
     in->link_probe_ports.push_back(
         status.ok() ? status->info().link_probe_port() : 0);
     HostShare share;
+    v1::DeviceInfo device;
     if (status.ok()) {
-      const v1::DeviceInfo& d = status->info().device();
-      share = {status->info().host(), d.threads(), d.host_cores()};
-      if (in->shares.empty()) in->first_device = d;
+      device = status->info().device();
+      share = {status->info().host(), device.threads(), device.host_cores()};
     }
     in->shares.push_back(share);
+    in->devices.push_back(device);
   }
   return true;
 }
 
+// Each kind of device among the reserved workers profiles the model once
+// (or the cache gives its earlier profile), and the plan takes each
+// layer's slowest figure: a stage runs as fast as its slowest worker.
 absl::Status JobDriver::Profile(Input& in) {
-  const std::string key = ProfileCache::KeyOf(in.spec, in.first_device);
+  std::map<std::string, size_t> kinds;  // Key -> its first worker.
+  for (size_t i = 0; i < in.reserved.size(); ++i) {
+    kinds.emplace(ProfileCache::KeyOf(in.spec, in.devices[i]), i);
+  }
+  std::optional<ModelProfile> slowest;
+  for (const auto& [key, i] : kinds) {
+    ASSIGN_OR_RETURN(ModelProfile profile, ProfileOn(in, i));
+    slowest = slowest ? SlowestOf(*slowest, profile) : std::move(profile);
+  }
+  if (kinds.size() > 1) {
+    AQ_LOG_INFO("planning on the slowest of {} kinds of worker's profiles",
+                kinds.size());
+  }
+  if (slowest) in.profile = *std::move(slowest);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelProfile> JobDriver::ProfileOn(const Input& in, size_t i) {
+  const std::string key = ProfileCache::KeyOf(in.spec, in.devices[i]);
   if (options_.reuse_profiles) {
     if (std::optional<ModelProfile> known = profiles_.Find(key)) {
       AQ_LOG_INFO(
           "using the profile measured for an earlier job of this model on "
           "a {}",
-          in.first_device.name());
-      in.profile = *std::move(known);
-      return absl::OkStatus();
+          in.devices[i].name());
+      return *std::move(known);
     }
   }
-  auto measured = worker_clients_(in.addresses[0])
+  auto measured = worker_clients_(in.addresses[i])
                       ->Profile(in.spec, options_.profile_timeout);
   if (!measured.ok()) {
     return absl::Status(
         measured.status().code(),
-        absl::StrCat("profiling the model on worker ", in.reserved[0],
+        absl::StrCat("profiling the model on worker ", in.reserved[i],
                      " failed: ", measured.status().message()));
   }
-  in.profile = *std::move(measured);
-  profiles_.Put(key, in.profile);
-  return absl::OkStatus();
+  profiles_.Put(key, *measured);
+  return measured;
 }
 
 absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {

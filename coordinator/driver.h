@@ -69,8 +69,9 @@ class JobDriver {
     // Each reserved worker's host, compute threads and host cores (0: not
     // reported), for the collectives' latency (planning.h).
     std::vector<HostShare> shares;
-    // The device of the worker that would profile the model.
-    v1::DeviceInfo first_device;
+    // Each reserved worker's device (empty: not known); the model is
+    // profiled once on each kind of device among them.
+    std::vector<v1::DeviceInfo> devices;
     int attempt = 0;
     v1::CheckpointManifest restore;
     std::map<int, PartitionPlan> ready_plans;
@@ -84,6 +85,9 @@ class JobDriver {
   // earlier job's of the same model on the same kind of worker
   // (options.reuse_profiles).
   absl::Status Profile(Input& in);
+  // The profile of the kind of device reserved worker `i` has, from the
+  // cache or measured on that worker.
+  absl::StatusOr<ModelProfile> ProfileOn(const Input& in, size_t i);
   // pipeline.topology "measured" (coordinator/topology.h): the reserved
   // workers measure their links, `in`'s workers are reordered group by
   // group and the plan is made on the measured levels; on the spec's flat

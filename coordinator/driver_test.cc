@@ -1,5 +1,6 @@
 #include "coordinator/driver.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,6 +149,13 @@ class DriverTest : public ::testing::Test {
   JobDriver driver_;
 };
 
+// The profile calls in a fake's log.
+int Profiles(const std::vector<std::string>& log) {
+  return static_cast<int>(std::count_if(log.begin(), log.end(), [](auto& s) {
+    return s.rfind("profile ", 0) == 0;
+  }));
+}
+
 TEST_F(DriverTest, ProfilesPlansAssignsAndStarts) {
   Drive();
   EXPECT_EQ(TheJob().state, v1::JOB_RUNNING);
@@ -156,6 +164,7 @@ TEST_F(DriverTest, ProfilesPlansAssignsAndStarts) {
   const std::vector<std::string> log = calls_.Log();
   ASSERT_FALSE(log.empty());
   EXPECT_EQ(log.front(), "profile w1:1");
+  EXPECT_EQ(Profiles(log), 1);
   EXPECT_EQ(log.back().rfind("start ", 0), 0u);
   int stages = 0;
   for (const auto& workers : TheJob().stage_workers) {
@@ -171,6 +180,25 @@ TEST_F(DriverTest, ProfilesPlansAssignsAndStarts) {
       EXPECT_EQ(registry_.Get(w)->stage(), static_cast<int>(st)) << w;
     }
   }
+}
+
+// Workers of one kind profile the model once; a second kind of device
+// profiles it again, and the plan takes the slower figures.
+TEST_F(DriverTest, EachKindOfWorkerProfilesOnce) {
+  WorkerInfo info;
+  info.set_worker_id("w2");
+  info.set_incarnation("i2");
+  info.set_address("w2:1");
+  info.mutable_device()->set_kind("cpu");
+  info.mutable_device()->set_name("cpu (OpenBLAS 1 threads)");
+  std::vector<WorkerTransition> changes;
+  ASSERT_TRUE(registry_.Register(info, &changes).ok());
+  registry_.Assign("w2", "j1", -1, -1);
+  Drive();
+  const std::vector<std::string> log = calls_.Log();
+  EXPECT_EQ(Profiles(log), 2);
+  EXPECT_NE(std::find(log.begin(), log.end(), "profile w2:1"), log.end());
+  EXPECT_EQ(TheJob().state, v1::JOB_RUNNING);
 }
 
 TEST_F(DriverTest, LeavesAJobThatIsNoLongerPlanning) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "coordinator/planner/pinned_cut.h"
 #include "coordinator/planner/profile_graph.h"
 #include "coordinator/planner/stage_recompute.h"
 #include "coordinator/planner/tensor_groups.h"
@@ -409,6 +410,26 @@ double StepLatencyOf(const std::vector<HostShare>& workers) {
   return kRingStepLatencyS;
 }
 
+namespace {
+
+// pipeline.stages against the stages these workers hold: one per worker
+// (tensor group), times the chunks each holds.
+absl::Status CheckPinnedCount(const PipelinePolicy& policy,
+                              const std::vector<int>& pinned, int groups) {
+  const int chunks = std::max(1, policy.chunks);
+  if (static_cast<int>(pinned.size()) == groups * chunks) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "pipeline.stages pins ", pinned.size(), " stages, but the job's ",
+      groups, chunks > 1 ? absl::StrCat(" workers of ", chunks, " chunks each")
+                         : std::string(" worker(s)"),
+      policy.tensor_parallel > 1 ? " (tensor groups)" : "", " hold ",
+      groups * chunks));
+}
+
+}  // namespace
+
 absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const ModelProfile& profile, int workers,
                                      const std::vector<PlannerLevel>& levels,
@@ -451,7 +472,14 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
   ASSIGN_OR_RETURN(const ModelProfile member,
                    ProfileFor(spec, member_policy, profile, degree, workers,
                               step_latency_s));
-  auto graph = ProfileGraph::FromProto(member);
+  const std::vector<int> pinned(spec.pipeline().stages().begin(),
+                                spec.pipeline().stages().end());
+  ModelProfile cut = member;
+  if (!pinned.empty()) {
+    RETURN_IF_ERROR(CheckPinnedCount(policy, pinned, workers / degree));
+    ASSIGN_OR_RETURN(cut, MergePinnedStages(member, pinned));
+  }
+  auto graph = ProfileGraph::FromProto(cut);
   if (!graph.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the profile is invalid: ", graph.status().message()));
@@ -459,6 +487,7 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
   ASSIGN_OR_RETURN(
       PartitionPlan plan,
       PlanGroups(spec, policy, *graph, workers / degree, member_levels));
+  if (!pinned.empty()) RestorePinnedLayers(member, pinned, &plan);
   ExpandTensorGroups(degree, policy.recompute, &plan);
   RETURN_IF_ERROR(
       DecidePipeline(policy, spec, plan.workers_used() / degree, &plan));

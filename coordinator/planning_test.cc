@@ -205,6 +205,42 @@ TEST(PlanningTest, AStraightPipelineHasNoReplicas) {
   for (const PlanStage& s : straight->stages()) EXPECT_EQ(s.replicas(), 1);
 }
 
+// pipeline.stages: the plan is exactly the pinned cut (a lopsided one the
+// planner would not choose), priced under the cost model, with every
+// layer's node on its stage; tensor groups hold one pinned stage each; a
+// count the workers do not hold is refused, naming both.
+TEST(PlanningTest, APinnedCutIsPlannedAsPinned) {
+  JobSpec spec = Gpt();
+  spec.mutable_pipeline()->set_tensor_parallel(1);
+  for (int n : {4, 1, 1, 1}) spec.mutable_pipeline()->add_stages(n);
+  auto plan = PlanOn(spec, Profile(10), 4, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->stages_size(), 4);
+  const int first[] = {0, 4, 5, 6}, end[] = {4, 5, 6, 7};
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(plan->stages(s).first_layer(), first[s]);
+    EXPECT_EQ(plan->stages(s).end_layer(), end[s]);
+    EXPECT_EQ(plan->stages(s).replicas(), 1);
+    EXPECT_EQ(plan->stages(s).node_ids_size(), end[s] - first[s]);
+  }
+  EXPECT_EQ(plan->stages(0).node_ids(3), "layer3");
+  // Two blocks' compute bound the step.
+  EXPECT_GT(plan->stages(0).compute_time_s(), 0.055);
+  spec.mutable_pipeline()->set_tensor_parallel(2);
+  spec.mutable_pipeline()->clear_stages();
+  for (int n : {5, 2}) spec.mutable_pipeline()->add_stages(n);
+  auto groups = PlanOn(spec, Profile(10), 4, {});
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ASSERT_EQ(groups->stages_size(), 2);
+  EXPECT_EQ(groups->stages(1).first_layer(), 5);
+  spec.mutable_pipeline()->set_tensor_parallel(1);
+  auto wrong = PlanOn(spec, Profile(10), 4, {});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("pins 2 stages"), std::string::npos)
+      << wrong.status();
+  EXPECT_NE(wrong.status().message().find("hold 4"), std::string::npos);
+}
+
 // Sequence parallelism in a member's profile: a block keeps half of its
 // residual stream (x and x2, 16 x 32 x 64 floats each) and its backward
 // gathers twice more; other layers do not change.

@@ -38,6 +38,11 @@ class ProfileCache {
   std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // Oldest first.
 };
 
+// Each node's slowest times of `a` and `b` (profiles of one model on two
+// kinds of worker), the other fields `a`'s; the device names both and the
+// GEMM throughput is the lower. A node the two do not share keeps `a`'s.
+ModelProfile SlowestOf(const ModelProfile& a, const ModelProfile& b);
+
 }  // namespace aqueduct
 
 #endif  // AQUEDUCT_COORDINATOR_PROFILE_CACHE_H_

@@ -19,6 +19,32 @@ ModelProfile Profile(double ms) {
   return p;
 }
 
+// Two kinds of worker: each layer's slower figures, the lower GEMM rate,
+// both devices named.
+TEST(ProfileCacheTest, SlowestOfTakesEachLayersSlowerFigure) {
+  ModelProfile fast = Profile(1), slow = Profile(3);
+  fast.mutable_nodes(0)->set_backward_ms(5);
+  slow.mutable_nodes(0)->set_backward_ms(4);
+  fast.add_nodes()->set_forward_ms(7);
+  slow.add_nodes()->set_forward_ms(2);
+  v1::RecomputeCost* cost = slow.mutable_nodes(1)->add_recompute_costs();
+  cost->set_mode("full");
+  cost->set_backward_ms(9);
+  *fast.mutable_nodes(1)->add_recompute_costs() = *cost;
+  fast.mutable_nodes(1)->mutable_recompute_costs(0)->set_backward_ms(6);
+  fast.set_device("cpu (2 threads)");
+  slow.set_device("cpu (1 threads)");
+  fast.set_gemm_gflops(40);
+  slow.set_gemm_gflops(20);
+  const ModelProfile both = SlowestOf(fast, slow);
+  EXPECT_EQ(both.nodes(0).forward_ms(), 3);
+  EXPECT_EQ(both.nodes(0).backward_ms(), 5);
+  EXPECT_EQ(both.nodes(1).forward_ms(), 7);
+  EXPECT_EQ(both.nodes(1).recompute_costs(0).backward_ms(), 9);
+  EXPECT_EQ(both.gemm_gflops(), 20);
+  EXPECT_EQ(both.device(), "slowest of cpu (2 threads) and cpu (1 threads)");
+}
+
 // The key holds what a profile depends on, and nothing else: the steps,
 // the name and the pipeline do not change it.
 TEST(ProfileCacheTest, KeysOnTheModelDataBatchAndDevice) {

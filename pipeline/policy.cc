@@ -332,7 +332,7 @@ absl::StatusOr<PipelinePolicy> ResolvePipeline(const JobSpec& spec) {
   }
   policy.tensor_parallel = p.tensor_parallel();
   policy.sequence_parallel = p.sequence_parallel();
-  policy.straight = p.straight();
+  policy.straight = p.straight() || !p.stages().empty();
   if (spec.data().has_text()) policy.positions = spec.data().text().context();
   policy.recompute_fixed = !p.recompute().empty() && p.recompute() != "auto";
   ASSIGN_OR_RETURN(policy.recompute,

@@ -476,6 +476,41 @@ absl::Status CheckPipelineLimits(const v1::PipelineSpec& p) {
   return absl::OkStatus();
 }
 
+// pipeline.stages: each stage at least one layer, the model's layers in
+// all, and as many stages as the workers hold when the spec fixes both
+// the workers and the tensor degree.
+absl::Status CheckPinnedStages(const JobSpec& spec,
+                               const PipelinePolicy& policy) {
+  const auto& stages = spec.pipeline().stages();
+  if (stages.empty()) return absl::OkStatus();
+  int64_t layers = 0;
+  for (int s = 0; s < stages.size(); ++s) {
+    if (stages[s] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline.stages[", s, "]=", stages[s],
+                       " must be at least 1 (the layers of that stage)"));
+    }
+    layers += stages[s];
+  }
+  if (layers != spec.model().layers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.stages holds ", layers, " layers in all, but the model has ",
+        spec.model().layers_size()));
+  }
+  const int workers = spec.pipeline().workers();
+  const int t = policy.tensor_parallel;
+  const int chunks = std::max(1, policy.chunks);
+  if (workers > 0 && t > 0 && workers % t == 0 &&
+      stages.size() != workers / t * chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.stages pins ", stages.size(), " stages, but pipeline.workers=",
+        workers, t > 1 ? absl::StrCat(" in tensor groups of ", t) : "",
+        chunks > 1 ? absl::StrCat(" with ", chunks, " chunks each") : "",
+        " hold ", workers / t * chunks));
+  }
+  return absl::OkStatus();
+}
+
 // "model.layers[3].transformer_block": the layer and its kind's field.
 std::string LayerField(const ModelSpec& model, int l) {
   const auto* field =
@@ -871,6 +906,7 @@ absl::StatusOr<SpecSummary> CheckJobSpecFields(const JobSpec& spec,
   RETURN_IF_ERROR(CheckLogits(summary, spec.data(), spec.model()));
   RETURN_IF_ERROR(CheckTiesAndSchedule(spec.model(), summary.pipeline));
   RETURN_IF_ERROR(CheckTensorGroups(spec.model(), summary.pipeline));
+  RETURN_IF_ERROR(CheckPinnedStages(spec, summary.pipeline));
   RETURN_IF_ERROR(CheckMemory(spec, summary, memory));
   return summary;
 }

@@ -41,6 +41,31 @@ TEST(SpecTest, TheExamplesAreValidWithoutTheirData) {
   }
 }
 
+// pipeline.stages: every stage a layer or more, the model's layers in all,
+// as many stages as the workers hold when the spec fixes them.
+TEST(SpecTest, PinnedStagesCoverTheModel) {
+  const std::string model =
+      "layers { flatten {} } layers { linear { in_features: 64 "
+      "out_features: 8 } } layers { relu {} } layers { linear { "
+      "in_features: 8 out_features: 4 } }";
+  JobSpec spec = With(model, kSynthetic);
+  spec.mutable_pipeline()->set_schedule("1f1b_flush");
+  for (int n : {2, 2}) spec.mutable_pipeline()->add_stages(n);
+  EXPECT_TRUE(CheckJobSpec(spec).ok()) << CheckJobSpec(spec).status();
+  spec.mutable_pipeline()->set_stages(1, 0);
+  EXPECT_NE(Error(spec).find("pipeline.stages[1]=0 must be at least 1"),
+            std::string::npos);
+  spec.mutable_pipeline()->set_stages(1, 1);
+  EXPECT_NE(Error(spec).find("holds 3 layers in all, but the model has 4"),
+            std::string::npos);
+  spec.mutable_pipeline()->set_stages(1, 2);
+  spec.mutable_pipeline()->set_workers(3);
+  spec.mutable_pipeline()->set_tensor_parallel(1);
+  EXPECT_NE(Error(spec).find("pins 2 stages, but pipeline.workers=3 hold 3"),
+            std::string::npos)
+      << Error(spec);
+}
+
 TEST(SpecTest, KnownInputGivesEveryShape) {
   auto summary = CheckJobSpec(
       With("layers { conv2d { in_channels: 1 out_channels: 3 kernel_size: 3 "
