@@ -1,6 +1,7 @@
 #include "coordinator/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -226,29 +227,46 @@ void DeclareReplicaFamilies(MetricsText* text) {
   for (const auto& [name, help] : gauges) {
     text->Declare(name, MetricType::kGauge, help);
   }
+  text->Declare("aqueduct_stage_step_duration_seconds",
+                MetricType::kHistogram,
+                "Each step of a stage replica (forward, backward and update of "
+                "a minibatch, as the worker timed it), in seconds.");
+}
+
+// Steps take 1 ms to a minute: the RPC buckets.
+void ObserveInto(double seconds, HistogramSnapshot* h) {
+  if (h->bounds.empty()) {
+    h->bounds = RpcLatencyBuckets();
+    h->cumulative.assign(h->bounds.size(), 0);
+  }
+  for (size_t b = 0; b < h->bounds.size(); ++b) {
+    if (seconds <= h->bounds[b]) ++h->cumulative[b];
+  }
+  h->sum += seconds;
+  ++h->count;
 }
 
 void DeclareWorkerFamilies(MetricsText* text) {
-  text->Declare("aqueduct_worker_up", MetricType::kGauge,
+  text->Declare("aqueduct_coordinator_worker_up", MetricType::kGauge,
                 "1 if the worker is HEALTHY, else 0.");
-  text->Declare("aqueduct_worker_state", MetricType::kGauge,
+  text->Declare("aqueduct_coordinator_worker_state", MetricType::kGauge,
                 "1 for each worker, labelled with its state.");
-  text->Declare("aqueduct_worker_heartbeats_total", MetricType::kCounter,
+  text->Declare("aqueduct_coordinator_worker_heartbeats_total", MetricType::kCounter,
                 "Heartbeats of the worker the coordinator accepted (since "
                 "the coordinator started).");
-  text->Declare("aqueduct_worker_last_heartbeat_timestamp_seconds",
+  text->Declare("aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds",
                 MetricType::kGauge,
                 "When the coordinator last heard the worker's heartbeat "
                 "(Unix seconds; time() minus it is the age).");
-  text->Declare("aqueduct_worker_device_memory_bytes", MetricType::kGauge,
+  text->Declare("aqueduct_coordinator_worker_device_memory_bytes", MetricType::kGauge,
                 "Memory of the worker's device as it reported at registration "
                 "(host memory for a CPU device; GPU memory in use is not "
                 "read).");
-  text->Declare("aqueduct_worker_peak_resident_memory_bytes",
+  text->Declare("aqueduct_coordinator_worker_peak_resident_memory_bytes",
                 MetricType::kGauge,
                 "Peak resident set of the worker process, from its latest "
                 "progress report.");
-  text->Declare("aqueduct_worker_assigned", MetricType::kGauge,
+  text->Declare("aqueduct_coordinator_worker_assigned", MetricType::kGauge,
                 "1 for a worker assigned to a job's stage replica.");
   text->Declare("aqueduct_coordinator_workers", MetricType::kGauge,
                 "Registered workers by state.");
@@ -317,6 +335,9 @@ std::vector<CoordinatorMetrics::ReportSummary> CoordinatorMetrics::Summarize(
       r.has_loss = true;
       r.loss = p.losses(p.losses_size() - 1).loss();
     }
+    for (double ms : p.step_ms()) {
+      if (std::isfinite(ms) && ms >= 0) r.step_seconds.push_back(ms / 1e3);
+    }
     out.push_back(std::move(r));
   }
   return out;
@@ -361,6 +382,7 @@ void CoordinatorMetrics::ApplyReport(const std::string& worker_id,
     m.has_loss = true;
     m.last_loss = r.loss;
   }
+  for (double s : r.step_seconds) ObserveInto(s, &m.steps);
 }
 
 void CoordinatorMetrics::RenderJobs(const std::vector<v1::JobStatus>& jobs,
@@ -423,6 +445,9 @@ void CoordinatorMetrics::RenderReplicas(const std::vector<v1::JobStatus>& jobs,
               m.stashed_activation_bytes);
     text->Add("aqueduct_stage_in_flight", l, m.in_flight);
     text->Add("aqueduct_stage_peak_in_flight", l, m.peak_in_flight);
+    if (m.steps.count > 0) {
+      text->AddHistogram("aqueduct_stage_step_duration_seconds", l, m.steps);
+    }
     ++it;
   }
 }
@@ -441,28 +466,28 @@ void CoordinatorMetrics::RenderWorkers(
   for (const v1::WorkerStatus& w : workers) {
     const std::string& id = w.info().worker_id();
     const MetricLabels l = {{"worker", id}, {"host", w.info().host()}};
-    text->Add("aqueduct_worker_up", l, w.state() == v1::WORKER_HEALTHY ? 1 : 0);
+    text->Add("aqueduct_coordinator_worker_up", l, w.state() == v1::WORKER_HEALTHY ? 1 : 0);
     MetricLabels with_state = l;
     with_state.emplace_back("state", WorkerStateLabel(w.state()));
-    text->Add("aqueduct_worker_state", with_state, 1);
+    text->Add("aqueduct_coordinator_worker_state", with_state, 1);
     ++by_state[WorkerStateLabel(w.state())];
     auto hb = heartbeats_.find(id);
     const int64_t count = hb == heartbeats_.end() ? 0 : hb->second;
     heartbeats[id] = count;
-    text->Add("aqueduct_worker_heartbeats_total", l, count);
-    text->Add("aqueduct_worker_last_heartbeat_timestamp_seconds", l,
+    text->Add("aqueduct_coordinator_worker_heartbeats_total", l, count);
+    text->Add("aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds", l,
               static_cast<double>(w.last_heartbeat_ms()) / 1000.0);
-    text->Add("aqueduct_worker_device_memory_bytes", l,
+    text->Add("aqueduct_coordinator_worker_device_memory_bytes", l,
               w.info().device().memory_bytes());
     if (auto p = peak_rss.find(id); p != peak_rss.end() && p->second > 0) {
-      text->Add("aqueduct_worker_peak_resident_memory_bytes", l, p->second);
+      text->Add("aqueduct_coordinator_worker_peak_resident_memory_bytes", l, p->second);
     }
     if (!w.job_id().empty()) {
       MetricLabels a = l;
       a.emplace_back("job", w.job_id());
       a.emplace_back("stage", absl::StrCat(w.stage()));
       a.emplace_back("replica", absl::StrCat(w.replica()));
-      text->Add("aqueduct_worker_assigned", a, 1);
+      text->Add("aqueduct_coordinator_worker_assigned", a, 1);
     }
   }
   heartbeats_ = std::move(heartbeats);  // Forget workers the core forgot.

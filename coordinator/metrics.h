@@ -62,6 +62,7 @@ class CoordinatorMetrics {
     double utilization = 0;
     bool has_loss = false;
     double loss = 0;
+    std::vector<double> step_seconds;  // each step since the last report
   };
   static std::vector<ReportSummary> Summarize(
       const v1::ReportProgressRequest& request);
@@ -101,6 +102,7 @@ class CoordinatorMetrics {
     double utilization = 0;
     double last_loss = 0;
     bool has_loss = false;
+    HistogramSnapshot steps;  // step durations, seconds
   };
   void ApplyReport(const std::string& worker_id, const ReportSummary& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -45,6 +45,9 @@ class CoordinatorMetricsTest : public ::testing::Test {
     e->set_track("compute");
     e->set_start_us(start_us + 200000);
     e->set_duration_us(300000);
+    p->add_step_ms(40);  // Two steps a report, and one not a time.
+    p->add_step_ms(700);
+    p->add_step_ms(-1);
     return request;
   }
 
@@ -69,13 +72,13 @@ TEST_F(CoordinatorMetricsTest, RendersWorkersCallsAndProcess) {
   clock_.Advance(absl::Milliseconds(500));
   const std::string out = metrics_.Render(*core_, clock_.Now());
   for (const char* line : {
-           "aqueduct_worker_up{worker=\"w0\",host=\"host\\\"a\"} 1\n",
-           "aqueduct_worker_heartbeats_total{worker=\"w0\",host=\"host\\\"a\"} "
+           "aqueduct_coordinator_worker_up{worker=\"w0\",host=\"host\\\"a\"} 1\n",
+           "aqueduct_coordinator_worker_heartbeats_total{worker=\"w0\",host=\"host\\\"a\"} "
            "2\n",
-           "aqueduct_worker_last_heartbeat_timestamp_seconds{worker=\"w0\","
+           "aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds{worker=\"w0\","
            "host=\"host\\\"a\"} ",
            "aqueduct_build_info{version=\"0.1.0\",protocol=\"aqueduct.v1/",
-           "aqueduct_worker_device_memory_bytes{worker=\"w0\",host="
+           "aqueduct_coordinator_worker_device_memory_bytes{worker=\"w0\",host="
            "\"host\\\"a\"}"
            " 1073741824\n",
            "aqueduct_coordinator_rpc_duration_seconds_bucket{method="
@@ -149,12 +152,25 @@ TEST_F(CoordinatorMetricsTest, SummarizesReportsIntoMonotonicTotals) {
              "aqueduct_stage_idle_seconds_total" + l + "1.3\n",
              "aqueduct_stage_reports_total" + l + "3\n",
              "aqueduct_stage_checkpoint_files_total" + l + "0\n",
+             // 3 reports of a 40 ms and a 700 ms step.
+             "aqueduct_stage_step_duration_seconds_count" + l + "6\n",
+             "aqueduct_stage_step_duration_seconds_sum" + l + "2.21999",
          }) {
       EXPECT_NE(out.find(line), std::string::npos)
           << "scrape " << scrape << ": " << line << "\n"
           << out;
     }
     EXPECT_EQ(out.find("job=\"j1\""), std::string::npos) << out;
+    const std::string bucket = "aqueduct_stage_step_duration_seconds_bucket{";
+    const std::string at = "stage=\"0\",replica=\"0\",worker=\"w0\",le=\"";
+    EXPECT_NE(out.find(bucket + "job=\"" + *id + "\"," + at + "0.05\"} 3\n"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find(bucket + "job=\"" + *id + "\"," + at + "1\"} 6\n"),
+              std::string::npos);
+    EXPECT_NE(
+        out.find("# TYPE aqueduct_stage_step_duration_seconds histogram"),
+        std::string::npos);
     EXPECT_NE(out.find("# TYPE aqueduct_stage_sent_bytes_total counter"),
               std::string::npos);
   }

@@ -74,6 +74,12 @@ def check_histograms(families, name):
               "%s%s +Inf %s != count %s" % (name, key, buckets[-1][1] if buckets else None, h["count"]))
 
 
+def check_prefixes(families, forbidden):
+    for name in families:
+        check(not name.startswith(forbidden),
+              "family %s has a prefix another daemon's families use" % name)
+
+
 def one(values, what):
     check(len(values) == 1, "%s: want one sample, got %s" % (what, values))
     return next(iter(values.values())) if values else 0
@@ -88,22 +94,28 @@ def check_coordinator(families, job, stages, final_steps):
         "aqueduct_stage_idle_seconds": "counter", "aqueduct_stage_sent_bytes": "counter",
         "aqueduct_stage_received_bytes": "counter",
         "aqueduct_stage_stashed_activation_bytes": "gauge",
-        "aqueduct_worker_up": "gauge", "aqueduct_worker_heartbeats": "counter",
-        "aqueduct_worker_last_heartbeat_timestamp_seconds": "gauge",
+        "aqueduct_coordinator_worker_up": "gauge",
+        "aqueduct_coordinator_worker_heartbeats": "counter",
+        "aqueduct_stage_step_duration_seconds": "histogram",
+        "aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds": "gauge",
         "aqueduct_job_samples": "counter", "aqueduct_build_info": "gauge",
-        "aqueduct_worker_device_memory_bytes": "gauge",
+        "aqueduct_coordinator_worker_device_memory_bytes": "gauge",
         "aqueduct_coordinator_rpc_duration_seconds": "histogram",
         "aqueduct_coordinator_rpcs": "counter",
         "process_cpu_seconds": "counter", "process_resident_memory_bytes": "gauge",
         "process_start_time_seconds": "gauge",
     })
     check_histograms(families, "aqueduct_coordinator_rpc_duration_seconds")
+    check_histograms(families, "aqueduct_stage_step_duration_seconds")
+    # One prefix meaning per daemon: aqueduct_worker_* is the worker's own.
+    check_prefixes(families, forbidden=("aqueduct_worker_",))
     hb = samples(families, "aqueduct_coordinator_rpc_duration_seconds",
                  "aqueduct_coordinator_rpc_duration_seconds_count", method="Heartbeat", code="OK")
     check(one(hb, "Heartbeat OK count") > 0, "no Heartbeat in the RPC histogram")
-    beats = samples(families, "aqueduct_worker_heartbeats", "aqueduct_worker_heartbeats_total")
+    beats = samples(families, "aqueduct_coordinator_worker_heartbeats",
+                    "aqueduct_coordinator_worker_heartbeats_total")
     check(len(beats) == 2 and all(v > 0 for v in beats.values()), "heartbeats per worker: %s" % beats)
-    up = samples(families, "aqueduct_worker_up", "aqueduct_worker_up")
+    up = samples(families, "aqueduct_coordinator_worker_up", "aqueduct_coordinator_worker_up")
     check(sorted(up.values()) == [1, 1], "workers up: %s" % up)
     sent, received = {}, {}
     for stage in range(stages):
@@ -144,6 +156,7 @@ def check_worker(families, job, final_steps):
         "process_cpu_seconds": "counter", "process_resident_memory_bytes": "gauge",
         "aqueduct_build_info": "gauge",
     })
+    check_prefixes(families, forbidden=("aqueduct_coordinator_", "aqueduct_job_", "aqueduct_stage_"))
     sent = one(samples(families, "aqueduct_worker_heartbeats_sent", "aqueduct_worker_heartbeats_sent_total"),
                "heartbeats sent")
     check(sent > 0, "heartbeats sent %s" % sent)
