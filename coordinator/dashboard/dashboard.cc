@@ -135,7 +135,6 @@ struct Dashboard {
   CoordinatorCore* core = nullptr;
   std::string grpc_address;
   ViewLimits limits;
-  ThroughputHistory history;
   TimelineCache timelines;
 
   HttpResponse Info() const {
@@ -161,9 +160,7 @@ struct Dashboard {
     if (!status.ok() && jobs.empty()) {
       return Error(HttpStatusOf(status), status.ToString());
     }
-    const absl::Time now = absl::Now();
-    for (const JobStatus& job : jobs) history.Record(job, now);
-    return Json(JobsJson(jobs, now, limits));
+    return Json(JobsJson(jobs, absl::Now(), limits));
   }
 
   HttpResponse Job(const HttpRequest& req) {
@@ -176,10 +173,8 @@ struct Dashboard {
     }
     // Not planned yet (or a plan that never was): the page says so.
     absl::StatusOr<PartitionPlan> plan = core->GetPlan(*id);
-    const absl::Time now = absl::Now();
-    history.Record(*job, now);
-    return Json(JobJson(*job, plan.ok() ? &*plan : nullptr, history.Get(*id),
-                        now, limits));
+    return Json(
+        JobJson(*job, plan.ok() ? &*plan : nullptr, absl::Now(), limits));
   }
 
   HttpResponse Timeline(const HttpRequest& req) {

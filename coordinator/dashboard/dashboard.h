@@ -18,8 +18,7 @@
 // their bounds are in ViewLimits. Errors are JSON {"error": ...} with 400
 // (a missing or malformed parameter, named), 404 (no such job) or 500.
 //
-// Thread-safety: the handlers are thread-safe (CoordinatorCore is; the
-// throughput history has its own mutex).
+// Thread-safety: the handlers are thread-safe (CoordinatorCore is).
 #ifndef AQUEDUCT_COORDINATOR_DASHBOARD_DASHBOARD_H_
 #define AQUEDUCT_COORDINATOR_DASHBOARD_DASHBOARD_H_
 

@@ -85,9 +85,8 @@ void WriteJobFields(const JobStatus& job, const ViewLimits& limits,
   j.Key("finished_ms").Int(job.finished_ms());
 }
 
-void WriteCurves(const JobStatus& job,
-                 const std::vector<ThroughputPoint>& throughput,
-                 const ViewLimits& limits, JsonWriter& j) {
+void WriteCurves(const JobStatus& job, const ViewLimits& limits,
+                 JsonWriter& j) {
   j.Key("loss_curve").BeginArray();
   for (size_t i : ThinIndices(job.loss_curve_size(), limits.max_loss_points)) {
     const LossPoint& p = job.loss_curve(static_cast<int>(i));
@@ -102,9 +101,10 @@ void WriteCurves(const JobStatus& job,
   }
   j.EndArray();
   j.Key("throughput").BeginArray();
-  for (size_t i : ThinIndices(throughput.size(), limits.max_loss_points)) {
-    const ThroughputPoint& p = throughput[i];
-    j.BeginArray().Int(p.time_ms).Double(p.samples_per_second).Int(p.step);
+  for (size_t i : ThinIndices(job.throughput_size(), limits.max_loss_points)) {
+    const v1::ThroughputPoint& p = job.throughput(static_cast<int>(i));
+    j.BeginArray().Int(p.time_ms()).Double(p.samples_per_second());
+    j.Int(p.step());
     j.EndArray();
   }
   j.EndArray();
@@ -287,7 +287,6 @@ std::string JobsJson(const std::vector<JobStatus>& jobs, absl::Time now,
 }
 
 std::string JobJson(const JobStatus& job, const PartitionPlan* plan,
-                    const std::vector<ThroughputPoint>& throughput,
                     absl::Time now, const ViewLimits& limits) {
   JsonWriter j;
   j.BeginObject();
@@ -295,7 +294,7 @@ std::string JobJson(const JobStatus& job, const PartitionPlan* plan,
   WriteJobFields(job, limits, j);
   j.Key("test_loss").Double(job.test_loss());
   j.Key("test_accuracy").Double(job.test_accuracy());
-  WriteCurves(job, throughput, limits, j);
+  WriteCurves(job, limits, j);
   j.Key("stages").BeginArray();
   for (const v1::StageStatus& s : job.stages()) WriteStageStatus(s, j);
   j.EndArray();
@@ -335,33 +334,6 @@ std::string ErrorJson(const std::string& message) {
   JsonWriter j;
   j.BeginObject().Key("error").String(message).EndObject();
   return j.str();
-}
-
-void ThroughputHistory::Record(const JobStatus& job, absl::Time now) {
-  if (job.state() != v1::JOB_RUNNING) return;
-  absl::MutexLock lock(&mu_);
-  if (series_.count(job.job_id()) == 0 && series_.size() >= max_jobs_) {
-    // Forget the job sampled longest ago.
-    auto oldest = series_.begin();
-    for (auto it = series_.begin(); it != series_.end(); ++it) {
-      if (it->second.last < oldest->second.last) oldest = it;
-    }
-    series_.erase(oldest);
-  }
-  Series& s = series_[job.job_id()];
-  if (now - s.last < absl::Seconds(1)) return;
-  s.last = now;
-  s.points.push_back(
-      {absl::ToUnixMillis(now), job.step(), job.samples_per_second()});
-  if (s.points.size() > max_points_) s.points.pop_front();
-}
-
-std::vector<ThroughputPoint> ThroughputHistory::Get(
-    const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = series_.find(job_id);
-  if (it == series_.end()) return {};
-  return {it->second.points.begin(), it->second.points.end()};
 }
 
 }  // namespace aqueduct

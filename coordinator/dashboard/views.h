@@ -4,8 +4,7 @@
 // a coordinator or a socket. Every document is bounded (the limits below);
 // each says how many items there were and how many it shows.
 //
-// Thread-safety: the functions are stateless; ThroughputHistory is
-// thread-safe.
+// Thread-safety: the functions are stateless.
 #ifndef AQUEDUCT_COORDINATOR_DASHBOARD_VIEWS_H_
 #define AQUEDUCT_COORDINATOR_DASHBOARD_VIEWS_H_
 
@@ -61,20 +60,13 @@ std::string WorkersJson(const std::vector<WorkerStatus>& workers,
 std::string JobsJson(const std::vector<JobStatus>& jobs, absl::Time now,
                      const ViewLimits& limits);
 
-// A point of a job's throughput as the dashboard saw it.
-struct ThroughputPoint {
-  int64_t time_ms = 0;
-  int64_t step = 0;
-  double samples_per_second = 0;
-};
-
 // One job: its row (as in JobsJson) plus "loss_curve" [[minibatch, loss]],
 // "evals" [[step, loss, accuracy]], "throughput" [[time_ms, samples/s,
-// step]], "stages" (the live per-stage status), "plan" (null until
+// step]] (the coordinator's history, JobStatus.throughput), "stages" (the
+// live per-stage status), "plan" (null until
 // planned: stages with layer ranges, replicas, workers and predicted
 // times), "restart_log".
 std::string JobJson(const JobStatus& job, const PartitionPlan* plan,
-                    const std::vector<ThroughputPoint>& throughput,
                     absl::Time now, const ViewLimits& limits);
 
 // The last limits.timeline_window of a job's trace, ending at its latest
@@ -87,29 +79,6 @@ std::string TimelineJson(const std::string& job_id,
 
 // {"error": message}.
 std::string ErrorJson(const std::string& message);
-
-// Throughput over time per job, as the dashboard's polls saw it: the
-// coordinator keeps no time series (its Prometheus metrics are for that),
-// so this is sampled whenever a page asks, at most one point a second, and
-// covers the time some page was open. Bounded: max_points per job, the
-// max_jobs most recently sampled.
-class ThroughputHistory {
- public:
-  explicit ThroughputHistory(size_t max_points = 900, size_t max_jobs = 64)
-      : max_points_(max_points), max_jobs_(max_jobs) {}
-  // Records a RUNNING job's throughput at `now` (others are ignored).
-  void Record(const JobStatus& job, absl::Time now);
-  std::vector<ThroughputPoint> Get(const std::string& job_id) const;
-
- private:
-  struct Series {
-    std::deque<ThroughputPoint> points;
-    absl::Time last = absl::InfinitePast();
-  };
-  const size_t max_points_, max_jobs_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);
-};
 
 }  // namespace aqueduct
 

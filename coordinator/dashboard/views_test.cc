@@ -3,6 +3,7 @@
 // parser (a strict one: a stray comma or a raw control character fails).
 #include "coordinator/dashboard/views.h"
 
+#include <tuple>
 #include <limits>
 #include <string>
 
@@ -189,7 +190,7 @@ TEST(JobJsonTest, CurvesThinnedPlanAndStages) {
   ViewLimits limits;
   limits.max_loss_points = 10;
   const absl::Time now = absl::FromUnixMillis(5000);
-  Value v = Parse(JobJson(job, nullptr, {}, now, limits));
+  Value v = Parse(JobJson(job, nullptr, now, limits));
   EXPECT_EQ(Field(v, "plan").kind_case(), Value::kNullValue);
   const auto& curve = Field(v, "loss_curve").list_value();
   ASSERT_EQ(curve.values_size(), 10);
@@ -209,8 +210,14 @@ TEST(JobJsonTest, CurvesThinnedPlanAndStages) {
     ps->set_replicas(1);
     ps->add_worker_ranks(i);
   }
-  const std::vector<ThroughputPoint> tp = {{1000, 10, 320.5}, {2000, 20, 330}};
-  v = Parse(JobJson(job, &plan, tp, now, limits));
+  for (const auto& [ms, step, rate] :
+       {std::tuple{1000, 10, 320.5}, std::tuple{2000, 20, 330.0}}) {
+    v1::ThroughputPoint* p = job.add_throughput();
+    p->set_time_ms(ms);
+    p->set_step(step);
+    p->set_samples_per_second(rate);
+  }
+  v = Parse(JobJson(job, &plan, now, limits));
   const auto& stages = Field(Field(v, "plan"), "stages").list_value();
   ASSERT_EQ(stages.values_size(), 2);
   EXPECT_EQ(Field(stages.values(1), "first_layer").number_value(), 3);
@@ -258,27 +265,6 @@ TEST(TimelineJsonTest, LastWindowRelativeToItsStart) {
   // No events: an empty row, still a document.
   v1::GetTraceResponse empty;
   Parse(TimelineJson("job-2", empty, limits));
-}
-
-TEST(ThroughputHistoryTest, SampledOncePerSecondWhileRunning) {
-  ThroughputHistory h(/*max_points=*/3, /*max_jobs=*/2);
-  JobStatus job = MakeJob("job-1", v1::JOB_RUNNING, 1);
-  job.set_samples_per_second(100);
-  const absl::Time t = absl::FromUnixSeconds(1000);
-  h.Record(job, t);
-  h.Record(job, t + absl::Milliseconds(500));  // too soon
-  for (int i = 1; i <= 3; ++i) h.Record(job, t + absl::Seconds(i));
-  std::vector<ThroughputPoint> points = h.Get("job-1");
-  ASSERT_EQ(points.size(), 3u);  // bounded: the first was dropped
-  EXPECT_EQ(points.front().time_ms, 1001000);
-  job.set_state(v1::JOB_SUCCEEDED);
-  h.Record(job, t + absl::Seconds(10));
-  EXPECT_EQ(h.Get("job-1").size(), 3u);
-  // A third job forgets the one sampled longest ago.
-  h.Record(MakeJob("job-2", v1::JOB_RUNNING, 0), t + absl::Seconds(20));
-  h.Record(MakeJob("job-3", v1::JOB_RUNNING, 0), t + absl::Seconds(21));
-  EXPECT_TRUE(h.Get("job-1").empty());
-  EXPECT_EQ(h.Get("job-3").size(), 1u);
 }
 
 }  // namespace

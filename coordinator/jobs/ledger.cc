@@ -95,6 +95,10 @@ void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
 
 void JobLedger::ApplyLosses(const v1::StageProgress& p) {
   for (const v1::EvalPoint& e : p.evals()) evals_[e.step()] = e;
+  // Losses come from the output stage alone.
+  if (p.losses_size() > 0 && p.reported_ms() > 0) {
+    AddThroughputPoint(p.reported_ms(), p.minibatches_done());
+  }
   for (v1::LossPoint point : p.losses()) {
     if (point.samples() > 0 && point.samples() < batch_size_) {
       auto& share = loss_shares_[point.minibatch()];
@@ -120,6 +124,24 @@ void JobLedger::AddLossPoint(const v1::LossPoint& point) {
     if (q.minibatch() % loss_stride_ == 0) kept.push_back(q);
   }
   loss_curve_ = std::move(kept);
+}
+
+void JobLedger::AddThroughputPoint(int64_t time_ms, int64_t step) {
+  if (!throughput_.empty() &&
+      time_ms - throughput_.back().time_ms() < throughput_gap_ms_) {
+    return;
+  }
+  v1::ThroughputPoint& point = throughput_.emplace_back();
+  point.set_time_ms(time_ms);
+  point.set_step(step);
+  if (throughput_.size() <= kMaxThroughputPoints) return;
+  // Halve the resolution: every other point, twice the gap.
+  throughput_gap_ms_ *= 2;
+  std::vector<v1::ThroughputPoint> kept;
+  for (size_t i = 0; i < throughput_.size(); i += 2) {
+    kept.push_back(throughput_[i]);
+  }
+  throughput_ = std::move(kept);
 }
 
 void JobLedger::ApplyTrace(const std::string& worker_id,
@@ -180,6 +202,20 @@ double JobLedger::AddReplica(const Replica& l, v1::StageStatus* stage,
                   : 0;
 }
 
+void JobLedger::FillThroughput(v1::JobStatus* s) const {
+  for (size_t i = 0; i < throughput_.size(); ++i) {
+    v1::ThroughputPoint* point = s->add_throughput();
+    *point = throughput_[i];
+    if (i == 0) continue;
+    const v1::ThroughputPoint& before = throughput_[i - 1];
+    const int64_t steps = point->step() - before.step();
+    const double seconds = (point->time_ms() - before.time_ms()) / 1e3;
+    if (steps > 0 && seconds > 0) {
+      point->set_samples_per_second(steps * batch_size_ / seconds);
+    }
+  }
+}
+
 void JobLedger::FillStatus(
     const std::vector<std::vector<std::string>>& stage_workers,
     const std::function<v1::WorkerState(const std::string&)>& state_of,
@@ -189,6 +225,7 @@ void JobLedger::FillStatus(
   s->set_test_accuracy(test_accuracy_);
   s->set_test_loss(test_loss_);
   for (const auto& [step, e] : evals_) *s->add_evals() = e;
+  FillThroughput(s);
   const int stages = static_cast<int>(stage_workers.size());
   for (int st = 0; st < stages; ++st) {
     v1::StageStatus* stage = s->add_stages();

@@ -35,6 +35,7 @@ class JobLedger {
   static constexpr size_t kStepWindow = 2048;
   static constexpr size_t kMaxLossPoints = 1000;
   static constexpr int64_t kMaxTraceEvents = 200000;
+  static constexpr size_t kMaxThroughputPoints = 600;
 
   // `batch_size` is the job's minibatch size (losses reported for fewer
   // samples are shares of a minibatch split among output replicas).
@@ -104,6 +105,10 @@ class JobLedger {
   void ApplyCounters(Replica& r, const v1::StageProgress& p, absl::Time now);
   void ApplyLosses(const v1::StageProgress& p);
   void AddLossPoint(const v1::LossPoint& point);
+  // The output stage's step at the worker's `time_ms`.
+  void AddThroughputPoint(int64_t time_ms, int64_t step);
+  // The points with the samples/s between each and the one before.
+  void FillThroughput(v1::JobStatus* s) const;
   void ApplyTrace(const std::string& worker_id, const v1::StageProgress& p);
   // Adds replica `r`'s figures to `stage`; returns its samples/s.
   double AddReplica(const Replica& r, v1::StageStatus* stage,
@@ -117,6 +122,9 @@ class JobLedger {
   // samples) until the whole minibatch is in.
   std::map<int64_t, std::pair<double, int64_t>> loss_shares_;
   int64_t loss_stride_ = 1;
+  // (time_ms, step) points, at least throughput_gap_ms_ apart.
+  std::vector<v1::ThroughputPoint> throughput_;
+  int64_t throughput_gap_ms_ = 1000;
   double loss_ = 0;
   double test_accuracy_ = 0, test_loss_ = 0;
   // Evaluations by step (periodic ones and the final one).

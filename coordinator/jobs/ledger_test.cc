@@ -116,6 +116,41 @@ TEST(JobLedgerTest, LossCurveHalvesItsResolutionPastTheLimit) {
   EXPECT_EQ(s.loss(), n - 1);
 }
 
+// The output stage's throughput over the job: a point a second or more
+// apart (by the worker's clock), the rate between neighbours, the
+// resolution halved past the bound so the whole job stays covered.
+TEST(JobLedgerTest, ThroughputHistoryCoversTheJob) {
+  JobLedger ledger(8);
+  auto output = [](int64_t done, int64_t ms) {
+    v1::StageProgress p = Report(1, 0, done);
+    p.set_reported_ms(ms);
+    v1::LossPoint* loss = p.add_losses();
+    loss->set_minibatch(done - 1);
+    loss->set_loss(1);
+    return p;
+  };
+  ledger.Apply("w1", output(10, 1000), kT0);
+  ledger.Apply("w1", output(12, 1500), kT0);  // Too soon: not a point.
+  ledger.Apply("w1", output(30, 3000), kT0);
+  ledger.Apply("w0", Report(0, 0, 40), kT0);  // No losses: not the output.
+  v1::JobStatus s;
+  ledger.FillStatus({{"w0"}, {"w1"}}, Healthy, &s);
+  ASSERT_EQ(s.throughput_size(), 2);
+  EXPECT_EQ(s.throughput(0).samples_per_second(), 0);
+  EXPECT_EQ(s.throughput(1).step(), 30);
+  EXPECT_DOUBLE_EQ(s.throughput(1).samples_per_second(), 20 * 8 / 2.0);
+  for (int i = 2; i <= 700; ++i) {
+    ledger.Apply("w1", output(30 + 10 * i, 1000 + 1000 * i), kT0);
+  }
+  v1::JobStatus all;
+  ledger.FillStatus({{"w0"}, {"w1"}}, Healthy, &all);
+  EXPECT_LE(all.throughput_size(), 600);
+  EXPECT_GT(all.throughput_size(), 300);
+  EXPECT_EQ(all.throughput(0).time_ms(), 1000);
+  EXPECT_GE(all.throughput(all.throughput_size() - 1).time_ms(), 690000);
+  EXPECT_DOUBLE_EQ(all.throughput(5).samples_per_second(), 80);
+}
+
 TEST(JobLedgerTest, FinishedReplicasAndTestMetrics) {
   JobLedger ledger(8);
   v1::StageProgress last = Report(1, 0, 5);
