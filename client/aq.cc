@@ -50,6 +50,10 @@ const Subcommand kSubcommands[] = {
      CheckpointsMain},
     {"generate", "--spec SPEC --weights FILE|--job JOB",
      "sample text from a trained language model", GenerateMain},
+    {"config", "COMMAND [NAME]",
+     "named contexts: coordinators and credentials (set-context, "
+     "use-context, get-contexts, ...)",
+     ConfigMain},
     {"verify-checkpoint", "PATH",
      "check a checkpoint on disk, offline (no coordinator)",
      VerifyCheckpointMain},
@@ -62,8 +66,9 @@ constexpr char kUsageTail[] =
     "prints the version and build. Flag names use underscores (--max_steps);\n"
     "the dashed spelling (--max-steps) works too.\n"
     "Remote commands take --coordinator HOST:PORT (default $AQ_COORDINATOR,\n"
-    "else 127.0.0.1:7070), before or after the command, and --output\n"
-    "text|json (json: exactly one JSON document on stdout).\n"
+    "else 127.0.0.1:7070) or --context NAME (aq config), before or after\n"
+    "the command, and --output text|json (json: exactly one JSON document\n"
+    "on stdout).\n"
     "Exit codes: 0 success, 1 the job failed or bad input, 2 usage error,\n"
     "3 coordinator unreachable.\n";
 
@@ -86,15 +91,16 @@ const Subcommand* Find(const std::string& name) {
   return nullptr;
 }
 
-// Moves --coordinator and --output given before the command to just after
+// Moves --coordinator, --context and --output given before the command to just after
 // it, where the command parses them.
 std::vector<std::string> GlobalFlagsFirst(std::vector<std::string>* args) {
   std::vector<std::string> global;
   while (!args->empty()) {
     const std::string& a = (*args)[0];
-    const bool separate = a == "--coordinator" || a == "--output";
+    const bool separate =
+        a == "--coordinator" || a == "--output" || a == "--context";
     if (!separate && a.rfind("--coordinator=", 0) != 0 &&
-        a.rfind("--output=", 0) != 0) {
+        a.rfind("--output=", 0) != 0 && a.rfind("--context=", 0) != 0) {
       break;
     }
     const size_t n = separate && args->size() > 1 ? 2 : 1;

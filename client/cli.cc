@@ -21,6 +21,9 @@ ABSL_FLAG(std::string, output, "text",
           "text, or json: exactly one JSON document on stdout");
 ABSL_FLAG(std::string, coordinator, "",
           "the coordinator (default: $AQ_COORDINATOR, else 127.0.0.1:7070)");
+ABSL_FLAG(std::string, context, "",
+          "a named context of aq's configuration file (default $AQ_CONTEXT, "
+          "else the file's current context; aq config --help)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for GEMM (default: all cores)");
 ABSL_FLAG(std::string, format, "", "profile format");
 ABSL_FLAG(std::string, profile, "", "a profile file");
@@ -74,6 +77,7 @@ CommandLineSpec SubcommandSpec(const std::string& name,
                   [](const FlagUse& f) { return f.name == "output"; });
   spec.flags = std::move(flags);
   if (remote) {
+    spec.flags.push_back({"context", "NAME", ""});
     for (FlagUse& f : SecurityFlags()) spec.flags.push_back(std::move(f));
   }
   // -o json: --output's short form (commands that write files set -o to

@@ -17,6 +17,7 @@
 
 ABSL_DECLARE_FLAG(std::string, output);
 ABSL_DECLARE_FLAG(std::string, coordinator);
+ABSL_DECLARE_FLAG(std::string, context);
 ABSL_DECLARE_FLAG(int32_t, threads);
 ABSL_DECLARE_FLAG(std::string, format);
 ABSL_DECLARE_FLAG(std::string, profile);

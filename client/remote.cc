@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "client/cli.h"
+#include "client/contexts.h"
 #include "client/terminal_text.h"
 #include "common/grpc_coordinator_client.h"
 #include "common/security.h"
@@ -36,9 +37,22 @@ SecurityConfig ClientSecurity() {
   return *std::move(config);
 }
 
+// The context's settings applied (contexts.h), then the address; exits 2
+// naming the problem when the context or its file is bad.
+std::string AddressInContext(std::string* context) {
+  absl::StatusOr<std::string> name = ApplyContext();
+  if (!name.ok()) {
+    std::cerr << "aq: " << Printable(name.status().message()) << "\n";
+    std::exit(kExitUsage);
+  }
+  *context = *std::move(name);
+  return CoordinatorAddress();
+}
+
 }  // namespace
 
-Remote::Remote() : address_(CoordinatorAddress()) {
+Remote::Remote() {
+  address_ = AddressInContext(&context_);
   const SecurityConfig security = ClientSecurity();
   tls_ = security.tls();
   client_ = NewGrpcCoordinatorClient(address_, security);
@@ -71,7 +85,8 @@ int Remote::Failed(const absl::Status& status) const {
     return kExitFailed;
   }
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    std::cerr << "aq: cannot reach the coordinator at " << address_ << ": "
+    std::cerr << "aq: cannot reach the coordinator at " << address_
+              << (context_.empty() ? "" : " (context " + context_ + ")") << ": "
               << Printable(status.message()) << TlsMismatchHint(status, tls_)
               << "\n";
     return kExitUnreachable;

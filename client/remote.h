@@ -53,6 +53,7 @@ class Remote {
   std::string address_;
   std::unique_ptr<CoordinatorClient> client_;
   bool tls_ = false;  // The client speaks TLS (--tls_ca).
+  std::string context_;  // The context applied, if any.
 };
 
 // `message` as one line of JSON with the proto field names;

@@ -27,6 +27,25 @@ source "$state/aq.env"
 [ "$(local_sh add-worker 2>"$tmp/add.err")" = "local-2" ] || fail "add-worker: $(cat "$tmp/add.err")"
 "$tmp/bin/aq" workers >"$tmp/workers.out" || fail "aq workers through aq.env"
 [ "$(grep -c HEALTHY "$tmp/workers.out")" -eq 2 ] || fail "workers: $(cat "$tmp/workers.out")"
+# A named context (aq config) in place of aq.env: the current one, one
+# named by --context, and a flag over the context.
+(
+  unset AQ_COORDINATOR AQ_TLS_CA AQ_TOKEN_FILE
+  export AQ_CONFIG="$tmp/aq-config"
+  aq_() { "$tmp/bin/aq" "$@"; }
+  aq_ config set-context local --coordinator "$address" --tls_ca "$state/tls/ca.pem" \
+    --token_file "$state/tls/token.admin" 2>/dev/null || fail "set-context"
+  aq_ config set-context elsewhere --coordinator 127.0.0.1:1 2>/dev/null || fail "set-context elsewhere"
+  aq_ workers | grep -q HEALTHY || fail "aq workers through the current context"
+  aq_ config use-context elsewhere || fail "use-context"
+  aq_ workers >/dev/null 2>"$tmp/ctx.err"
+  [ $? -eq 3 ] && grep -q "(context elsewhere)" "$tmp/ctx.err" || fail "unreachable context: $(cat "$tmp/ctx.err")"
+  aq_ --context local workers | grep -q HEALTHY || fail "aq --context local"
+  # Flags win over the current context's settings.
+  aq_ workers --coordinator "$address" --tls_ca "$state/tls/ca.pem" \
+    --token_file "$state/tls/token.admin" | grep -q HEALTHY || fail "flags over the context"
+  exit "$fails"
+) || fails=$((fails + 1))
 # The worker reads the defaults and the root given.
 roots=$(tr '\0' ' ' <"/proc/$(cat "$state/worker-2.pid")/cmdline")
 [[ "$roots" == *"--data_root $tmp/data"* ]] || fail "the given root: $roots"
