@@ -167,6 +167,8 @@ TEST(JobsJsonTest, NewestFirstAndBounded) {
     jobs.push_back(MakeJob(absl::StrCat("job-", i), v1::JOB_SUCCEEDED, 3));
   }
   jobs.push_back(MakeJob("job-5", v1::JOB_PENDING, 0));
+  jobs.back().set_queue_position(2);
+  jobs.back().set_waiting_for("needs 3 workers, 1 idle");
   ViewLimits limits;
   limits.max_jobs = 3;
   const Value v = Parse(JobsJson(jobs, absl::FromUnixMillis(1), limits));
@@ -177,6 +179,10 @@ TEST(JobsJsonTest, NewestFirstAndBounded) {
   EXPECT_EQ(Field(list.values(0), "state").string_value(), "PENDING");
   // No loss yet: null, not 0.
   EXPECT_EQ(Field(list.values(0), "loss").kind_case(), Value::kNullValue);
+  // Its place in the queue and what it waits for.
+  EXPECT_EQ(Field(list.values(0), "queue_position").number_value(), 2);
+  EXPECT_EQ(Field(list.values(0), "waiting_for").string_value(),
+            "needs 3 workers, 1 idle");
   EXPECT_EQ(Field(list.values(1), "id").string_value(), "job-4");
   EXPECT_DOUBLE_EQ(Field(list.values(1), "loss").number_value(), 1.98);
 }
