@@ -91,8 +91,8 @@ const Subcommand* Find(const std::string& name) {
   return nullptr;
 }
 
-// Moves --coordinator, --context and --output given before the command to just after
-// it, where the command parses them.
+// Moves --coordinator, --context and --output given before the command to just
+// after it, where the command parses them.
 std::vector<std::string> GlobalFlagsFirst(std::vector<std::string>* args) {
   std::vector<std::string> global;
   while (!args->empty()) {

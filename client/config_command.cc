@@ -114,7 +114,8 @@ int SetContext(const std::string& path, v1::AqConfig config,
     c = config.add_contexts();
     c->set_name(name);
   }
-  if (absl::Status s = SetFields(c); !s.ok()) return Fail(std::string(s.message()));
+  if (absl::Status s = SetFields(c); !s.ok())
+    return Fail(std::string(s.message()));
   if (config.current_context().empty()) config.set_current_context(name);
   if (int code = Save(path, config); code != kExitOk) return code;
   std::cerr << (added ? "added" : "changed") << " context " << name << " in "
@@ -161,8 +162,8 @@ void PrintContexts(const v1::AqConfig& config) {
   std::cout << "CURRENT  NAME                 COORDINATOR               TLS  "
                "TOKEN\n";
   for (const v1::AqContext& c : config.contexts()) {
-    std::string row = c.name() == config.current_context() ? "*        "
-                                                           : "         ";
+    std::string row =
+        c.name() == config.current_context() ? "*        " : "         ";
     std::string name = Printable(c.name()), at = Printable(c.coordinator());
     name.resize(std::max<size_t>(name.size() + 1, 21), ' ');
     at.resize(std::max<size_t>(at.size() + 1, 26), ' ');
@@ -205,8 +206,8 @@ int Run(const std::string& verb, const std::vector<std::string>& rest,
 int ConfigMain(const std::vector<std::string>& args) {
   std::vector<FlagUse> flags = {CoordinatorFlag(), OutputFlag()};
   for (FlagUse& f : SecurityFlags()) flags.push_back(std::move(f));
-  CommandLineSpec spec = SubcommandSpec(
-      "config", "COMMAND [NAME] [flags]", kConfigDescription, {OutputFlag()});
+  CommandLineSpec spec = SubcommandSpec("config", "COMMAND [NAME] [flags]",
+                                        kConfigDescription, {OutputFlag()});
   spec.flags = flags;
   ParsedArgs parsed;
   if (auto code = ParseSubcommand(spec, args, 1, 2, &parsed)) return *code;

@@ -85,9 +85,9 @@ absl::StatusOr<v1::AqConfig> LoadAqConfig(const std::string& path) {
   Errors errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(*text, &config)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "aq's configuration ", path, ": ", errors.first(),
-        " (protobuf text format, proto/client_config.proto)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("aq's configuration ", path, ": ", errors.first(),
+                     " (protobuf text format, proto/client_config.proto)"));
   }
   return config;
 }

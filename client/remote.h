@@ -52,7 +52,7 @@ class Remote {
  private:
   std::string address_;
   std::unique_ptr<CoordinatorClient> client_;
-  bool tls_ = false;  // The client speaks TLS (--tls_ca).
+  bool tls_ = false;     // The client speaks TLS (--tls_ca).
   std::string context_;  // The context applied, if any.
 };
 

@@ -227,8 +227,7 @@ void DeclareReplicaFamilies(MetricsText* text) {
   for (const auto& [name, help] : gauges) {
     text->Declare(name, MetricType::kGauge, help);
   }
-  text->Declare("aqueduct_stage_step_duration_seconds",
-                MetricType::kHistogram,
+  text->Declare("aqueduct_stage_step_duration_seconds", MetricType::kHistogram,
                 "Each step of a stage replica (forward, backward and update of "
                 "a minibatch, as the worker timed it), in seconds.");
 }
@@ -251,14 +250,16 @@ void DeclareWorkerFamilies(MetricsText* text) {
                 "1 if the worker is HEALTHY, else 0.");
   text->Declare("aqueduct_coordinator_worker_state", MetricType::kGauge,
                 "1 for each worker, labelled with its state.");
-  text->Declare("aqueduct_coordinator_worker_heartbeats_total", MetricType::kCounter,
+  text->Declare("aqueduct_coordinator_worker_heartbeats_total",
+                MetricType::kCounter,
                 "Heartbeats of the worker the coordinator accepted (since "
                 "the coordinator started).");
   text->Declare("aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds",
                 MetricType::kGauge,
                 "When the coordinator last heard the worker's heartbeat "
                 "(Unix seconds; time() minus it is the age).");
-  text->Declare("aqueduct_coordinator_worker_device_memory_bytes", MetricType::kGauge,
+  text->Declare("aqueduct_coordinator_worker_device_memory_bytes",
+                MetricType::kGauge,
                 "Memory of the worker's device as it reported at registration "
                 "(host memory for a CPU device; GPU memory in use is not "
                 "read).");
@@ -466,7 +467,8 @@ void CoordinatorMetrics::RenderWorkers(
   for (const v1::WorkerStatus& w : workers) {
     const std::string& id = w.info().worker_id();
     const MetricLabels l = {{"worker", id}, {"host", w.info().host()}};
-    text->Add("aqueduct_coordinator_worker_up", l, w.state() == v1::WORKER_HEALTHY ? 1 : 0);
+    text->Add("aqueduct_coordinator_worker_up", l,
+              w.state() == v1::WORKER_HEALTHY ? 1 : 0);
     MetricLabels with_state = l;
     with_state.emplace_back("state", WorkerStateLabel(w.state()));
     text->Add("aqueduct_coordinator_worker_state", with_state, 1);
@@ -480,7 +482,8 @@ void CoordinatorMetrics::RenderWorkers(
     text->Add("aqueduct_coordinator_worker_device_memory_bytes", l,
               w.info().device().memory_bytes());
     if (auto p = peak_rss.find(id); p != peak_rss.end() && p->second > 0) {
-      text->Add("aqueduct_coordinator_worker_peak_resident_memory_bytes", l, p->second);
+      text->Add("aqueduct_coordinator_worker_peak_resident_memory_bytes", l,
+                p->second);
     }
     if (!w.job_id().empty()) {
       MetricLabels a = l;

@@ -72,10 +72,13 @@ TEST_F(CoordinatorMetricsTest, RendersWorkersCallsAndProcess) {
   clock_.Advance(absl::Milliseconds(500));
   const std::string out = metrics_.Render(*core_, clock_.Now());
   for (const char* line : {
-           "aqueduct_coordinator_worker_up{worker=\"w0\",host=\"host\\\"a\"} 1\n",
-           "aqueduct_coordinator_worker_heartbeats_total{worker=\"w0\",host=\"host\\\"a\"} "
+           "aqueduct_coordinator_worker_up{worker=\"w0\",host=\"host\\\"a\"} "
+           "1\n",
+           "aqueduct_coordinator_worker_heartbeats_total{worker=\"w0\",host="
+           "\"host\\\"a\"} "
            "2\n",
-           "aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds{worker=\"w0\","
+           "aqueduct_coordinator_worker_last_heartbeat_timestamp_seconds{"
+           "worker=\"w0\","
            "host=\"host\\\"a\"} ",
            "aqueduct_build_info{version=\"0.1.0\",protocol=\"aqueduct.v1/",
            "aqueduct_coordinator_worker_device_memory_bytes{worker=\"w0\",host="
@@ -168,9 +171,8 @@ TEST_F(CoordinatorMetricsTest, SummarizesReportsIntoMonotonicTotals) {
         << out;
     EXPECT_NE(out.find(bucket + "job=\"" + *id + "\"," + at + "1\"} 6\n"),
               std::string::npos);
-    EXPECT_NE(
-        out.find("# TYPE aqueduct_stage_step_duration_seconds histogram"),
-        std::string::npos);
+    EXPECT_NE(out.find("# TYPE aqueduct_stage_step_duration_seconds histogram"),
+              std::string::npos);
     EXPECT_NE(out.find("# TYPE aqueduct_stage_sent_bytes_total counter"),
               std::string::npos);
   }

@@ -421,9 +421,9 @@ absl::Status CheckPinnedCount(const PipelinePolicy& policy,
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "pipeline.stages pins ", pinned.size(), " stages, but the job's ",
-      groups, chunks > 1 ? absl::StrCat(" workers of ", chunks, " chunks each")
-                         : std::string(" worker(s)"),
+      "pipeline.stages pins ", pinned.size(), " stages, but the job's ", groups,
+      chunks > 1 ? absl::StrCat(" workers of ", chunks, " chunks each")
+                 : std::string(" worker(s)"),
       policy.tensor_parallel > 1 ? " (tensor groups)" : "", " hold ",
       groups * chunks));
 }

@@ -41,7 +41,8 @@ ModelProfile SlowestOf(const ModelProfile& a, const ModelProfile& b) {
     }
   }
   if (b.device() != a.device()) {
-    out.set_device(absl::StrCat("slowest of ", a.device(), " and ", b.device()));
+    out.set_device(
+        absl::StrCat("slowest of ", a.device(), " and ", b.device()));
   }
   out.set_gemm_gflops(std::min(a.gemm_gflops(), b.gemm_gflops()));
   return out;

@@ -503,8 +503,9 @@ absl::Status CheckPinnedStages(const JobSpec& spec,
   if (workers > 0 && t > 0 && workers % t == 0 &&
       stages.size() != workers / t * chunks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline.stages pins ", stages.size(), " stages, but pipeline.workers=",
-        workers, t > 1 ? absl::StrCat(" in tensor groups of ", t) : "",
+        "pipeline.stages pins ", stages.size(),
+        " stages, but pipeline.workers=", workers,
+        t > 1 ? absl::StrCat(" in tensor groups of ", t) : "",
         chunks > 1 ? absl::StrCat(" with ", chunks, " chunks each") : "",
         " hold ", workers / t * chunks));
   }

@@ -12,8 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/device/cpu_math.h"
 #include "common/status.h"
 
 namespace aqueduct {
@@ -23,6 +25,17 @@ namespace {
 // Size classes (CachingAllocator::RoundSize) are multiples of 512 bytes, so
 // every block is a valid aligned_alloc size.
 constexpr size_t kAlignment = 64;
+
+// Elements (or rows x columns) a thread takes at the least: below, a
+// kernel runs on the caller alone (waking a helper costs microseconds).
+constexpr int64_t kGrain = 16384;
+// A GEMM's multiply-adds below which it runs on one thread.
+constexpr int64_t kGemmGrain = int64_t{1} << 18;
+
+int ThreadsOf(const CpuDeviceOptions& options) {
+  if (options.threads > 0) return options.threads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 // out[i] = value(i) for i in [0, n), in order, with non-temporal (streaming)
 // stores where the CPU has them. For an optimizer stepping out of place into
@@ -85,15 +98,16 @@ CpuDevice::CpuDevice(const CpuDeviceOptions& options)
           [](size_t bytes) -> absl::StatusOr<void*> {
             return std::aligned_alloc(kAlignment, bytes);
           },
-          [](void* data, size_t) { std::free(data); }, options.cache_bytes) {
-  if (options_.threads > 0) openblas_set_num_threads(options_.threads);
+          [](void* data, size_t) { std::free(data); }, options.cache_bytes),
+      pool_(ThreadsOf(options)) {
+  // The pool threads every kernel; OpenBLAS runs inside a chunk, alone.
+  openblas_set_num_threads(1);
 }
 
 CpuDevice::~CpuDevice() = default;
 
 std::string CpuDevice::name() const {
-  return absl::StrCat("cpu (OpenBLAS ", openblas_get_num_threads(),
-                      " threads)");
+  return absl::StrCat("cpu (OpenBLAS ", pool_.threads(), " threads)");
 }
 
 absl::StatusOr<void*> CpuDevice::AllocateRaw(size_t bytes) {
@@ -132,9 +146,25 @@ void CpuDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
-              ldb, beta, c, ldc);
+  auto gemm = [&](int64_t rows, int64_t cols, const float* a0, const float* b0,
+                  float* c0) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, rows, cols, k, alpha, a0,
+                lda, b0, ldb, beta, c0, ldc);
+  };
+  const int64_t grain = std::max<int64_t>(1, kGemmGrain / (n * k));
+  if (m * n * k < 2 * kGemmGrain || (m < 32 && n < 32)) {
+    gemm(m, n, a, b, c);
+  } else if (m >= n) {  // Bands of C's rows: A's rows (columns if A^T).
+    pool_.For(m, grain, 8, [&](int64_t r0, int64_t r1) {
+      gemm(r1 - r0, n, a + r0 * (trans_a ? 1 : lda), b, c + r0 * ldc);
+    });
+  } else {  // Bands of C's columns: B's columns (rows if B^T).
+    pool_.For(n, std::max<int64_t>(1, kGemmGrain / (m * k)), 16,
+              [&](int64_t c0, int64_t c1) {
+                gemm(m, c1 - c0, a, b + c0 * (trans_b ? ldb : 1), c + c0);
+              });
+  }
 }
 
 void CpuDevice::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
@@ -144,90 +174,115 @@ void CpuDevice::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
                                    int64_t ldb, int64_t stride_b, float beta,
                                    float* c, int64_t ldc, int64_t stride_c,
                                    int64_t batch) {
-  for (int64_t i = 0; i < batch; ++i) {
-    Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda,
-         b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
-  }
+  // A matrix per chunk (each too small to split), on every thread.
+  const int64_t grain = std::max<int64_t>(1, kGemmGrain / (m * n * k + 1));
+  pool_.For(batch, grain, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                  trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                  a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                  c + i * stride_c, ldc);
+    }
+  });
 }
 
 void CpuDevice::Fill(float* x, int64_t n, float value) {
-  std::fill(x, x + n, value);
+  Each(n, [=](int64_t i0, int64_t i1) { std::fill(x + i0, x + i1, value); });
 }
 
 void CpuDevice::Axpby(int64_t n, float a, const float* x, float b, float* y) {
-  if (b == 0) {
-    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
-  }
+  Each(n, [=](int64_t i0, int64_t i1) {
+    if (b == 0) {
+      for (int64_t i = i0; i < i1; ++i) y[i] = a * x[i];
+    } else {
+      for (int64_t i = i0; i < i1; ++i) y[i] = a * x[i] + b * y[i];
+    }
+  });
 }
 
 void CpuDevice::AddBias(float* y, const float* bias, int64_t rows, int64_t cols,
                         bool relu) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * cols;
-    if (relu) {
-      for (int64_t c = 0; c < cols; ++c) {
-        row[c] = std::max(row[c] + bias[c], 0.0f);
+  Rows(rows, cols, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = y + r * cols;
+      if (relu) {
+        for (int64_t c = 0; c < cols; ++c) {
+          row[c] = std::max(row[c] + bias[c], 0.0f);
+        }
+      } else {
+        for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
       }
-    } else {
-      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
     }
-  }
+  });
 }
 
 void CpuDevice::SumRows(const float* x, int64_t rows, int64_t cols, float beta,
                         float* out) {
-  if (beta == 0) {
-    std::fill(out, out + cols, 0.0f);
-  } else if (beta != 1) {
-    for (int64_t c = 0; c < cols; ++c) out[c] *= beta;
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * cols;
-    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
-  }
+  // Bands of columns, each summed over the rows in order (as one thread
+  // would: the sums do not depend on the threads).
+  pool_.For(cols, std::max<int64_t>(16, kGrain / std::max<int64_t>(1, rows)),
+            16, [=](int64_t c0, int64_t c1) {
+              if (beta == 0) {
+                std::fill(out + c0, out + c1, 0.0f);
+              } else if (beta != 1) {
+                for (int64_t c = c0; c < c1; ++c) out[c] *= beta;
+              }
+              for (int64_t r = 0; r < rows; ++r) {
+                const float* row = x + r * cols;
+                for (int64_t c = c0; c < c1; ++c) out[c] += row[c];
+              }
+            });
 }
 
 void CpuDevice::Relu(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) y[i] = std::max(x[i], 0.0f);
+  });
 }
 
 void CpuDevice::ReluBackward(const float* y, const float* dy, float* dx,
                              int64_t n) {
   // Branch-free so that it vectorises (the signs are data, not predictable).
-  for (int64_t i = 0; i < n; ++i) {
-    const float keep = y[i] > 0.0f ? 1.0f : 0.0f;
-    dx[i] = dy[i] * keep;
-  }
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float keep = y[i] > 0.0f ? 1.0f : 0.0f;
+      dx[i] = dy[i] * keep;
+    }
+  });
 }
 
 void CpuDevice::Gelu(const float* x, float* y, int64_t n) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
-  }
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      y[i] = 0.5f * x[i] * (1.0f + ErfF(x[i] * kInvSqrt2));
+    }
+  });
 }
 
 void CpuDevice::GeluBackward(const float* x, const float* dy, float* dx,
                              int64_t n) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
-    dx[i] = dy[i] * (cdf + x[i] * pdf);
-  }
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float cdf = 0.5f * (1.0f + ErfF(x[i] * kInvSqrt2));
+      const float pdf = kInvSqrt2Pi * ExpF(-0.5f * x[i] * x[i]);
+      dx[i] = dy[i] * (cdf + x[i] * pdf);
+    }
+  });
 }
 
 void CpuDevice::Dropout(const float* x, float* y, int64_t n, float p,
                         uint64_t key, uint64_t index_offset) {
   const float scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = DropoutUniform(key, index_offset + static_cast<uint64_t>(i)) >= p
-               ? x[i] * scale
-               : 0.0f;
-  }
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      y[i] = DropoutUniform(key, index_offset + static_cast<uint64_t>(i)) >= p
+                 ? x[i] * scale
+                 : 0.0f;
+    }
+  });
 }
 
 void CpuDevice::SwapAxes01(const float* x, int64_t dim0, int64_t dim1,
@@ -365,21 +420,23 @@ void CpuDevice::MaxPoolBackward(const float* dy, const int32_t* argmax,
 void CpuDevice::LayerNorm(const float* x, const float* gamma, const float* beta,
                           int64_t rows, int64_t cols, float eps, float* y,
                           float* mean, float* rstd) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    float sum = 0;
-    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-    const float mu = sum / static_cast<float>(cols);
-    float sq = 0;
-    for (int64_t c = 0; c < cols; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
-    const float rs = 1.0f / std::sqrt(sq / static_cast<float>(cols) + eps);
-    for (int64_t c = 0; c < cols; ++c) {
-      yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+  Rows(rows, cols, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      float sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+      const float mu = sum / static_cast<float>(cols);
+      float sq = 0;
+      for (int64_t c = 0; c < cols; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
+      const float rs = 1.0f / std::sqrt(sq / static_cast<float>(cols) + eps);
+      for (int64_t c = 0; c < cols; ++c) {
+        yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+      }
+      mean[r] = mu;
+      rstd[r] = rs;
     }
-    mean[r] = mu;
-    rstd[r] = rs;
-  }
+  });
 }
 
 void CpuDevice::LayerNormBackward(const float* dy, const float* x,
@@ -387,32 +444,46 @@ void CpuDevice::LayerNormBackward(const float* dy, const float* x,
                                   const float* rstd, int64_t rows, int64_t cols,
                                   float* dx, float* dgamma, float* dbeta,
                                   bool accumulate) {
-  if (!accumulate) {
-    std::fill(dgamma, dgamma + cols, 0.0f);
-    std::fill(dbeta, dbeta + cols, 0.0f);
-  }
+  // Two passes, each thread-count independent: dx by rows, then dgamma
+  // and dbeta by bands of columns, each summed over the rows in order.
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    const float* dyr = dy + r * cols;
-    const float mu = mean[r], rs = rstd[r];
-    float sum_g = 0, sum_gx = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const float xhat = (xr[c] - mu) * rs;
-      const float g = dyr[c] * gamma[c];
-      dgamma[c] += dyr[c] * xhat;
-      dbeta[c] += dyr[c];
-      sum_g += g;
-      sum_gx += g * xhat;
-    }
-    if (dx == nullptr) continue;
-    float* dxr = dx + r * cols;
-    const float mean_g = sum_g * inv_cols, mean_gx = sum_gx * inv_cols;
-    for (int64_t c = 0; c < cols; ++c) {
-      const float xhat = (xr[c] - mu) * rs;
-      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
-    }
+  if (dx != nullptr) {
+    Rows(rows, cols, [=](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * cols;
+        const float* dyr = dy + r * cols;
+        const float mu = mean[r], rs = rstd[r];
+        float sum_g = 0, sum_gx = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const float g = dyr[c] * gamma[c];
+          sum_g += g;
+          sum_gx += g * ((xr[c] - mu) * rs);
+        }
+        float* dxr = dx + r * cols;
+        const float mean_g = sum_g * inv_cols, mean_gx = sum_gx * inv_cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const float xhat = (xr[c] - mu) * rs;
+          dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+        }
+      }
+    });
   }
+  pool_.For(cols, std::max<int64_t>(16, kGrain / std::max<int64_t>(1, rows)),
+            16, [=](int64_t c0, int64_t c1) {
+              if (!accumulate) {
+                std::fill(dgamma + c0, dgamma + c1, 0.0f);
+                std::fill(dbeta + c0, dbeta + c1, 0.0f);
+              }
+              for (int64_t r = 0; r < rows; ++r) {
+                const float* xr = x + r * cols;
+                const float* dyr = dy + r * cols;
+                const float mu = mean[r], rs = rstd[r];
+                for (int64_t c = c0; c < c1; ++c) {
+                  dgamma[c] += dyr[c] * ((xr[c] - mu) * rs);
+                  dbeta[c] += dyr[c];
+                }
+              }
+            });
 }
 
 void CpuDevice::EmbeddingForward(const float* ids, const float* table,
@@ -445,60 +516,74 @@ void CpuDevice::EmbeddingBackward(const float* ids, const float* dy,
 }
 
 void CpuDevice::CausalSoftmax(float* s, int64_t count, int64_t t, float scale) {
-  for (int64_t row_index = 0; row_index < count * t; ++row_index) {
-    float* row = s + row_index * t;
-    const int64_t n = row_index % t + 1;  // positions 0..i
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) max = std::max(max, scale * row[j]);
-    float sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      row[j] = std::exp(scale * row[j] - max);
-      sum += row[j];
+  Rows(count * t, t, [=](int64_t r0, int64_t r1) {
+    for (int64_t row_index = r0; row_index < r1; ++row_index) {
+      float* row = s + row_index * t;
+      const int64_t n = row_index % t + 1;  // positions 0..i
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) max = std::max(max, scale * row[j]);
+      for (int64_t j = 0; j < n; ++j) row[j] = ExpF(scale * row[j] - max);
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += row[j];
+      const float inv_sum = 1.0f / sum;
+      for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
+      std::fill(row + n, row + t, 0.0f);
     }
-    const float inv_sum = 1.0f / sum;
-    for (int64_t j = 0; j < n; ++j) row[j] *= inv_sum;
-    std::fill(row + n, row + t, 0.0f);
-  }
+  });
 }
 
 void CpuDevice::CausalSoftmaxBackward(const float* p, float* d, int64_t count,
                                       int64_t t, float scale) {
-  for (int64_t row_index = 0; row_index < count * t; ++row_index) {
-    const float* pr = p + row_index * t;
-    float* dr = d + row_index * t;
-    const int64_t n = row_index % t + 1;
-    float dot = 0;
-    for (int64_t j = 0; j < n; ++j) dot += pr[j] * dr[j];
-    for (int64_t j = 0; j < n; ++j) dr[j] = scale * pr[j] * (dr[j] - dot);
-    std::fill(dr + n, dr + t, 0.0f);
-  }
+  Rows(count * t, t, [=](int64_t r0, int64_t r1) {
+    for (int64_t row_index = r0; row_index < r1; ++row_index) {
+      const float* pr = p + row_index * t;
+      float* dr = d + row_index * t;
+      const int64_t n = row_index % t + 1;
+      float dot = 0;
+      for (int64_t j = 0; j < n; ++j) dot += pr[j] * dr[j];
+      for (int64_t j = 0; j < n; ++j) dr[j] = scale * pr[j] * (dr[j] - dot);
+      std::fill(dr + n, dr + t, 0.0f);
+    }
+  });
 }
 
 void CpuDevice::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                                     int64_t rows, int64_t classes,
                                     float grad_scale, float* losses,
                                     float* dlogits) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* l = logits + r * classes;
-    float* d = dlogits + r * classes;
-    float m = l[0];
-    for (int64_t c = 1; c < classes; ++c) m = std::max(m, l[c]);
-    float sum = 0;
-    for (int64_t c = 0; c < classes; ++c) sum += std::exp(l[c] - m);
-    const float log_sum = std::log(sum);
-    const int32_t label = labels[r];
-    losses[r] = m + log_sum - l[label];
-    const float inv_sum = 1.0f / sum;
-    // Read l[c] before writing d[c]: they may alias.
-    for (int64_t c = 0; c < classes; ++c) {
-      const float softmax = std::exp(l[c] - m) * inv_sum;
-      d[c] = (softmax - (c == label ? 1.0f : 0.0f)) * grad_scale;
+  Rows(rows, classes, [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* l = logits + r * classes;
+      float* d = dlogits + r * classes;
+      float m = l[0];
+      for (int64_t c = 1; c < classes; ++c) m = std::max(m, l[c]);
+      float sum = 0;
+      for (int64_t c = 0; c < classes; ++c) sum += ExpF(l[c] - m);
+      const float log_sum = std::log(sum);
+      const int32_t label = labels[r];
+      losses[r] = m + log_sum - l[label];
+      const float inv_sum = 1.0f / sum;
+      // Read l[c] before writing d[c]: they may alias.
+      for (int64_t c = 0; c < classes; ++c) {
+        const float softmax = ExpF(l[c] - m) * inv_sum;
+        d[c] = (softmax - (c == label ? 1.0f : 0.0f)) * grad_scale;
+      }
     }
-  }
+  });
 }
 
 void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
                         const SgdParams& p) {
+  Each(n, [&](int64_t i0, int64_t i1) {
+    SgdParams range = p;
+    if (p.source != nullptr) range.source = p.source + i0;
+    SgdRange(w + i0, g + i0, buf == nullptr ? nullptr : buf + i0, i1 - i0,
+             range);
+  });
+}
+
+void CpuDevice::SgdRange(float* w, const float* g, float* buf, int64_t n,
+                         const SgdParams& p) {
   if (p.momentum == 0) {
     const float wd = p.weight_decay, lr = p.lr;
     const float* src = p.source != nullptr ? p.source : w;
@@ -515,6 +600,15 @@ void CpuDevice::SgdStep(float* w, const float* g, float* buf, int64_t n,
 
 void CpuDevice::AdamStep(float* w, const float* g, float* m, float* v,
                          int64_t n, const AdamParams& p) {
+  Each(n, [&](int64_t i0, int64_t i1) {
+    AdamParams range = p;
+    if (p.source != nullptr) range.source = p.source + i0;
+    AdamRange(w + i0, g + i0, m + i0, v + i0, i1 - i0, range);
+  });
+}
+
+void CpuDevice::AdamRange(float* w, const float* g, float* m, float* v,
+                          int64_t n, const AdamParams& p) {
   const AdamScales scales = AdamStepScales(p);
   const float step_size = scales.step_size;
   const float inv_sqrt_bc2 = scales.inv_sqrt_bc2;
@@ -527,6 +621,16 @@ void CpuDevice::AdamStep(float* w, const float* g, float* m, float* v,
     const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
     return src[i] - step_size * m[i] / denom;
   });
+}
+
+void CpuDevice::Each(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  pool_.For(n, kGrain, 16, fn);
+}
+
+void CpuDevice::Rows(int64_t rows, int64_t cols,
+                     absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  pool_.For(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, cols)), 1,
+            fn);
 }
 
 }  // namespace aqueduct

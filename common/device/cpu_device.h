@@ -1,24 +1,33 @@
-// CpuDevice: the Device on the host. GEMM through OpenBLAS (its thread count
-// set from CpuDeviceOptions), every other kernel a plain loop written so the
-// compiler vectorises it. Memory comes from a CachingAllocator over 64-byte
-// aligned blocks, so steady-state training allocates nothing.
+// CpuDevice: the Device on the host. Every kernel's threads come from one
+// ParallelPool (CpuDeviceOptions.threads): a GEMM is cut into bands of rows
+// or columns, each a single-threaded OpenBLAS call; a batched GEMM spreads
+// its matrices; element-wise kernels split their range and row kernels
+// (LayerNorm, softmax) their rows. Each kernel's results do not depend on
+// the number of threads (reductions keep one thread's order: by bands of
+// columns, each summed over the rows in order); the loops are written so
+// that the compiler vectorises them (exp and erf inline: cpu_math.h). Memory
+// comes from a CachingAllocator over 64-byte aligned blocks, so steady-state
+// training allocates nothing.
 //
-// Thread-safety: kernels run synchronously on the calling thread (plus
-// OpenBLAS's pool); one owner thread at a time. AllocateRaw/FreeRaw are
+// Thread-safety: kernels run synchronously on the calling thread (plus the
+// device's pool); one owner thread at a time. OpenBLAS is set to one
+// thread, process-wide. AllocateRaw/FreeRaw are
 // thread-safe.
 #ifndef AQUEDUCT_COMMON_DEVICE_CPU_DEVICE_H_
 #define AQUEDUCT_COMMON_DEVICE_CPU_DEVICE_H_
 
 #include <cstddef>
 
+#include "absl/functional/function_ref.h"
 #include "common/device/caching_allocator.h"
 #include "common/device/device.h"
+#include "common/device/parallel_pool.h"
 
 namespace aqueduct {
 
 struct CpuDeviceOptions {
-  // OpenBLAS threads; 0 leaves OpenBLAS's own default. Note that OpenBLAS's
-  // thread count is process-wide: the last CpuDevice created sets it.
+  // Compute threads of the device's pool (the caller's included); 0: one
+  // per core.
   int threads = 0;
   // Bytes of freed blocks kept for reuse before they go back to the system.
   size_t cache_bytes = size_t{2} << 30;
@@ -103,10 +112,23 @@ class CpuDevice final : public Device {
 
   // The allocator's counters (raw allocations against cache hits).
   CachingAllocator::Stats allocator_stats() const { return alloc_.stats(); }
+  int threads() const { return pool_.threads(); }
 
  private:
+  // fn(i0, i1) over [0, n) elements / [0, rows) rows of `cols`, in ranges
+  // of at least a grain each, on the pool's threads.
+  void Each(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn);
+  void Rows(int64_t rows, int64_t cols,
+            absl::FunctionRef<void(int64_t, int64_t)> fn);
+  // The optimizers' steps over one range.
+  static void SgdRange(float* w, const float* g, float* buf, int64_t n,
+                       const SgdParams& p);
+  static void AdamRange(float* w, const float* g, float* m, float* v, int64_t n,
+                        const AdamParams& p);
+
   const CpuDeviceOptions options_;
   CachingAllocator alloc_;
+  ParallelPool pool_;
 };
 
 }  // namespace aqueduct

@@ -85,8 +85,8 @@ void WriteJobFields(const JobStatus& job, const ViewLimits& limits,
   j.Key("finished_ms").Int(job.finished_ms());
   j.Key("priority").Int(job.priority());
   j.Key("queue_position").Int(job.queue_position());
-  j.Key("waiting_for").String(
-      Truncated(job.waiting_for(), limits.max_reason_bytes));
+  j.Key("waiting_for")
+      .String(Truncated(job.waiting_for(), limits.max_reason_bytes));
 }
 
 void WriteCurves(const JobStatus& job, const ViewLimits& limits,

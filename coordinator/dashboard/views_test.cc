@@ -3,9 +3,9 @@
 // parser (a strict one: a stray comma or a raw control character fails).
 #include "coordinator/dashboard/views.h"
 
-#include <tuple>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/dashboard/json.h"

@@ -71,8 +71,8 @@ absl::StatusOr<ModelProfile> MergePinnedStages(
   for (size_t s = 0; s < layers_per_stage.size(); ++s) {
     LayerProfile* node = merged.add_nodes();
     node->set_id(absl::StrCat("pinned_stage", s));
-    node->set_description(absl::StrCat("model.layers[", starts[s], ", ",
-                                       starts[s + 1], ")"));
+    node->set_description(
+        absl::StrCat("model.layers[", starts[s], ", ", starts[s + 1], ")"));
     node->set_layer_index(starts[s]);
     if (s > 0) {
       ProfileEdge* edge = merged.add_edges();
