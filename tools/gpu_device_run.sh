@@ -27,6 +27,17 @@ cp -n "$root"/fortunes/* /usr/share/games/fortunes/
 bin="$root/bin"
 
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+# One JSON line per step into $REPORT when set (tests/gpu/run_on_device.sh).
+report() {
+  [ -n "${REPORT:-}" ] || return 0
+  local name=$1 rc=$2 ms=$3 status=passed line
+  [ "$rc" -ne 0 ] && status=failed
+  grep -qE '^SKIPPED|\[  SKIPPED \]' "$logs/$name.log" && [ "$rc" -eq 0 ] && status=skipped
+  line=$(grep -hE '^\{' "$logs/$name.log" | tail -1)
+  printf '{"case":"%s","status":"%s","rc":%d,"seconds":%.1f,"result":%s}\n' \
+    "$name" "$status" "$rc" "$(awk -v m="$ms" 'BEGIN{print m/1000}')" \
+    "${line:-null}" >>"$REPORT"
+}
 pack() { tar -C "$logs" -czf "$OUT/gpu-logs.tar.gz" . 2>/dev/null; }
 # step NAME SECONDS CMD...: runs CMD with a timeout, its output in NAME.log.
 step() {
@@ -35,6 +46,7 @@ step() {
   start=$(date +%s%N)
   timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1
   rc=$?
+  report "$name" "$rc" $((($(date +%s%N) - start) / 1000000))
   note "$(printf '%-28s rc=%-3s %6dms  %s' "$name" "$rc" \
     $((($(date +%s%N) - start) / 1000000)) \
     "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) |passed|SKIPPED:|SUCCEEDED|wall ms' "$logs/$name.log" |
@@ -96,7 +108,7 @@ gpt_job() {
     pids+=($!)
   done
   sed -e "s/^max_steps: 4000/max_steps: $steps/" -e "s/^eval_every: 1000/eval_every: $steps/" \
-    -e "s/^  workers: 4/  workers: $workers/" \
+    -e "s/^  workers: 4/  workers: $workers${GPT_TRANSPORT:+ transport: \"$GPT_TRANSPORT\"}/" \
     -e "s/^  schedule: \"1f1b_flush\"/  schedule: \"$schedule\"${GPT_MICROBATCHES:+ microbatches: $GPT_MICROBATCHES}${GPT_BANDWIDTH:+ bandwidth_bytes_per_s: $GPT_BANDWIDTH}/" \
     examples/gpt_fortunes.textproto >"$tmp/gpt.textproto"
   sleep 3
@@ -115,6 +127,16 @@ gpt_job() {
 }
 
 gpt_gpu() { step gpt_cuda0 200 bash -c 'gpt_job cuda:0'; }
+# The GPT step on one GPU: Aqueduct (one worker) against PyTorch, same GPU.
+gpt_one_gpu() {
+  step gpt_one_cuda0 120 env GPT_WORKERS=1 GPT_STEPS=300 bash -c 'gpt_job cuda:0'
+  step torch_gpt_cuda0 90 python3 tests/bench/torch_gpt.py speed \
+    --spec examples/gpt_fortunes.textproto --device cuda:0 --warmup 10 --steps 300
+}
+# Two workers on one GPU exchanging through NCCL.
+gpt_nccl() {
+  step gpt_nccl_cuda0 150 env GPT_TRANSPORT=nccl GPT_STEPS=300 bash -c 'gpt_job cuda:0'
+}
 gpt_cpu() { step gpt_cpu 200 bash -c 'gpt_job cpu'; }
 
 # The schedules side by side on this machine's quiet CPUs: schedule_bench

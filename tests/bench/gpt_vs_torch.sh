@@ -21,6 +21,10 @@
 #
 #   tests/bench/gpt_vs_torch.sh [ROUNDS=3] [THREADS=2] [STEPS=50]
 #                               [ACCURACY_STEPS]
+#
+# Aqueduct is also timed on 1 thread; with AQ_BASELINE=PATH (an aq binary
+# of an earlier commit) that binary is timed in the same rounds too, for a
+# before-and-after measured side by side.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds="${1:-3}"
@@ -56,6 +60,13 @@ aq="$out/aq"
 
 # The value of a numeric JSON field of one line.
 field() { $py -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
+# A samples_per_second JSON document on stdin as a tokens/s line.
+sps_line() {
+  local sps
+  sps=$(field samples_per_second)
+  awk -v s="$sps" -v c="$context" -v t="$1" 'BEGIN {
+    printf "{\"impl\": \"aqueduct\", \"threads\": %d, \"samples_per_second\": %.2f, \"tokens_per_second\": %.1f}\n", t, s, s * c }'
+}
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 echo "== (a) equivalence: $equivalence_spec, 50 steps, threads $threads"
@@ -79,6 +90,13 @@ for r in $(seq "$rounds"); do
   awk -v s="$sps" -v c="$context" -v t="$threads" 'BEGIN {
     printf "{\"impl\": \"aqueduct\", \"threads\": %d, \"samples_per_second\": %.2f, \"tokens_per_second\": %.1f}\n", t, s, s * c }' |
     tee -a "$out/aq.jsonl"
+  "$aq" train-local "$speed_spec" --max_steps $((warmup + steps)) \
+    --threads 1 --output json | sps_line 1 | tee -a "$out/aq1.jsonl"
+  if [ -n "${AQ_BASELINE:-}" ]; then
+    "$AQ_BASELINE" train-local "$speed_spec" --max_steps $((warmup + steps)) \
+      --threads "$threads" --output json | sps_line "$threads" |
+      tee -a "$out/baseline.jsonl"
+  fi
   $py "$torch_gpt" speed --spec "$speed_spec" --threads "$threads" \
     --warmup "$warmup" --steps "$steps" | tee -a "$out/torch.jsonl"
   $py "$torch_gpt" speed --spec "$speed_spec" --threads 1 \
@@ -92,12 +110,21 @@ t1_med=$(tokens "$out/torch1.jsonl")
 echo
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')"
 echo "pytorch: $($py -c 'import torch; print(torch.__version__)')"
+aq1_med=$(tokens "$out/aq1.jsonl")
 echo "aqueduct           median ${aq_med} tokens/s (threads=${threads})"
+echo "aqueduct           median ${aq1_med} tokens/s (threads=1)"
+if [ -n "${AQ_BASELINE:-}" ]; then
+  base_med=$(tokens "$out/baseline.jsonl")
+  echo "aqueduct baseline  median ${base_med} tokens/s (threads=${threads}, $AQ_BASELINE)"
+  awk -v a="$base_med" -v t="$t_med" -v t1="$t1_med" 'BEGIN {
+    printf "ratio baseline/pytorch at its best:        %.2fx\n", a / (t > t1 ? t : t1) }'
+fi
 echo "pytorch            median ${t_med} tokens/s (torch threads=${threads})"
 echo "pytorch            median ${t1_med} tokens/s (torch threads=1, OpenBLAS default)"
 awk -v a="$aq_med" -v t="$t_med" -v t1="$t1_med" 'BEGIN {
   printf "ratio aqueduct/pytorch, same threads:       %.2fx\n", a / t
-  printf "ratio aqueduct/pytorch, torch 1 thread:     %.2fx\n", a / t1 }'
+  printf "ratio aqueduct/pytorch, torch 1 thread:     %.2fx\n", a / t1
+  printf "ratio aqueduct/pytorch at its best:        %.2fx\n", a / (t > t1 ? t : t1) }'
 echo "equivalence: $(tail -1 "$out/eq_torch.txt")"
 
 if [ -n "$accuracy_steps" ]; then

@@ -332,7 +332,7 @@ def build_model(spec, torch, attention="auto"):
                     is_causal=True)
             else:
                 att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-                mask = torch.ones(T, T, dtype=torch.bool).tril()
+                mask = torch.ones(T, T, dtype=torch.bool, device=att.device).tril()
                 att = att.masked_fill(~mask, float("-inf"))
                 att = self.attn_dropout(F.softmax(att, dim=-1))
                 y = att @ v
@@ -518,10 +518,13 @@ class Trainer:
         self.data = TextData(text, get(self.spec, "seed", 0))
         self.batch = int(get(self.spec, "batch_size"))
         self.model = build_model(self.spec, torch, args.attention)
-        self.tokens = torch.tensor(self.data.tokens, dtype=torch.int64)
+        self.device = torch.device(getattr(args, "device", "cpu"))
+        self.tokens = torch.tensor(self.data.tokens, dtype=torch.int64,
+                                   device=self.device)
         self.ctx = self.data.context
         if args.init:
             load_weights(self.model, args.init, torch)
+        self.model.to(self.device)
         opt = get(self.spec, "optimizer")
         self.schedule = get(opt, "schedule", {})
         params = list(self.model.parameters())  # Tied: counted once.
@@ -543,10 +546,11 @@ class Trainer:
                 nesterov=bool(get(s, "nesterov", False)))
         else:
             raise ValueError("no optimizer in the spec")
-        self.offsets = torch.arange(self.ctx + 1)
+        self.offsets = torch.arange(self.ctx + 1, device=self.device)
 
     def batch_of(self, starts):
-        idx = self.torch.tensor(starts, dtype=self.torch.int64)[:, None] + \
+        idx = self.torch.tensor(starts, dtype=self.torch.int64,
+                                device=self.device)[:, None] + \
             self.offsets
         w = self.tokens[idx]
         # Token ids enter the model as floats, as in Aqueduct.
@@ -671,6 +675,7 @@ def speed(args, torch):
     sps = args.steps * tr.batch / seconds
     print(json.dumps({
         "impl": "pytorch-" + torch.__version__, "spec": args.spec,
+        "device": str(tr.device),
         "batch": tr.batch, "context": tr.ctx,
         "threads": torch.get_num_threads(), "steps": args.steps,
         "warmup": args.warmup, "attention": "sdpa" if (
@@ -701,6 +706,9 @@ def main():
     p.add_argument("--warmup", type=int, default=5,
                    help="speed: untimed steps first")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu",
+                   help="torch device, e.g. cuda:0 (speed is then timed "
+                   "with the loss read back each step, as on the CPU)")
     p.add_argument("--tolerance", type=float, default=1e-4)
     p.add_argument("--attention", choices=["auto", "manual"], default="auto",
                    help="auto: F.scaled_dot_product_attention when torch has "
