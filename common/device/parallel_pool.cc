@@ -11,8 +11,10 @@ namespace aqueduct {
 
 namespace {
 
-// How long an idle helper spins before it sleeps.
+// How long an idle helper spins before it sleeps, and the caller before it
+// yields its core while helpers finish.
 constexpr std::chrono::microseconds kSpin{50};
+constexpr std::chrono::microseconds kCallerSpin{20};
 
 // Set while a thread runs a chunk: a Run() from there runs inline.
 thread_local bool in_chunk = false;
@@ -91,7 +93,16 @@ void ParallelPool::Run(int64_t chunks, absl::FunctionRef<void(int64_t)> fn) {
     wake_.notify_all();
   }
   Drain();
-  while (busy_.load(std::memory_order_acquire) > 0) Pause();
+  // The helpers' last chunks (or their check-in): spin briefly, then yield
+  // the core, in case a helper waits for it (more threads than cores).
+  const auto until = std::chrono::steady_clock::now() + kCallerSpin;
+  for (int spins = 0; busy_.load(std::memory_order_acquire) > 0; ++spins) {
+    if (spins < 64 || std::chrono::steady_clock::now() < until) {
+      Pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
 }
 

@@ -7,7 +7,11 @@
 // A helper waits for work spinning for at most kSpin (a kernel follows
 // another within microseconds in a training step), then sleeps on a
 // condition variable: no thread spins while the process is idle or busy
-// elsewhere (a pipeline's other workers on the same cores).
+// elsewhere (a pipeline's other workers on the same cores). The caller
+// waits for the helpers' check-in after its own chunks, spinning 20 us,
+// then yielding its core; with more compute threads than cores (several
+// workers of several threads on one host) that wait follows the
+// scheduler: give each worker --threads so that they add up to the cores.
 //
 // Thread-safety: Run() is called by one thread at a time (the device's
 // owner); a Run() from inside a chunk runs inline.
