@@ -4,12 +4,12 @@
 //
 //   Exp: Cody-Waite reduction by ln 2 (n rounded with the 1.5 * 2^23
 //   trick, not floor, which kept GCC 12 from vectorising the loop) and a
-//   degree-6 polynomial (Cephes' expf); relative error below 1e-7 (measured: 8.1e-8 over [-87, 88]);
-//   the argument is clamped to [-87.3, 88.7] (e^-87.3 is 1.2e-38, the
-//   smallest normal float: nothing beside a softmax's largest term, 1).
-//   Erf: the rational approximation x P(x^2) / Q(x^2) over [-4, 4] (as
-//   Eigen and XLA evaluate erf in float), +-1 beyond; absolute error
-//   below 5e-7 (measured: 3.8e-7 with FMA, 4.5e-7 without; libm's erff:
+//   degree-6 polynomial (Cephes' expf); relative error below 1e-7
+//   (measured: 8.1e-8 over [-87, 88]); the argument is clamped to [-87.3, 88.7]
+//   (e^-87.3 is 1.2e-38, the smallest normal float: nothing beside a softmax's
+//   largest term, 1). Erf: the rational approximation x P(x^2) / Q(x^2) over
+//   [-4, 4] (as Eigen and XLA evaluate erf in float), +-1 beyond; absolute
+//   error below 5e-7 (measured: 3.8e-7 with FMA, 4.5e-7 without; libm's erff:
 //   4.7e-8), so GELU built on it stays the exact erf form (within a few
 //   float ulps), not the tanh approximation.
 #ifndef AQUEDUCT_COMMON_DEVICE_CPU_MATH_H_
