@@ -36,7 +36,9 @@ inline float ExpF(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float e = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // NaN in, NaN out (through e); converting a NaN to int is undefined.
+  const float n_int = n == n ? n : 0.0f;
+  const int32_t bits = (static_cast<int32_t>(n_int) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return e * scale;
