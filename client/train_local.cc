@@ -293,6 +293,7 @@ int TrainLocalMain(const std::vector<std::string>& args) {
   CpuDeviceOptions device_options;
   device_options.threads = ThreadsOrAllCores(absl::GetFlag(FLAGS_threads));
   CpuDevice device(device_options);
+  device.SetBf16Gemm(job->precision().compute() == "bf16");
   SafetensorsFile restore;
   if (auto error = SetUpCheckpoints(*job, &device, &restore, &options)) {
     return Fail(*error);

@@ -885,6 +885,12 @@ absl::StatusOr<SpecSummary> CheckJobSpecFields(const JobSpec& spec,
   RETURN_IF_ERROR(ValidateDataSpec(spec.data()));
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
   RETURN_IF_ERROR(ValidateFaultTolerance(spec.fault_tolerance()));
+  const std::string& compute = spec.precision().compute();
+  if (!compute.empty() && compute != "fp32" && compute != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision.compute=\"", compute,
+                     "\" must be \"fp32\" or \"bf16\" (\"\": fp32)"));
+  }
   SpecSummary summary;
   ASSIGN_OR_RETURN(summary.pipeline, ResolvePipeline(spec));
   RETURN_IF_ERROR(CheckPipelineLimits(spec.pipeline()));

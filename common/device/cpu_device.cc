@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/device/bf16_gemm.h"
 #include "common/device/cpu_math.h"
 #include "common/status.h"
 
@@ -31,6 +32,15 @@ constexpr size_t kAlignment = 64;
 constexpr int64_t kGrain = 16384;
 // A GEMM's multiply-adds below which it runs on one thread.
 constexpr int64_t kGemmGrain = int64_t{1} << 18;
+
+// One single-threaded OpenBLAS call (Bf16Gemm's fallback inside a chunk).
+void OneCall(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             float alpha, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
 
 int ThreadsOf(const CpuDeviceOptions& options) {
   if (options.threads > 0) return options.threads;
@@ -137,6 +147,23 @@ void CpuDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c,
                      int64_t ldc) {
+  if (!bf16_gemm_) {
+    Fp32Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  Bf16Gemm(&pool_, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+           ldc,
+           [this](bool ta, bool tb, int64_t m2, int64_t n2, int64_t k2,
+                  float al, const float* a2, int64_t lda2, const float* b2,
+                  int64_t ldb2, float be, float* c2, int64_t ldc2) {
+             Fp32Gemm(ta, tb, m2, n2, k2, al, a2, lda2, b2, ldb2, be, c2, ldc2);
+           });
+}
+
+void CpuDevice::Fp32Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float* a, int64_t lda,
+                         const float* b, int64_t ldb, float beta, float* c,
+                         int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     // BLAS would leave C untouched when k == 0 only for beta == 1.
@@ -178,6 +205,12 @@ void CpuDevice::GemmStridedBatched(bool trans_a, bool trans_b, int64_t m,
   const int64_t grain = std::max<int64_t>(1, kGemmGrain / (m * n * k + 1));
   pool_.For(batch, grain, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
+      if (bf16_gemm_) {
+        Bf16Gemm(nullptr, trans_a, trans_b, m, n, k, alpha, a + i * stride_a,
+                 lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc,
+                 OneCall);
+        continue;
+      }
       cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                   trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
                   a + i * stride_a, lda, b + i * stride_b, ldb, beta,

@@ -120,6 +120,10 @@ class CpuDevice final : public Device {
   void Each(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn);
   void Rows(int64_t rows, int64_t cols,
             absl::FunctionRef<void(int64_t, int64_t)> fn);
+  // Gemm in fp32: bands of single-threaded OpenBLAS calls.
+  void Fp32Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                float alpha, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float beta, float* c, int64_t ldc);
   // The optimizers' steps over one range.
   static void SgdRange(float* w, const float* g, float* buf, int64_t n,
                        const SgdParams& p);

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "common/device/bf16_gemm.h"
 #include "common/device/cpu_math.h"
 #include "common/device/parallel_pool.h"
 #include "gtest/gtest.h"
@@ -116,6 +117,55 @@ TEST(CpuDeviceTest, BandedGemmEqualsOneThreadsWithinRounding) {
       ASSERT_NEAR(c1[i], c3[i], 1e-4f * (1 + std::fabs(c1[i]))) << i;
     }
   }
+}
+
+// bf16 GEMM, the AVX512-BF16 kernel (where the CPU has it) and the
+// rounded fallback, against double sums of the rounded inputs: odd k, n
+// not a multiple of 32, m not of 8, every transpose, beta != 0.
+TEST(Bf16GemmTest, EqualsTheRoundedProductInEveryLayout) {
+  CpuDeviceOptions options;
+  options.threads = 2;
+  CpuDevice dev(options);
+  dev.SetBf16Gemm(true);
+  const int64_t m = 37, n = 45, k = 19;
+  const std::vector<float> a = Random(m * k, 8), b = Random(k * n, 9),
+                           c0 = Random(m * n, 10);
+  for (int layout = 0; layout < 4; ++layout) {
+    const bool ta = layout & 1, tb = layout & 2;
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    std::vector<double> want(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const float x = ta ? a[p * lda + i] : a[i * lda + p];
+          const float y = tb ? b[j * ldb + p] : b[p * ldb + j];
+          s += double{FromBf16(ToBf16(x))} * FromBf16(ToBf16(y));
+        }
+        want[i * n + j] = 1.5 * s + 0.5 * c0[i * n + j];
+      }
+    }
+    std::vector<float> c = c0, r = c0;
+    dev.Gemm(ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb, 0.5f,
+             c.data(), n);
+    Bf16GemmRounded(ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb, 0.5f,
+                    r.data(), n,
+                    [](bool ta2, bool tb2, int64_t m2, int64_t n2, int64_t k2,
+                       float al, const float* a2, int64_t lda2, const float* b2,
+                       int64_t ldb2, float be, float* c2, int64_t ldc2) {
+                      CpuDevice plain;
+                      plain.Gemm(ta2, tb2, m2, n2, k2, al, a2, lda2, b2, ldb2,
+                                 be, c2, ldc2);
+                    });
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_NEAR(c[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+          << "layout " << layout << " element " << i;
+      ASSERT_NEAR(r[i], want[i], 1e-5 * (1 + std::fabs(want[i])));
+    }
+  }
+  EXPECT_EQ(ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FromBf16(ToBf16(1.0f + 1.0f / 256)), 1.0f);  // A tie: to even.
+  EXPECT_TRUE(std::isnan(FromBf16(ToBf16(std::nanf("")))));
 }
 
 TEST(CpuMathTest, ExpAndErfAsAccurateAsDocumented) {

@@ -120,6 +120,13 @@ class Device {
   virtual absl::Status Synchronize() = 0;
 
   // ---- Dense linear algebra ----
+  // Mixed precision (a job's precision.compute "bf16"): GEMMs with A and B
+  // rounded to bfloat16, products and sums in fp32, C in fp32. Weights,
+  // gradients, optimizer state and the other kernels stay fp32. Off: fp32
+  // (or the device's own option, e.g. the worker's --gemm_precision).
+  virtual void SetBf16Gemm(bool on) { bf16_gemm_ = on; }
+  bool bf16_gemm() const { return bf16_gemm_; }
+
   // C[m,n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is m x k and
   // op(B) is k x n. lda/ldb/ldc are row strides of the stored matrices.
   virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -249,6 +256,9 @@ class Device {
                        const SgdParams& p) = 0;
   virtual void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
                         const AdamParams& p) = 0;
+
+ protected:
+  bool bf16_gemm_ = false;
 };
 
 }  // namespace aqueduct

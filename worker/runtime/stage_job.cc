@@ -387,6 +387,7 @@ absl::Status PipelineJob::Prepare() {
             MemberShard(a_.spec().pipeline(), layout_.member, Degree())));
   }
   ASSIGN_OR_RETURN(device_, CreateDevice(env_.device, env_.threads));
+  if (a_.spec().precision().compute() == "bf16") device_->SetBf16Gemm(true);
   return absl::OkStatus();
 }
 
@@ -515,6 +516,7 @@ absl::Status PipelineJob::EvaluateInBackground(EvaluationInputs in, int stage,
   RETURN_IF_ERROR(LocalSnapshot(&in));
   if (eval_device_ == nullptr) {
     ASSIGN_OR_RETURN(eval_device_, CreateDevice(env_.device, env_.threads));
+    eval_device_->SetBf16Gemm(device_->bf16_gemm());
   }
   in.device = eval_device_.get();
   eval_thread_ = std::thread([this, in = std::move(in), stage, version] {

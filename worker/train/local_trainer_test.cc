@@ -101,6 +101,38 @@ TEST(LocalTrainerTest, LearnsSyntheticTaskDeterministically) {
   EXPECT_NE(a->losses, c->losses);
 }
 
+// Mixed precision: bf16 GEMMs train as fp32 does, within bf16's rounding
+// (about 1e-2 relative per product), and differ from it (the GEMMs did
+// change); a bad precision is named.
+TEST(LocalTrainerTest, Bf16GemmsTrainCloseToFp32) {
+  CpuDevice fp32(CpuDeviceOptions{1}), bf16(CpuDeviceOptions{1});
+  bf16.SetBf16Gemm(true);
+  JobSpec spec = Parse(kMlp);
+  spec.set_max_steps(40);
+  auto a = TrainLocal(spec, &fp32, LocalTrainOptions());
+  auto b = TrainLocal(spec, &bf16, LocalTrainOptions());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->losses.size(), b->losses.size());
+  EXPECT_NE(a->losses, b->losses);
+  // The first steps within 1%; later the runs drift apart as any two
+  // trainings do, and the last ten steps' mean stays within 10%.
+  double last_a = 0, last_b = 0;
+  for (size_t i = 0; i < a->losses.size(); ++i) {
+    if (i < 10) EXPECT_NEAR(a->losses[i], b->losses[i], 0.01 * a->losses[i]);
+    if (i + 10 >= a->losses.size()) {
+      last_a += a->losses[i];
+      last_b += b->losses[i];
+    }
+  }
+  EXPECT_NEAR(last_a, last_b, 0.1 * last_a);
+  spec.mutable_precision()->set_compute("fp16");
+  auto bad = TrainLocal(spec, &fp32, LocalTrainOptions());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("precision.compute=\"fp16\""),
+            std::string::npos)
+      << bad.status();
+}
+
 TEST(LocalTrainerTest, OverridesAndWeightsRoundTrip) {
   CpuDevice device(CpuDeviceOptions{1});
   JobSpec spec = Parse(kMlp);

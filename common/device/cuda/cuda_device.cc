@@ -35,7 +35,9 @@ absl::StatusOr<int> CudaDeviceCount() {
   return count;
 }
 
-CudaDevice::CudaDevice(const CudaDeviceOptions& options) : options_(options) {}
+CudaDevice::CudaDevice(const CudaDeviceOptions& options) : options_(options) {
+  bf16_gemm_ = options.bf16_gemm;
+}
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(
     const CudaDeviceOptions& options) {
@@ -86,8 +88,8 @@ absl::Status CudaDevice::Init() {
   AQ_LOG_INFO("CUDA device {}: {:.1f} GiB, {} SMs, GEMM {}", name_,
               static_cast<double>(prop.totalGlobalMem) / (1 << 30),
               prop.multiProcessorCount,
-              options_.bf16_gemm ? "bf16 in, fp32 accumulate"
-                                 : (options_.tf32 ? "tf32" : "fp32"));
+              bf16_gemm_ ? "bf16 in, fp32 accumulate"
+                         : (options_.tf32 ? "tf32" : "fp32"));
   return absl::OkStatus();
 }
 
@@ -170,7 +172,7 @@ void CudaDevice::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
   // operands and keep the transposes.
-  if (options_.bf16_gemm) {
+  if (bf16_gemm_) {
     Record(GemmBf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                     ldc));
     return;
