@@ -44,13 +44,14 @@ absl::StatusOr<GemmPrecision> ParseGemmPrecision(absl::string_view text) {
 
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec,
                                                      int cpu_threads) {
-  if (spec.kind == DeviceKind::kCpu && spec.gemm != GemmPrecision::kFp32) {
+  if (spec.kind == DeviceKind::kCpu && spec.gemm == GemmPrecision::kTf32) {
     return absl::FailedPreconditionError(
-        "tf32 and bf16 GEMMs need a CUDA device; the CPU device computes in "
-        "fp32");
+        "tf32 GEMMs need a CUDA device; the CPU device computes fp32 or bf16");
   }
   if (spec.kind == DeviceKind::kCpu) {
-    return std::make_unique<CpuDevice>(CpuDeviceOptions{cpu_threads});
+    auto cpu = std::make_unique<CpuDevice>(CpuDeviceOptions{cpu_threads});
+    cpu->SetBf16Gemm(spec.gemm == GemmPrecision::kBf16);
+    return std::unique_ptr<Device>(std::move(cpu));
   }
 #ifdef AQ_HAVE_CUDA
   CudaDeviceOptions options;

@@ -17,7 +17,7 @@ namespace aqueduct {
 // How a CUDA device computes GEMMs: fp32 (cuBLAS pedantic math; matches
 // the CPU within fp32 tolerance), tf32 (tensor cores, ~1e-3 relative) or
 // bf16 (inputs rounded to bfloat16, fp32 accumulation and output, ~1e-2
-// relative). The CPU device computes in fp32 only.
+// relative). The CPU device computes fp32 or bf16 (bf16_gemm.h).
 enum class GemmPrecision { kFp32, kTf32, kBf16 };
 
 struct DeviceSpec {
@@ -38,7 +38,7 @@ absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
 bool BuiltWithCuda();
 
 // `cpu_threads` sizes the CPU device's BLAS pool (0: its default).
-// FAILED_PRECONDITION for a GEMM precision other than fp32 on the CPU.
+// FAILED_PRECONDITION for tf32 on the CPU.
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceSpec& spec,
                                                      int cpu_threads);
 

@@ -31,6 +31,10 @@ TEST(DeviceFactoryTest, GemmPrecisions) {
             "bad GEMM precision \"fp8\": expected fp32, tf32 or bf16");
   DeviceSpec cpu;
   cpu.gemm = GemmPrecision::kBf16;
+  auto bf16 = CreateDevice(cpu, 1);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_TRUE((*bf16)->bf16_gemm());
+  cpu.gemm = GemmPrecision::kTf32;
   auto refused = CreateDevice(cpu, 1);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
