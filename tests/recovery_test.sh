@@ -48,9 +48,10 @@ done
 healthy() { [ "$(healthy_count)" -eq "$1" ]; }
 wait_until 15 healthy 3 || { echo "workers never HEALTHY: $(aq workers)"; exit 1; }
 
-# A job of 80 steps, ~35 ms each: the delay layer makes layers [0, 4) the
-# slow stage, and the low bandwidth makes a pipeline (not data parallelism)
-# the plan. Two microbatches whatever the worker count, so that the
+# A job of 160 steps, ~35 ms each (long enough that a kill after v20 is
+# mid-job even when a sanitizer build's polls are slow): the delay layer
+# makes layers [0, 4) the slow stage, and the low bandwidth makes a
+# pipeline (not data parallelism) the plan. Two microbatches whatever the worker count, so that the
 # arithmetic of a step does not depend on the plan.
 spec() {  # $1: workers
   cat <<SPEC
@@ -67,7 +68,7 @@ model {
 data { synthetic { sample_shape: [16] num_classes: 4 train_samples: 512 test_samples: 128 seed: 7 } }
 optimizer { sgd { lr: 0.05 momentum: 0.9 } }
 batch_size: 32
-max_steps: 80
+max_steps: 160
 epochs: 100
 seed: 11
 pipeline { workers: $1 schedule: "1f1b_flush" microbatches: 2 bandwidth_bytes_per_s: 1e6 }
@@ -106,13 +107,13 @@ submit_and_kill() {
   echo "killed $victim (stage $1 of $id, peer $peer) after checkpoint v$ckpt_before"
 }
 
-# Checks job $1 SUCCEEDED all 80 steps after one restart naming $victim
+# Checks job $1 SUCCEEDED all 160 steps after one restart naming $victim
 # and not $peer, onto $2 workers, from a checkpoint no older than
 # $ckpt_before.
 check_one_restart() {
   wait_until 60 is_final "$1" || fail "$1 never ended: $(aq status "$1")"
   aq status "$1" >"$tmp/status.$1" 2>&1
-  grep -q "SUCCEEDED step 80/80" "$tmp/status.$1" || fail "$1 did not succeed: $(cat "$tmp/status.$1")"
+  grep -q "SUCCEEDED step 160/160" "$tmp/status.$1" || fail "$1 did not succeed: $(cat "$tmp/status.$1")"
   [ "$(grep -c '^restart ' "$tmp/status.$1")" -eq 1 ] || fail "$1: not one restart: $(cat "$tmp/status.$1")"
   local line; line=$(grep '^restart ' "$tmp/status.$1")
   echo "$line" | grep -Eq "^restart 1 at step [0-9]+: .*worker $victim\b" ||
@@ -200,7 +201,7 @@ aq submit "$tmp/job1.textproto" --resume "$dir" --wait --output json >"$tmp/resu
   fail "resume of $dir on 1 worker: $(cat "$tmp/resumed.err")"
 r=$(job_id_of "$tmp/resumed.json")
 aq status "$r" >"$tmp/status.r" 2>&1
-grep -q "SUCCEEDED step 80/80" "$tmp/status.r" || fail "the resumed job: $(cat "$tmp/status.r")"
+grep -q "SUCCEEDED step 160/160" "$tmp/status.r" || fail "the resumed job: $(cat "$tmp/status.r")"
 grep -qF "resumed from: $dir" "$tmp/status.r" || fail "the resumed job shows no resume: $(cat "$tmp/status.r")"
 grep -q '^restart ' "$tmp/status.r" && fail "the resumed job restarted: $(cat "$tmp/status.r")"
 [ "$(status_json "$r" | json "$running_on")" = 1 ] || fail "the resumed job is not on 1 worker: $(status_json "$r")"

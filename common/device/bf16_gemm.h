@@ -16,33 +16,15 @@
 #define AQUEDUCT_COMMON_DEVICE_BF16_GEMM_H_
 
 #include <cstdint>
-#include <cstring>
 
 #include "absl/functional/function_ref.h"
+#include "common/device/bf16.h"
 #include "common/device/parallel_pool.h"
 
 namespace aqueduct {
 
 // Whether this CPU multiplies bf16 pairs (AVX512-BF16).
 bool CpuHasBf16();
-
-// x rounded to the nearest bfloat16 (ties to even; NaN stays NaN), as the
-// 16 high bits of a float.
-inline uint16_t ToBf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float FromBf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
 
 // The fp32 GEMM the fallback calls (row-major, as cblas_sgemm).
 using Fp32Gemm = absl::FunctionRef<void(

@@ -1,8 +1,10 @@
 #include "worker/runtime/frame.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/device/bf16.h"
 #include "common/status.h"
 
 namespace aqueduct {
@@ -11,6 +13,41 @@ namespace {
 
 constexpr uint32_t kMagic = 0x41514652;  // "AQFR"
 constexpr int kMaxDims = 8;
+// Header.dtype of a tensor sent as bfloat16.
+constexpr int32_t kBf16Wire = 0x42463136;  // "BF16"
+
+// The tensor's bytes on the wire.
+size_t WireBytes(int64_t numel, bool bf16) {
+  return static_cast<size_t>(numel) * (bf16 ? 2 : sizeof(float));
+}
+
+// `data` (on `device`) as bfloat16 at `out`.
+absl::Status PutBf16(Device& device, const Tensor& data, char* out) {
+  std::vector<float> host;
+  const float* x = data.f32();
+  if (device.kind() != DeviceKind::kCpu) {
+    host.resize(data.numel());
+    RETURN_IF_ERROR(device.CopyToHost(data, host.data()));
+    x = host.data();
+  }
+  auto* y = reinterpret_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < data.numel(); ++i) y[i] = ToBf16(x[i]);
+  return absl::OkStatus();
+}
+
+// bfloat16 at `in` into the F32 tensor `data` (on `device`).
+absl::Status GetBf16(Device& device, const char* in, const Tensor& data) {
+  std::vector<float> host;
+  float* y = data.f32();
+  if (device.kind() != DeviceKind::kCpu) {
+    host.resize(data.numel());
+    y = host.data();
+  }
+  const auto* x = reinterpret_cast<const uint16_t*>(in);
+  for (int64_t i = 0; i < data.numel(); ++i) y[i] = FromBf16(x[i]);
+  if (host.empty()) return absl::OkStatus();
+  return device.CopyFromHost(host.data(), data);
+}
 
 struct Header {
   uint32_t magic = kMagic;
@@ -90,7 +127,9 @@ uint64_t FrameTag(FrameKind kind, int64_t minibatch, int microbatch,
 
 absl::StatusOr<std::unique_ptr<Work>> SendFrame(
     Communicator& comm, Device& device, int peer, const FrameInfo& info,
-    const Tensor& data, const Tensor* labels, DeviceChannels* channels) {
+    const Tensor& data, const Tensor* labels, DeviceChannels* channels,
+    bool bf16) {
+  if (channels != nullptr) bf16 = false;
   if (data.dtype() != DType::kF32 || data.shape().rank() > kMaxDims) {
     return absl::InvalidArgumentError(
         absl::StrCat("a frame carries an F32 tensor of rank <= ", kMaxDims,
@@ -104,7 +143,7 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
   h.version = info.version;
   h.stage = info.stage;
   h.ndims = data.shape().rank();
-  h.dtype = static_cast<int32_t>(DType::kF32);
+  h.dtype = bf16 ? kBf16Wire : static_cast<int32_t>(DType::kF32);
   for (int d = 0; d < h.ndims; ++d) h.dims[d] = data.shape()[d];
   h.num_labels = labels != nullptr ? labels->numel() : 0;
   const uint64_t tag =
@@ -134,8 +173,8 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
   }
   // One transfer: header, labels, padding to 64 bytes, tensor.
   const size_t offset = InlineOffset(h.num_labels);
-  const size_t total = offset + data.nbytes();
-  const bool in_place = device.kind() == DeviceKind::kCpu &&
+  const size_t total = offset + WireBytes(data.numel(), bf16);
+  const bool in_place = !bf16 && device.kind() == DeviceKind::kCpu &&
                         device.headroom() >= offset &&
                         data.raw() == data.buffer()->data();
   char* out = nullptr;
@@ -150,8 +189,8 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
     // A view, or labels beyond the headroom: one copy, into memory from the
     // device's allocator (reused, no page faults).
     ASSIGN_OR_RETURN(
-        whole,
-        device.Allocate(Shape({static_cast<int64_t>(total / 4)}), DType::kF32));
+        whole, device.Allocate(Shape({static_cast<int64_t>((total + 3) / 4)}),
+                               DType::kF32));
     out = static_cast<char*>(whole.raw());
   } else {
     staged.resize(total);
@@ -162,7 +201,11 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
   if (h.num_labels > 0) {
     RETURN_IF_ERROR(device.CopyToHost(*labels, out + sizeof(Header)));
   }
-  if (!in_place) RETURN_IF_ERROR(device.CopyToHost(data, out + offset));
+  if (bf16) {
+    RETURN_IF_ERROR(PutBf16(device, data, out + offset));
+  } else if (!in_place) {
+    RETURN_IF_ERROR(device.CopyToHost(data, out + offset));
+  }
   if (whole.defined()) {
     return comm.SendBuffer(peer, tag, out, total, whole.buffer());
   }
@@ -172,8 +215,9 @@ absl::StatusOr<std::unique_ptr<Work>> SendFrame(
 absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
     Communicator& comm, Device& device, int peer, FrameKind kind,
     int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
-    DeviceChannels* channels, int stage, int chunk) {
+    DeviceChannels* channels, int stage, int chunk, bool bf16) {
   std::unique_ptr<PendingFrame> f(new PendingFrame());
+  f->bf16_ = bf16 && channels == nullptr;
   f->device_ = &device;
   f->kind_ = kind;
   f->minibatch_ = minibatch;
@@ -182,7 +226,7 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
   f->shape_ = shape;
   f->num_labels_ = num_labels;
   const uint64_t tag = FrameTag(kind, minibatch, microbatch, chunk);
-  const size_t data_bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+  const size_t data_bytes = WireBytes(shape.numel(), f->bf16_);
   const bool cpu = device.kind() == DeviceKind::kCpu;
   if (channels != nullptr) {
     // Header on the communicator, tensor on the device channel, straight
@@ -208,7 +252,8 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PendingFrame::Post(
   if (cpu) {
     ASSIGN_OR_RETURN(
         f->whole_,
-        device.Allocate(Shape({static_cast<int64_t>(total / 4)}), DType::kF32));
+        device.Allocate(Shape({static_cast<int64_t>((total + 3) / 4)}),
+                        DType::kF32));
     dst = f->whole_.raw();
   } else {
     f->staging_.resize(total);
@@ -255,26 +300,31 @@ absl::StatusOr<Frame> PendingFrame::Wait(absl::Time deadline,
     got = Shape(std::vector<int64_t>(h.dims, h.dims + h.ndims));
   }
   const uint32_t kind = static_cast<uint32_t>(kind_);
-  const bool ok = head_size == expected_bytes && h.magic == kMagic &&
-                  h.kind == kind && h.minibatch == minibatch_ &&
-                  h.microbatch == microbatch_ && h.stage == stage_ &&
-                  got == shape_ &&
-                  h.dtype == static_cast<int32_t>(DType::kF32) &&
-                  h.num_labels == num_labels_;
+  const bool ok =
+      head_size == expected_bytes && h.magic == kMagic && h.kind == kind &&
+      h.minibatch == minibatch_ && h.microbatch == microbatch_ &&
+      h.stage == stage_ && got == shape_ &&
+      h.dtype == (bf16_ ? kBf16Wire : static_cast<int32_t>(DType::kF32)) &&
+      h.num_labels == num_labels_;
   if (!ok) {
     return absl::DataLossError(absl::StrCat(
         who, " expected the ", KindName(kind), " of stage ", stage_,
         " minibatch ", minibatch_, " microbatch ", microbatch_, " with shape ",
-        shape_.ToString(), " and ", num_labels_, " labels; received ",
+        shape_.ToString(), bf16_ ? " in bf16" : "", " and ", num_labels_,
+        " labels; received ",
         h.magic == kMagic ? KindName(h.kind) : "a header with a bad magic",
         " of stage ", h.stage, " minibatch ", h.minibatch, " microbatch ",
-        h.microbatch, " with shape ", got.ToString(), " and ", h.num_labels,
+        h.microbatch, " with shape ", got.ToString(),
+        h.dtype == kBf16Wire ? " in bf16" : "", " and ", h.num_labels,
         " labels (", head_size, " header bytes, expected ", expected_bytes,
         ")"));
   }
   if (header_ != nullptr) {
     // A device channel: the tensor lands in data_ itself.
     if (absl::Status s = body_->Wait(deadline); !s.ok()) return in_context(s);
+  } else if (bf16_) {
+    ASSIGN_OR_RETURN(data_, device_->Allocate(shape_, DType::kF32));
+    RETURN_IF_ERROR(GetBf16(*device_, head + offset_, data_));
   } else if (whole_.defined()) {
     data_ = Tensor(whole_.buffer(), shape_, DType::kF32, offset_);
   } else {

@@ -68,11 +68,13 @@ struct FrameInfo {
 // Posts a frame to `peer`. `data` (F32) must not be written until the
 // returned work completes (the work holds a handle to its buffer; on the CPU
 // its headroom receives the header). `labels` (I32, may be null) are copied
-// next to the header.
+// next to the header. With `bf16` (a job's precision.compute "bf16") the
+// tensor travels as bfloat16, rounded to nearest: half the bytes, one
+// conversion on each side; not over device channels, which carry fp32.
 absl::StatusOr<std::unique_ptr<Work>> SendFrame(
     Communicator& comm, Device& device, int peer, const FrameInfo& info,
     const Tensor& data, const Tensor* labels,
-    DeviceChannels* channels = nullptr);
+    DeviceChannels* channels = nullptr, bool bf16 = false);
 
 // A received frame: the tensor on the device, and the labels on the host.
 struct Frame {
@@ -90,7 +92,8 @@ class PendingFrame {
   static absl::StatusOr<std::unique_ptr<PendingFrame>> Post(
       Communicator& comm, Device& device, int peer, FrameKind kind,
       int64_t minibatch, int microbatch, const Shape& shape, int64_t num_labels,
-      DeviceChannels* channels = nullptr, int stage = 0, int chunk = 0);
+      DeviceChannels* channels = nullptr, int stage = 0, int chunk = 0,
+      bool bf16 = false);
   ~PendingFrame();
 
   // Waits for the header, checks it (`who` names the receiver in errors),
@@ -108,6 +111,7 @@ class PendingFrame {
   Shape shape_;
   int64_t num_labels_ = 0;
   Tensor data_;
+  bool bf16_ = false;          // The tensor arrives as bfloat16.
   Tensor whole_;               // One-transfer frames on the CPU: all of it.
   size_t offset_ = 0;          // Of the tensor within a one-transfer frame.
   std::vector<char> staging_;  // Devices whose memory is not the host's.

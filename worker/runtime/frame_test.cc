@@ -8,6 +8,7 @@
 #include "common/comm/in_memory.h"
 #include "common/comm/in_memory_channels.h"
 #include "common/comm/local_store.h"
+#include "common/device/bf16.h"
 #include "common/device/cpu_device.h"
 #include "gtest/gtest.h"
 
@@ -130,6 +131,38 @@ TEST(FrameTest, ActivationWithLabelsRoundTripsInMemory) {
   EXPECT_EQ(frame->data.shape(), shape);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(frame->data.f32()[i], 1 + i);
   EXPECT_EQ(frame->labels, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+// A job in bf16: the tensor travels as bfloat16 (half the bytes) and
+// arrives rounded; a receiver expecting fp32 refuses it, naming both.
+TEST(FrameTest, Bf16FramesRoundTripRoundedAndAreChecked) {
+  CpuDevice device;
+  auto hub = std::make_shared<InMemoryHub>(2);
+  InMemoryCommunicator a(hub, 0), b(hub, 1);
+  const Shape shape({3, 5});
+  auto pending = PendingFrame::Post(b, device, 0, FrameKind::kActivation, 1, 0,
+                                    shape, 3, nullptr, 0, 0, /*bf16=*/true);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  Tensor data = Iota(device, shape, 0.1f);
+  Tensor labels = Labels(device, 3);
+  FrameInfo info{FrameKind::kActivation, 1, 0, 0, 4};
+  auto sent = SendFrame(a, device, 1, info, data, &labels, nullptr, true);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  auto frame = (*pending)->Wait(absl::Now() + kWait, "stage 1");
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  for (int i = 0; i < 15; ++i) {
+    EXPECT_EQ(frame->data.f32()[i], FromBf16(ToBf16(data.f32()[i])));
+  }
+  EXPECT_EQ(frame->labels, (std::vector<int32_t>{0, 1, 2}));
+  auto fp32 =
+      PendingFrame::Post(b, device, 0, FrameKind::kActivation, 2, 0, shape, 0);
+  info.minibatch = 2;
+  ASSERT_TRUE(SendFrame(a, device, 1, info, data, nullptr, nullptr, true).ok());
+  auto refused = (*fp32)->Wait(absl::Now() + kWait, "stage 1");
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  // (The exact-size transfer already tells them apart: half the bytes.)
+  EXPECT_NE(refused.status().message().find("bytes"), std::string::npos)
+      << refused.status();
 }
 
 TEST(FrameTest, UnexpectedShapeIsDataLossNamingBoth) {

@@ -348,13 +348,14 @@ absl::StatusOr<std::unique_ptr<PendingFrame>> PipelineStage::PostRecv(
         *comm_, *device_, PeerRank(stage_ - 1, j), kind, m, j,
         model_->layer(begin).input_shape().WithLeading(rows),
         LabelShape(*model_, rows).numel(), options_.channels, stage_ - 1,
-        ChunkOfStage(stage_ - 1));
+        ChunkOfStage(stage_ - 1), options_.bf16_frames);
   }
   const int end = layout_.layer_begin[stage_ + 1];
   return PendingFrame::Post(
       *comm_, *device_, PeerRank(stage_ + 1, j), kind, m, j,
       model_->layer(end - 1).output_shape().WithLeading(rows), 0,
-      options_.channels, stage_ + 1, ChunkOfStage(stage_ + 1));
+      options_.channels, stage_ + 1, ChunkOfStage(stage_ + 1),
+      options_.bf16_frames);
 }
 
 absl::StatusOr<Frame> PipelineStage::TakeFrame(FrameKind kind, int64_t m,
@@ -441,7 +442,8 @@ absl::Status PipelineStage::PostSend(int peer, const FrameInfo& info,
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<Work> work,
-      SendFrame(*comm_, *device_, peer, info, data, labels, options_.channels));
+      SendFrame(*comm_, *device_, peer, info, data, labels, options_.channels,
+                options_.bf16_frames && info.kind != FrameKind::kTiedGradient));
   pending_sends_.push_back(std::move(work));
   return absl::OkStatus();
 }

@@ -84,6 +84,10 @@ class PipelineStage {
     // When set, tensors travel over these device channels (NCCL between
     // GPUs) and only frame headers over the communicator.
     DeviceChannels* channels = nullptr;
+    // Activations and gradients travel as bfloat16 (a job's
+    // precision.compute "bf16"; not over device channels, nor tied
+    // weights' gradients, which stay fp32).
+    bool bf16_frames = false;
     // Resume: the first minibatch to train (= the version of the weights
     // the stage starts from), and the checkpoint's training state for this
     // stage's layers (parameters, optimizer state and step count;

@@ -118,7 +118,9 @@ TEST(LocalTrainerTest, Bf16GemmsTrainCloseToFp32) {
   // trainings do, and the last ten steps' mean stays within 10%.
   double last_a = 0, last_b = 0;
   for (size_t i = 0; i < a->losses.size(); ++i) {
-    if (i < 10) EXPECT_NEAR(a->losses[i], b->losses[i], 0.01 * a->losses[i]);
+    if (i < 10) {
+      EXPECT_NEAR(a->losses[i], b->losses[i], 0.01 * a->losses[i]);
+    }
     if (i + 10 >= a->losses.size()) {
       last_a += a->losses[i];
       last_b += b->losses[i];
