@@ -20,7 +20,7 @@ trap cleanup EXIT
 wait_healthy() {
   for _ in $(seq 100); do
     [ "$("$BIN/client/aq" workers --coordinator "$1" --output json |
-      grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -ge "$2" ] && return 0
+      grep -o '"WORKER_HEALTHY"' | wc -l)" -ge "$2" ] && return 0
     sleep 0.2
   done
   return 1

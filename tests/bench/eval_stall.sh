@@ -57,7 +57,7 @@ PY
     wait "${wpids[@]}" 2>/dev/null || true
     # The coordinator forgets nothing it needs: new workers, new ids.
     for _ in $(seq 100); do
-      [ "$(aq workers --output json | grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -eq 0 ] && break
+      [ "$(aq workers --output json | grep -o '"WORKER_HEALTHY"' | wc -l)" -eq 0 ] && break
       sleep 0.2
     done
   done

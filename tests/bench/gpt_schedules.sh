@@ -42,7 +42,7 @@ done
 sed -e 's/^max_steps: 4000/max_steps: 10/' examples/gpt_fortunes.textproto >"$tmp/profile.textproto"
 "$BIN/client/aq" profile "$tmp/profile.textproto" --threads "$THREADS" -o "$tmp/profile.json" >/dev/null
 for _ in $(seq 100); do
-  [ "$(aq workers --output json | grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -ge 4 ] && break
+  [ "$(aq workers --output json | grep -o '"WORKER_HEALTHY"' | wc -l)" -ge 4 ] && break
   sleep 0.2
 done
 printf '%-18s %-16s %8s %10s %14s %s\n' schedule ran stages tokens/s "loss@$STEPS" "plan"

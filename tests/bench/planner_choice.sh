@@ -54,7 +54,7 @@ done
 sed -e 's/^max_steps: 4000/max_steps: 10/' "$SPEC" >"$tmp/profile.textproto"
 "$BIN/client/aq" profile "$tmp/profile.textproto" --threads "$THREADS" -o "$tmp/profile.json" >/dev/null
 for _ in $(seq 100); do
-  [ "$(aq workers --output json | grep -o '"WORKER_STATE_HEALTHY"' | wc -l)" -ge 4 ] && break
+  [ "$(aq workers --output json | grep -o '"WORKER_HEALTHY"' | wc -l)" -ge 4 ] && break
   sleep 0.2
 done
 printf '%-14s %-22s %12s %14s %10s %12s\n' config chose predicted_s "memory/worker" tokens/s "loss@$STEPS"
