@@ -14,11 +14,6 @@
 #include "common/security.h"
 #include "google/protobuf/text_format.h"
 
-ABSL_DECLARE_FLAG(std::string, tls_ca);
-ABSL_DECLARE_FLAG(std::string, tls_cert);
-ABSL_DECLARE_FLAG(std::string, tls_key);
-ABSL_DECLARE_FLAG(std::string, token_file);
-
 namespace aqueduct {
 
 namespace {

@@ -10,13 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "client/cli.h"
 #include "common/file_system.h"
+#include "common/security.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-
-ABSL_DECLARE_FLAG(std::string, tls_ca);
-ABSL_DECLARE_FLAG(std::string, tls_cert);
-ABSL_DECLARE_FLAG(std::string, tls_key);
-ABSL_DECLARE_FLAG(std::string, token_file);
 
 namespace aqueduct {
 

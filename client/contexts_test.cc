@@ -8,9 +8,8 @@
 
 #include "absl/flags/flag.h"
 #include "client/cli.h"
+#include "common/security.h"
 #include "gtest/gtest.h"
-
-ABSL_DECLARE_FLAG(std::string, tls_ca);
 
 namespace aqueduct {
 namespace {

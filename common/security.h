@@ -17,8 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "common/command_line.h"
+
+// The flags SecurityConfigFromFlags reads (aq also fills them from a
+// context: client/contexts.h).
+ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
+ABSL_DECLARE_FLAG(std::string, token_file);
 
 namespace aqueduct {
 

@@ -16,18 +16,8 @@ cd "$(dirname "$0")/../.."
 STEPS=${STEPS:-100}
 THREADS=${THREADS:-1}
 SCHEDULES=${SCHEDULES:-1f1b_flush zb_h1 zb_h2 interleaved_1f1b zb_v auto}
-if [ -z "${BIN:-}" ]; then
-  bazel build --config=opt //coordinator:coordinator //worker:worker //client:aq >/dev/null 2>&1
-  BIN=bazel-bin
-fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/bench_lib.sh
+source tests/bench/bench_lib.sh
 "$BIN/coordinator/coordinator" --listen 127.0.0.1:0 --port_file "$tmp/port" \
   --state_dir "$tmp/state" >"$tmp/coordinator.log" 2>&1 &
 pids+=($!)
@@ -41,10 +31,7 @@ for n in 1 2 3 4; do
 done
 sed -e 's/^max_steps: 4000/max_steps: 10/' examples/gpt_fortunes.textproto >"$tmp/profile.textproto"
 "$BIN/client/aq" profile "$tmp/profile.textproto" --threads "$THREADS" -o "$tmp/profile.json" >/dev/null
-for _ in $(seq 100); do
-  [ "$(aq workers --output json | grep -o '"WORKER_HEALTHY"' | wc -l)" -ge 4 ] && break
-  sleep 0.2
-done
+wait_healthy "$addr" 4 || true
 printf '%-18s %-16s %8s %10s %14s %s\n' schedule ran stages tokens/s "loss@$STEPS" "plan"
 for s in $SCHEDULES; do
   sed -e "s/^max_steps: 4000/max_steps: $STEPS/" -e "s/^eval_every: 1000/eval_every: $STEPS/" \

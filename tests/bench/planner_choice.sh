@@ -28,18 +28,8 @@ CONFIGS=${CONFIGS:-planner 1:none 2:none 4:none 1:selective 1:full 2:full}
 SPEC=${SPEC:-examples/gpt_fortunes.textproto}
 limit=()
 [ -n "${MEMORY_LIMIT:-}" ] && limit=(--memory_limit "$MEMORY_LIMIT")
-if [ -z "${BIN:-}" ]; then
-  bazel build --config=opt //coordinator:coordinator //worker:worker //client:aq >/dev/null 2>&1
-  BIN=bazel-bin
-fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/bench_lib.sh
+source tests/bench/bench_lib.sh
 "$BIN/coordinator/coordinator" --listen 127.0.0.1:0 --port_file "$tmp/port" \
   --state_dir "$tmp/state" >"$tmp/coordinator.log" 2>&1 &
 pids+=($!)
@@ -53,10 +43,7 @@ for n in 1 2 3 4; do
 done
 sed -e 's/^max_steps: 4000/max_steps: 10/' "$SPEC" >"$tmp/profile.textproto"
 "$BIN/client/aq" profile "$tmp/profile.textproto" --threads "$THREADS" -o "$tmp/profile.json" >/dev/null
-for _ in $(seq 100); do
-  [ "$(aq workers --output json | grep -o '"WORKER_HEALTHY"' | wc -l)" -ge 4 ] && break
-  sleep 0.2
-done
+wait_healthy "$addr" 4 || true
 printf '%-14s %-22s %12s %14s %10s %12s\n' config chose predicted_s "memory/worker" tokens/s "loss@$STEPS"
 for c in $CONFIGS; do
   how="microbatches: 4"
