@@ -82,6 +82,25 @@ LayerFootprint TransformerBlock(const v1::TransformerBlockSpec& s,
   return f;
 }
 
+// The LLaMA block keeps its input, the residual after attention, the
+// rotated q and k, v, the attention weights, the merged heads and the
+// MLP's gate and up [T, hidden] (worker/nn/llama.h).
+LayerFootprint LlamaBlock(const v1::LlamaBlockSpec& s,
+                          const SymbolicShape& in) {
+  const int64_t dim = s.dim();
+  const int64_t kv = s.has_kv_heads() ? s.kv_heads() : s.heads();
+  const int64_t kv_width = s.heads() > 0 ? Mul(kv, dim / s.heads()) : 0;
+  const int64_t t = Positions(in);
+  LayerFootprint f;
+  f.parameters =
+      Add(Add(Mul(2, dim), Mul(2, Mul(dim, dim))),
+          Add(Mul(2, Mul(kv_width, dim)), Mul(3, Mul(s.hidden(), dim))));
+  f.activations_per_sample =
+      Add(Add(Mul(4, Mul(t, dim)), Mul(2, Mul(t, kv_width))),
+          Add(Mul(s.heads(), Mul(t, t)), Mul(2, Mul(t, s.hidden()))));
+  return f;
+}
+
 LayerFootprint Conv2d(const Conv2dSpec& s, int64_t x) {
   LayerFootprint f;
   const int64_t k2 = Mul(s.kernel_size(), s.kernel_size());
@@ -141,6 +160,15 @@ LayerFootprint EstimateLayer(const LayerSpec& spec, const SymbolicShape& in,
     }
     case LayerSpec::kTransformerBlock:
       return TransformerBlock(spec.transformer_block(), in);
+    case LayerSpec::kLlamaBlock:
+      return LlamaBlock(spec.llama_block(), in);
+    case LayerSpec::kRmsNorm: {
+      const int64_t n = spec.rms_norm().dim();
+      f.parameters = n;
+      // Its input and a reciprocal RMS per row.
+      f.activations_per_sample = n > 0 ? Add(x, x / n) : x;
+      return f;
+    }
     default:  // Dropout (its mask is recomputed), flatten, delay.
       return f;
   }
@@ -165,6 +193,15 @@ LayerFootprint MemberLayer(const LayerSpec& spec, const SymbolicShape& in,
     const bool bias = !s.has_bias() || s.bias();
     return Member(whole, bias ? s.dim() : 0, t, s.dim(), s.heads(), 0, false,
                   degree, mode, false);
+  }
+  if (spec.has_llama_block()) {  // Whole on every member (degree 1).
+    LayerFootprint f = whole;
+    const auto& s = spec.llama_block();
+    if (mode == Recompute::kFull) f.activations_per_sample = Mul(t, s.dim());
+    if (mode == Recompute::kSelective) {
+      f.activations_per_sample -= Mul(s.heads(), Mul(t, t));
+    }
+    return f;
   }
   return whole;
 }

@@ -215,6 +215,27 @@ absl::StatusOr<SymbolicShape> LayerNorm(const LayerNormSpec& s, int index,
   return out;
 }
 
+absl::StatusOr<SymbolicShape> RmsNorm(const v1::RmsNormSpec& s, int index,
+                                      const SymbolicShape& in) {
+  const int64_t last = in.LastDim();
+  if ((in.rank_known && in.dims.empty()) ||
+      (last != kUnknownDim && last != s.dim()) || s.dim() <= 0 ||
+      s.dim() > kMaxFeatures) {
+    return Invalid(absl::StrCat(
+        Field(index, "rms_norm.dim"), "=", s.dim(),
+        " does not match the last dimension of the previous layer's output ",
+        in.ToString()));
+  }
+  const float eps = s.has_eps() ? s.eps() : 1e-6f;
+  if (!(eps > 0 && eps <= 1)) {
+    return Invalid(absl::StrCat(Field(index, "rms_norm.eps"), "=", eps,
+                                " must be positive (at most 1)"));
+  }
+  SymbolicShape out = in;
+  if (!out.rank_known) out.last = s.dim();
+  return out;
+}
+
 SymbolicShape Flatten(const SymbolicShape& in) {
   if (!in.rank_known) return SymbolicShape::Known({kUnknownDim});
   for (int64_t d : in.dims) {
@@ -385,6 +406,44 @@ absl::StatusOr<SymbolicShape> TransformerBlock(
                    index, in);
 }
 
+// The LLaMA block: attention's checks plus the key/value heads, the even
+// head width rotary embeddings need, the MLP's width, rope_theta and eps.
+absl::StatusOr<SymbolicShape> LlamaBlock(const v1::LlamaBlockSpec& s, int index,
+                                         const SymbolicShape& in) {
+  const std::string kind = "llama_block";
+  RETURN_IF_ERROR(CheckSize(s.hidden(), kMaxFeatures, index, kind + ".hidden"));
+  if (s.dim() > 0 && !Fits(s.hidden(), s.dim())) {
+    return TooLarge(index, kind,
+                    absl::StrCat("the MLP weight [hidden, dim] = [", s.hidden(),
+                                 ", ", s.dim(), "]"));
+  }
+  ASSIGN_OR_RETURN(SymbolicShape out, Attention(kind, s.dim(), s.heads(), 0,
+                                                s.hidden(), index, in));
+  const int64_t kv = s.has_kv_heads() ? s.kv_heads() : s.heads();
+  if (kv <= 0 || s.heads() % kv != 0) {
+    return Invalid(
+        absl::StrCat(Field(index, kind), ".kv_heads=", kv,
+                     " must be positive and divide heads=", s.heads()));
+  }
+  if ((s.dim() / s.heads()) % 2 != 0) {
+    return Invalid(
+        absl::StrCat(Field(index, kind),
+                     ": the head width dim / heads = ", s.dim() / s.heads(),
+                     " must be even (rotary embeddings pair its halves)"));
+  }
+  const float theta = s.has_rope_theta() ? s.rope_theta() : 10000.0f;
+  if (!(theta > 1 && theta <= 1e9)) {
+    return Invalid(absl::StrCat(Field(index, kind), ".rope_theta=", theta,
+                                " must be in (1, 1e9]"));
+  }
+  const float eps = s.has_eps() ? s.eps() : 1e-6f;
+  if (!(eps > 0 && eps <= 1)) {
+    return Invalid(absl::StrCat(Field(index, kind), ".eps=", eps,
+                                " must be positive (at most 1)"));
+  }
+  return out;
+}
+
 absl::Status CheckNotEmpty(const SymbolicShape& in, int index) {
   for (int64_t d : in.dims) {
     if (d != kUnknownDim && d <= 0) {
@@ -435,14 +494,19 @@ absl::StatusOr<SymbolicShape> LayerOutput(const LayerSpec& spec, int index,
     }
     case LayerSpec::kTransformerBlock:
       return TransformerBlock(spec.transformer_block(), index, in);
+    case LayerSpec::kRmsNorm:
+      return RmsNorm(spec.rms_norm(), index, in);
+    case LayerSpec::kLlamaBlock:
+      return LlamaBlock(spec.llama_block(), index, in);
     case LayerSpec::KIND_NOT_SET:
       break;
   }
   return Invalid(absl::StrCat(
       "model.layers[", index,
       "] has no layer kind (set one of linear, relu, gelu, dropout, flatten, "
-      "conv2d, max_pool2d, layer_norm, delay, token_embedding, "
-      "position_embedding, causal_self_attention, transformer_block)"));
+      "conv2d, max_pool2d, layer_norm, rms_norm, delay, token_embedding, "
+      "position_embedding, causal_self_attention, transformer_block, "
+      "llama_block)"));
 }
 
 }  // namespace

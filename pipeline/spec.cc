@@ -75,7 +75,7 @@ absl::Status ValidateLrSchedule(const LrSchedule& s) {
 // A learning rate past this is a typo, not a schedule.
 constexpr float kMaxLearningRate = 1000;
 
-absl::Status CheckLr(const char* field, float lr) {
+absl::Status CheckLr(absl::string_view field, float lr) {
   if (!(lr > 0 && std::isfinite(lr))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer.", field, ".lr=", lr, " must be positive and finite"));
@@ -100,19 +100,51 @@ absl::Status ValidateSgd(const SgdSpec& s) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateAdam(const AdamSpec& s) {
-  RETURN_IF_ERROR(CheckLr("adam", s.lr()));
+absl::Status ValidateAdam(const AdamSpec& s, const std::string& kind) {
+  RETURN_IF_ERROR(CheckLr(kind, s.lr()));
   if (s.has_beta1()) {
-    RETURN_IF_ERROR(CheckRange("adam.beta1", s.beta1(), 0, 1, true));
+    RETURN_IF_ERROR(CheckRange(kind + ".beta1", s.beta1(), 0, 1, true));
   }
   if (s.has_beta2()) {
-    RETURN_IF_ERROR(CheckRange("adam.beta2", s.beta2(), 0, 1, true));
+    RETURN_IF_ERROR(CheckRange(kind + ".beta2", s.beta2(), 0, 1, true));
   }
   if (s.has_eps() && !(s.eps() > 0 && s.eps() <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.adam.eps=", s.eps(), " must be positive (at most 1)"));
+        "optimizer.", kind, ".eps=", s.eps(), " must be positive (at most 1)"));
   }
-  return CheckRange("adam.weight_decay", s.weight_decay(), 0, 1, true);
+  return CheckRange(kind + ".weight_decay", s.weight_decay(), 0, 1, true);
+}
+
+// The parameter groups' kinds and values, and the clipping threshold.
+absl::Status ValidateParamGroups(const OptimizerSpec& spec) {
+  static constexpr absl::string_view kKinds[] = {"weight", "bias", "norm",
+                                                 "embedding"};
+  for (int g = 0; g < spec.param_groups_size(); ++g) {
+    const ParamGroup& group = spec.param_groups(g);
+    const std::string field = absl::StrCat("param_groups[", g, "]");
+    if (group.kinds().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.", field,
+          ".kinds is empty (name some of weight, bias, norm, embedding)"));
+    }
+    for (const std::string& kind : group.kinds()) {
+      if (std::find(std::begin(kKinds), std::end(kKinds), kind) ==
+          std::end(kKinds)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer.", field, ".kinds has \"", kind,
+                         "\"; the kinds are weight, bias, norm and embedding"));
+      }
+    }
+    if (group.has_weight_decay()) {
+      RETURN_IF_ERROR(CheckRange(field + ".weight_decay", group.weight_decay(),
+                                 0, 1, true));
+    }
+    if (group.has_lr_scale()) {
+      RETURN_IF_ERROR(
+          CheckRange(field + ".lr_scale", group.lr_scale(), 0, 1e3, false));
+    }
+  }
+  return CheckRange("clip_grad_norm", spec.clip_grad_norm(), 0, 1e9, false);
 }
 
 // The floats of one synthetic sample, or the error naming the dimension.
@@ -291,6 +323,36 @@ absl::Status ValidateLoop(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         "neither epochs nor max_steps is set: training would never stop");
   }
+  const int64_t passes = spec.grad_accumulation();
+  if (passes < 0 || (passes > 1 && spec.batch_size() % passes != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", passes,
+        " must be positive and divide batch_size=", spec.batch_size()));
+  }
+  return absl::OkStatus();
+}
+
+// Gradient accumulation and clipping in a pipeline need every stage to step
+// the same minibatch's gradients at one version.
+absl::Status CheckStepFeatures(const JobSpec& spec, const PipelinePolicy& p) {
+  if (p.workers <= 1 || SplitsMinibatches(p.schedule)) {
+    return absl::OkStatus();
+  }
+  const std::string schedule(ScheduleName(p.schedule));
+  if (spec.grad_accumulation() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", spec.grad_accumulation(),
+        " needs a schedule that splits minibatches (1f1b_flush, gpipe, "
+        "interleaved_1f1b, the zb_* ones, 2bw or auto), not ",
+        schedule));
+  }
+  if (spec.optimizer().clip_grad_norm() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.clip_grad_norm needs a schedule on which every stage steps "
+        "the same minibatch (1f1b_flush, gpipe, interleaved_1f1b, the zb_* "
+        "ones, 2bw or auto), not ",
+        schedule));
+  }
   return absl::OkStatus();
 }
 
@@ -440,6 +502,11 @@ absl::Status CheckTensorGroups(const ModelSpec& model,
       hidden = b.has_mlp_hidden() ? b.mlp_hidden() : 4 * b.dim();
     } else if (layer.has_causal_self_attention()) {
       heads = layer.causal_self_attention().heads();
+    } else if (layer.has_llama_block()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.tensor_parallel=", t, ": model.layers[", l,
+          "] is a llama_block, which is not tensor-parallel yet (tensor "
+          "groups split transformer_block and causal_self_attention layers)"));
     } else {
       continue;
     }
@@ -552,7 +619,8 @@ bool SplitsVocabulary(const ModelSpec& model, int degree) {
 
 bool HasTransformerLayers(const ModelSpec& model) {
   for (const LayerSpec& l : model.layers()) {
-    if (l.has_transformer_block() || l.has_causal_self_attention()) {
+    if (l.has_transformer_block() || l.has_causal_self_attention() ||
+        l.has_llama_block()) {
       return true;
     }
   }
@@ -764,16 +832,20 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
 
 absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec) {
   RETURN_IF_ERROR(ValidateLrSchedule(spec.schedule()));
+  RETURN_IF_ERROR(ValidateParamGroups(spec));
   switch (spec.kind_case()) {
     case OptimizerSpec::kSgd:
       return ValidateSgd(spec.sgd());
     case OptimizerSpec::kAdam:
-      return ValidateAdam(spec.adam());
+      return ValidateAdam(spec.adam(), "adam");
+    case OptimizerSpec::kAdamw:
+      return ValidateAdam(spec.adamw(), "adamw");
     case OptimizerSpec::KIND_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "optimizer is not set (set optimizer.sgd or optimizer.adam)");
+      "optimizer is not set (set optimizer.sgd, optimizer.adam or "
+      "optimizer.adamw)");
 }
 
 absl::Status ValidateDataSpec(const DataSpec& spec) {
@@ -894,6 +966,7 @@ absl::StatusOr<SpecSummary> CheckJobSpecFields(const JobSpec& spec,
   SpecSummary summary;
   ASSIGN_OR_RETURN(summary.pipeline, ResolvePipeline(spec));
   RETURN_IF_ERROR(CheckPipelineLimits(spec.pipeline()));
+  RETURN_IF_ERROR(CheckStepFeatures(spec, summary.pipeline));
   if (spec.data().has_synthetic()) {
     const SyntheticData& s = spec.data().synthetic();
     summary.input = SymbolicShape::Known(

@@ -24,6 +24,7 @@ using v1::MaxPool2dSpec;
 using v1::ModelProfile;
 using v1::ModelSpec;
 using v1::OptimizerSpec;
+using v1::ParamGroup;
 using v1::PartitionPlan;
 using v1::PlanStage;
 using v1::PositionEmbeddingSpec;

@@ -60,9 +60,10 @@ absl::StatusOr<std::vector<LayerUpdate>> CreateLayerUpdates(
     ASSIGN_OR_RETURN(updates[l].params,
                      InitParameters(model, l, l + 1, device));
     ASSIGN_OR_RETURN(updates[l].grads, ZerosLike(updates[l].params, device));
-    ASSIGN_OR_RETURN(updates[l].optimizer,
-                     CreateOptimizer(spec.optimizer(), updates[l].params,
-                                     device, /*total_steps=*/1 << 20));
+    ASSIGN_OR_RETURN(
+        updates[l].optimizer,
+        CreateOptimizer(spec.optimizer(), updates[l].params, device,
+                        /*total_steps=*/1 << 20, &spec.model()));
   }
   return updates;
 }
@@ -253,7 +254,8 @@ absl::Status MeasureRecomputation(
     }
     for (int l = 0; l < model.num_layers(); ++l) {
       const std::string kind = model.layer(l).kind();
-      if (kind != "transformer_block" && kind != "causal_self_attention") {
+      if (kind != "transformer_block" && kind != "causal_self_attention" &&
+          kind != "llama_block") {
         continue;
       }
       v1::RecomputeCost* cost =

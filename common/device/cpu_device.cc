@@ -645,14 +645,16 @@ void CpuDevice::AdamRange(float* w, const float* g, float* m, float* v,
   const AdamScales scales = AdamStepScales(p);
   const float step_size = scales.step_size;
   const float inv_sqrt_bc2 = scales.inv_sqrt_bc2;
-  const float b1 = p.beta1, b2 = p.beta2, wd = p.weight_decay, eps = p.eps;
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+  const float wd = scales.grad_decay, keep = scales.keep;
   const float* src = p.source != nullptr ? p.source : w;
   WriteWeights(w, p.source, n, [=](int64_t i) {
     const float grad = g[i] + wd * src[i];
     m[i] = b1 * m[i] + (1.0f - b1) * grad;
     v[i] = b2 * v[i] + (1.0f - b2) * grad * grad;
     const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-    return src[i] - step_size * m[i] / denom;
+    const float decayed = src[i] * keep;
+    return decayed - step_size * m[i] / denom;
   });
 }
 

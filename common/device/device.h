@@ -65,6 +65,9 @@ struct AdamParams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0;
+  // AdamW (torch.optim.AdamW): the decay multiplies the weights, w *= 1 -
+  // lr * weight_decay, before the update, instead of joining the gradient.
+  bool decoupled = false;
   // 1-based step count, for the bias corrections.
   int64_t step = 1;
   // The weights to update from; null: w itself (in place). Otherwise w
@@ -75,16 +78,24 @@ struct AdamParams {
 
 // Adam's per-step scalars: step_size = lr / (1 - beta1^t) and
 // inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t), computed in double on the host so
-// that every device applies identical values.
+// that every device applies identical values; and the weight decay's two
+// forms: grad = g + grad_decay * w, then w' = w * keep - step_size * m /
+// denom (Adam: grad_decay = weight_decay, keep = 1; AdamW: grad_decay = 0,
+// keep = 1 - lr * weight_decay).
 struct AdamScales {
   float step_size;
   float inv_sqrt_bc2;
+  float grad_decay;
+  float keep;
 };
 inline AdamScales AdamStepScales(const AdamParams& p) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), p.step);
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), p.step);
+  const double keep =
+      p.decoupled ? 1.0 - static_cast<double>(p.lr) * p.weight_decay : 1.0;
   return {static_cast<float>(p.lr / bc1),
-          static_cast<float>(1.0 / std::sqrt(bc2))};
+          static_cast<float>(1.0 / std::sqrt(bc2)),
+          p.decoupled ? 0.0f : p.weight_decay, static_cast<float>(keep)};
 }
 
 class Device {
@@ -240,6 +251,33 @@ class Device {
   // the diagonal.
   virtual void CausalSoftmaxBackward(const float* p, float* d, int64_t count,
                                      int64_t t, float scale) = 0;
+
+  // ---- LLaMA ----
+  // RMS norm over rows of x[rows, cols]: y = x * rstd * gamma with rstd =
+  // 1 / sqrt(mean(x^2) + eps) per row (written for backward).
+  virtual void RmsNorm(const float* x, const float* gamma, int64_t rows,
+                       int64_t cols, float eps, float* y, float* rstd) = 0;
+  // dx (may be null: not needed) overwritten; dgamma written (accumulate
+  // false) or added to.
+  virtual void RmsNormBackward(const float* dy, const float* x,
+                               const float* gamma, const float* rstd,
+                               int64_t rows, int64_t cols, float* dx,
+                               float* dgamma, bool accumulate) = 0;
+  // Rotary embeddings in place over x[rows, heads, head_dim] (row r at
+  // position r % positions), the rotate-half form: for i < head_dim / 2,
+  // (x_i, x_{i+half}) becomes (x_i c - x_{i+half} s, x_{i+half} c + x_i s)
+  // with c, s = cos[p, i], sin[p, i] ([positions, half] tables); `inverse`
+  // rotates by the opposite angle (the backward).
+  virtual void Rope(float* x, int64_t rows, int64_t positions, int64_t heads,
+                    int64_t head_dim, const float* cos, const float* sin,
+                    bool inverse) = 0;
+  // SwiGLU: out = silu(gate) * up over n elements (silu(g) = g /
+  // (1 + exp(-g))); and its backward: dgate and dup from dout.
+  virtual void SwiGlu(const float* gate, const float* up, float* out,
+                      int64_t n) = 0;
+  virtual void SwiGluBackward(const float* gate, const float* up,
+                              const float* dout, float* dgate, float* dup,
+                              int64_t n) = 0;
 
   // ---- Loss ----
   // Softmax cross-entropy of logits[rows, classes] against labels[rows]

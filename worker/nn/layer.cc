@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "pipeline/shapes.h"
+#include "worker/nn/llama.h"
 #include "worker/nn/transformer.h"
 
 namespace aqueduct {
@@ -579,6 +580,9 @@ LayerOr Make(const LayerSpec& spec, int index, const Shape& in,
     case LayerSpec::kCausalSelfAttention:
     case LayerSpec::kTransformerBlock:
       return MakeTransformerLayer(spec, index, in, out, seed, shard);
+    case LayerSpec::kRmsNorm:
+    case LayerSpec::kLlamaBlock:
+      return MakeLlamaLayer(spec, index, in, seed, shard);
     case LayerSpec::KIND_NOT_SET:
       break;
   }

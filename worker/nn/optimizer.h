@@ -46,11 +46,18 @@ class Optimizer {
 
 // Builds the optimizer of `spec` for `params` (state allocated on `device`,
 // zero-filled). `total_steps` is the length of the job, over which the
-// learning-rate schedule runs. INVALID_ARGUMENT naming the field on bad
-// hyper-parameters.
+// learning-rate schedule runs. `model` (the job's layers) tells the
+// parameters' kinds for spec.param_groups; it may be null when there are
+// none. INVALID_ARGUMENT naming the field on bad hyper-parameters.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     const OptimizerSpec& spec, const ParameterSet& params, Device* device,
-    int64_t total_steps);
+    int64_t total_steps, const ModelSpec* model = nullptr);
+
+// The kind a parameter group names for parameter `name` ("layers.<i>.<p>")
+// of `model`: "embedding", "norm", "bias" or "weight" (ParamGroup.kinds in
+// proto/job.proto). A layer tied to another takes the owner's kind for its
+// weight.
+std::string ParamKindOf(const ModelSpec& model, const std::string& name);
 
 // The factor the schedule applies to the base learning rate at 0-based step
 // `step` of `total_steps` (1 when the schedule is unset).

@@ -211,7 +211,7 @@ absl::Status PipelineStage::Prepare() {
   ASSIGN_OR_RETURN(grads_, ZerosLike(latest_, device_));
   ASSIGN_OR_RETURN(optimizer_,
                    CreateOptimizer(spec_.optimizer(), latest_, device_,
-                                   layout_.num_minibatches));
+                                   layout_.num_minibatches, &spec_.model()));
   if (options_.restore != nullptr) {
     // Checkpoints hold whole tensors: this member takes its part.
     ASSIGN_OR_RETURN(const SafetensorsFile part,

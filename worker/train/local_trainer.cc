@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "pipeline/failure.h"
 #include "pipeline/policy.h"
+#include "worker/nn/clipping.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/spec.h"
@@ -104,9 +105,9 @@ absl::Status InitTrainState(const JobSpec& spec,
     CopyTiedWeights(model, *device, state->params);
   }
   ASSIGN_OR_RETURN(state->grads, ZerosLike(state->params, device));
-  ASSIGN_OR_RETURN(
-      state->optimizer,
-      CreateOptimizer(spec.optimizer(), state->params, device, total));
+  ASSIGN_OR_RETURN(state->optimizer,
+                   CreateOptimizer(spec.optimizer(), state->params, device,
+                                   total, &spec.model()));
   if (options.restore != nullptr) {
     RETURN_IF_ERROR(
         Annotate(ImportTrainingState(*options.restore, *device, state->params,
@@ -129,15 +130,22 @@ struct StepBuffers {
   BatchStaging staging;
   Tensor labels;
   std::vector<float> host_losses;
-  // Labels per minibatch: batch * labels per sample (tokens, for text).
+  // Labels per pass: batch * labels per sample (tokens, for text).
   int64_t num_labels = 0;
+  // Passes per step (JobSpec.grad_accumulation), of `batch` samples each.
+  int64_t passes = 1;
+  // OptimizerSpec.clip_grad_norm (0: none).
+  float clip = 0;
 };
 
-// Sizes `buffers` for batches of `batch` samples of `train` and allocates
-// the labels tensor.
+// Sizes `buffers` for passes of batch_size / grad_accumulation samples of
+// `train` and allocates the labels tensor.
 absl::Status InitStepBuffers(const Model& model, const Dataset& train,
-                             int64_t batch, Device* device,
+                             const JobSpec& spec, Device* device,
                              StepBuffers* buffers) {
+  buffers->passes = std::max<int64_t>(1, spec.grad_accumulation());
+  buffers->clip = spec.optimizer().clip_grad_norm();
+  const int64_t batch = spec.batch_size() / buffers->passes;
   buffers->batch = batch;
   buffers->batch_shape = train.sample_shape.WithLeading(batch);
   const Shape labels = LabelShape(model, batch);
@@ -147,39 +155,66 @@ absl::Status InitStepBuffers(const Model& model, const Dataset& train,
   return absl::OkStatus();
 }
 
-// Runs training step `step` (0-based) on its batch of `train`: forward,
-// loss, backward and update. Returns the batch's mean loss;
-// FAILED_PRECONDITION if it is not finite.
-absl::StatusOr<double> TrainStep(const Model& model, Device* device,
+// Forward and backward of pass `pass` of step `step`: its rows of the
+// step's minibatch, gradients written (pass 0) or added. Returns the sum
+// of the pass's losses.
+absl::StatusOr<double> TrainPass(const Model& model, Device* device,
                                  const Dataset& train, EpochSampler* sampler,
-                                 int64_t step, TrainState* state,
+                                 int64_t step, int64_t pass, TrainState* state,
                                  StepBuffers* buffers) {
-  // A fresh input tensor per step: in-place layers may write into it.
+  // A fresh input tensor per pass: in-place layers may write into it.
   ASSIGN_OR_RETURN(Tensor x,
                    device->Allocate(buffers->batch_shape, DType::kF32));
-  RETURN_IF_ERROR(LoadBatch(train, sampler->Batch(step), *device, x,
-                            buffers->labels, buffers->staging));
+  const size_t rows = static_cast<size_t>(buffers->batch);
+  RETURN_IF_ERROR(LoadBatch(
+      train,
+      sampler->Batch(step).subspan(static_cast<size_t>(pass) * rows, rows),
+      *device, x, buffers->labels, buffers->staging));
   PassContext ctx;
   ctx.training = true;
   ctx.minibatch = static_cast<uint64_t>(step);
+  ctx.sample_offset = static_cast<uint64_t>(pass) * rows;
   RangeCache cache;
   Tensor logits;
   RETURN_IF_ERROR(
       ForwardRange(model, *device, state->params, x, ctx, &logits, &cache));
+  const float scale =
+      1.0f / static_cast<float>(buffers->num_labels * buffers->passes);
   ASSIGN_OR_RETURN(
       LossOutput loss,
-      SoftmaxCrossEntropy(*device, logits, buffers->labels,
-                          1.0f / static_cast<float>(buffers->num_labels)));
+      SoftmaxCrossEntropy(*device, logits, buffers->labels, scale));
   RETURN_IF_ERROR(BackwardRange(model, *device, state->params, cache,
                                 loss.dlogits, ctx, nullptr, state->grads,
-                                false));
-  SumTiedGradients(model, *device, state->grads);
-  RETURN_IF_ERROR(state->optimizer->Step(state->params, state->grads));
+                                pass > 0));
   RETURN_IF_ERROR(device->CopyToHost(loss.losses, buffers->host_losses.data()));
-  RETURN_IF_ERROR(device->Synchronize());
   double sum = 0;
   for (float l : buffers->host_losses) sum += l;
-  const double mean = sum / static_cast<double>(buffers->num_labels);
+  return sum;
+}
+
+// Runs training step `step` (0-based) on its batch of `train`: forward,
+// loss and backward of each pass, clipping and update. Returns the batch's
+// mean loss; FAILED_PRECONDITION if it is not finite.
+absl::StatusOr<double> TrainStep(const Model& model, Device* device,
+                                 const Dataset& train, EpochSampler* sampler,
+                                 int64_t step, TrainState* state,
+                                 StepBuffers* buffers) {
+  double sum = 0;
+  for (int64_t pass = 0; pass < buffers->passes; ++pass) {
+    ASSIGN_OR_RETURN(const double s, TrainPass(model, device, train, sampler,
+                                               step, pass, state, buffers));
+    sum += s;
+  }
+  SumTiedGradients(model, *device, state->grads);
+  if (buffers->clip > 0) {
+    ASSIGN_OR_RETURN(const double squares,
+                     GradSquares(model, *device, state->grads, true));
+    ScaleGradients(*device, state->grads, ClipFactor(squares, buffers->clip));
+  }
+  RETURN_IF_ERROR(state->optimizer->Step(state->params, state->grads));
+  RETURN_IF_ERROR(device->Synchronize());
+  const double mean =
+      sum / static_cast<double>(buffers->num_labels * buffers->passes);
   if (!std::isfinite(mean)) {
     return WithCause(
         absl::DataLossError(absl::StrCat(kNonFiniteLoss, " at step ", step + 1,
@@ -323,7 +358,7 @@ absl::Status RunSteps(const LocalRun& run, LocalTrainResult* result) {
   const LocalTrainOptions& options = *run.options;
   const int64_t batch = run.spec->batch_size();
   StepBuffers buffers;
-  RETURN_IF_ERROR(InitStepBuffers(*run.model, run.data->train, batch,
+  RETURN_IF_ERROR(InitStepBuffers(*run.model, run.data->train, *run.spec,
                                   run.device, &buffers));
   Clock::time_point window_start = Clock::now();
   int64_t window_steps = 0;

@@ -322,6 +322,36 @@ void CudaDevice::LayerNormBackward(const float* dy, const float* x,
                           dbeta, accumulate, stream_);
   AQ_LAUNCHED("LayerNormBackward");
 }
+void CudaDevice::RmsNorm(const float* x, const float* gamma, int64_t rows,
+                         int64_t cols, float eps, float* y, float* rstd) {
+  cuda::RmsNorm(x, gamma, rows, cols, eps, y, rstd, stream_);
+  AQ_LAUNCHED("RmsNorm");
+}
+void CudaDevice::RmsNormBackward(const float* dy, const float* x,
+                                 const float* gamma, const float* rstd,
+                                 int64_t rows, int64_t cols, float* dx,
+                                 float* dgamma, bool accumulate) {
+  cuda::RmsNormBackward(dy, x, gamma, rstd, rows, cols, dx, dgamma, accumulate,
+                        stream_);
+  AQ_LAUNCHED("RmsNormBackward");
+}
+void CudaDevice::Rope(float* x, int64_t rows, int64_t positions, int64_t heads,
+                      int64_t head_dim, const float* cos, const float* sin,
+                      bool inverse) {
+  cuda::Rope(x, rows, positions, heads, head_dim, cos, sin, inverse, stream_);
+  AQ_LAUNCHED("Rope");
+}
+void CudaDevice::SwiGlu(const float* gate, const float* up, float* out,
+                        int64_t n) {
+  cuda::SwiGlu(gate, up, out, n, stream_);
+  AQ_LAUNCHED("SwiGlu");
+}
+void CudaDevice::SwiGluBackward(const float* gate, const float* up,
+                                const float* dout, float* dgate, float* dup,
+                                int64_t n) {
+  cuda::SwiGluBackward(gate, up, dout, dgate, dup, n, stream_);
+  AQ_LAUNCHED("SwiGluBackward");
+}
 void CudaDevice::EmbeddingForward(const float* ids, const float* table,
                                   int64_t vocab, int64_t rows, int64_t dim,
                                   float* y) {
@@ -364,7 +394,7 @@ void CudaDevice::AdamStep(float* w, const float* g, float* m, float* v,
   const AdamScales scales = AdamStepScales(p);
   cuda::AdamStep(w, p.source != nullptr ? p.source : w, g, m, v, n,
                  scales.step_size, scales.inv_sqrt_bc2, p.beta1, p.beta2, p.eps,
-                 p.weight_decay, stream_);
+                 scales.grad_decay, scales.keep, stream_);
   AQ_LAUNCHED("AdamStep");
 }
 

@@ -124,6 +124,18 @@ class CudaDevice final : public Device {
                const SgdParams& p) override;
   void AdamStep(float* w, const float* g, float* m, float* v, int64_t n,
                 const AdamParams& p) override;
+  void RmsNorm(const float* x, const float* gamma, int64_t rows, int64_t cols,
+               float eps, float* y, float* rstd) override;
+  void RmsNormBackward(const float* dy, const float* x, const float* gamma,
+                       const float* rstd, int64_t rows, int64_t cols, float* dx,
+                       float* dgamma, bool accumulate) override;
+  void Rope(float* x, int64_t rows, int64_t positions, int64_t heads,
+            int64_t head_dim, const float* cos, const float* sin,
+            bool inverse) override;
+  void SwiGlu(const float* gate, const float* up, float* out,
+              int64_t n) override;
+  void SwiGluBackward(const float* gate, const float* up, const float* dout,
+                      float* dgate, float* dup, int64_t n) override;
 
  private:
   explicit CudaDevice(const CudaDeviceOptions& options);

@@ -99,14 +99,15 @@ __global__ void SgdKernel(float* w, const float* src, const float* g,
 __global__ void AdamKernel(float* w, const float* src, const float* g, float* m,
                            float* v, int64_t n, float step_size,
                            float inv_sqrt_bc2, float b1, float b2, float eps,
-                           float wd) {
+                           float wd, float keep) {
   AQ_GRID_STRIDE(i, n) {
     const float grad = g[i] + wd * src[i];
     const float mi = b1 * m[i] + (1.0f - b1) * grad;
     const float vi = b2 * v[i] + (1.0f - b2) * grad * grad;
     m[i] = mi;
     v[i] = vi;
-    w[i] = src[i] - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    const float decayed = src[i] * keep;
+    w[i] = decayed - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
   }
 }
 
@@ -304,6 +305,88 @@ __global__ void LayerNormDparamsKernel(const float* dy, const float* x,
   }
 }
 
+__global__ void RmsNormKernel(const float* x, const float* gamma, int64_t cols,
+                              float eps, float* y, float* rstd) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * cols;
+  float sq = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sq += xr[c] * xr[c];
+  const float rs =
+      rsqrtf(BlockSum(sq, shared) / static_cast<float>(cols) + eps);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    y[r * cols + c] = xr[c] * rs * gamma[c];
+  }
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+// dx: one block per row.
+__global__ void RmsNormDxKernel(const float* dy, const float* x,
+                                const float* gamma, const float* rstd,
+                                int64_t cols, float* dx) {
+  __shared__ float shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float rs = rstd[r];
+  float dot = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    dot += dy[r * cols + c] * gamma[c] * x[r * cols + c];
+  }
+  const float k = BlockSum(dot, shared) / static_cast<float>(cols) * rs * rs;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    dx[r * cols + c] = rs * (dy[r * cols + c] * gamma[c] - x[r * cols + c] * k);
+  }
+}
+
+// dgamma: one thread per column.
+__global__ void RmsNormDgammaKernel(const float* dy, const float* x,
+                                   const float* rstd, int64_t rows,
+                                   int64_t cols, float* dgamma,
+                                   bool accumulate) {
+  AQ_GRID_STRIDE(c, cols) {
+    float g = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      g += dy[r * cols + c] * (x[r * cols + c] * rstd[r]);
+    }
+    dgamma[c] = accumulate ? dgamma[c] + g : g;
+  }
+}
+
+// One thread per rotated pair.
+__global__ void RopeKernel(float* x, int64_t rows, int64_t positions,
+                           int64_t heads, int64_t head_dim, const float* cos,
+                           const float* sin, float sign) {
+  const int64_t half = head_dim / 2;
+  AQ_GRID_STRIDE(j, rows * heads * half) {
+    const int64_t i = j % half;
+    const int64_t rh = j / half;  // row * heads + head
+    const int64_t p = (rh / heads) % positions;
+    float* v = x + rh * head_dim;
+    const float a = v[i], b = v[i + half];
+    const float c = cos[p * half + i], s = sign * sin[p * half + i];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, float* out,
+                             int64_t n) {
+  AQ_GRID_STRIDE(i, n) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void SwiGluBackwardKernel(const float* gate, const float* up,
+                                     const float* dout, float* dgate,
+                                     float* dup, int64_t n) {
+  AQ_GRID_STRIDE(i, n) {
+    const float g = gate[i], u = up[i], d = dout[i];
+    const float sig = 1.0f / (1.0f + expf(-g));
+    dgate[i] = d * u * (sig * (1.0f + g * (1.0f - sig)));
+    dup[i] = d * g * sig;
+  }
+}
+
 // One block per row; logits and dlogits may alias.
 __global__ void SoftmaxCrossEntropyKernel(const float* logits,
                                           const int32_t* labels,
@@ -482,10 +565,11 @@ void SgdStep(float* w, const float* src, const float* g, float* buf, int64_t n,
 }
 void AdamStep(float* w, const float* src, const float* g, float* m, float* v,
               int64_t n, float step_size, float inv_sqrt_bc2, float beta1,
-              float beta2, float eps, float weight_decay, cudaStream_t s) {
+              float beta2, float eps, float weight_decay, float keep,
+              cudaStream_t s) {
   AdamKernel<<<Blocks(n), kThreads, 0, s>>>(w, src, g, m, v, n, step_size,
                                             inv_sqrt_bc2, beta1, beta2, eps,
-                                            weight_decay);
+                                            weight_decay, keep);
 }
 
 void SumRows(const float* x, int64_t rows, int64_t cols, float beta, float* out,
@@ -543,6 +627,37 @@ void LayerNormBackward(const float* dy, const float* x, const float* gamma,
   LayerNormDxKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
       dy, x, gamma, mean, rstd, cols, dx);
 }
+void RmsNorm(const float* x, const float* gamma, int64_t rows, int64_t cols,
+             float eps, float* y, float* rstd, cudaStream_t s) {
+  if (rows == 0) return;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+      x, gamma, cols, eps, y, rstd);
+}
+void RmsNormBackward(const float* dy, const float* x, const float* gamma,
+                     const float* rstd, int64_t rows, int64_t cols, float* dx,
+                     float* dgamma, bool accumulate, cudaStream_t s) {
+  RmsNormDgammaKernel<<<Blocks(cols), kThreads, 0, s>>>(dy, x, rstd, rows, cols,
+                                                        dgamma, accumulate);
+  if (dx == nullptr || rows == 0) return;
+  RmsNormDxKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+      dy, x, gamma, rstd, cols, dx);
+}
+void Rope(float* x, int64_t rows, int64_t positions, int64_t heads,
+          int64_t head_dim, const float* cos, const float* sin, bool inverse,
+          cudaStream_t s) {
+  RopeKernel<<<Blocks(rows * heads * (head_dim / 2)), kThreads, 0, s>>>(
+      x, rows, positions, heads, head_dim, cos, sin, inverse ? -1.0f : 1.0f);
+}
+void SwiGlu(const float* gate, const float* up, float* out, int64_t n,
+            cudaStream_t s) {
+  SwiGluKernel<<<Blocks(n), kThreads, 0, s>>>(gate, up, out, n);
+}
+void SwiGluBackward(const float* gate, const float* up, const float* dout,
+                    float* dgate, float* dup, int64_t n, cudaStream_t s) {
+  SwiGluBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(gate, up, dout, dgate,
+                                                      dup, n);
+}
+
 void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
                          int64_t rows, int64_t classes, float grad_scale,
                          float* losses, float* dlogits, cudaStream_t s) {

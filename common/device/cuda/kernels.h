@@ -36,11 +36,28 @@ void FloatToBf16(const float* x, void* y, int64_t n, cudaStream_t stream);
 void SgdStep(float* w, const float* src, const float* g, float* buf, int64_t n,
              float lr, float momentum, float dampening, float weight_decay,
              bool nesterov, bool first_step, cudaStream_t stream);
-// torch.optim.Adam semantics; step_size and inv_sqrt_bc2 from
-// AdamStepScales (common/device/device.h), as CpuDevice uses.
+// torch.optim.Adam and AdamW semantics; step_size, inv_sqrt_bc2,
+// weight_decay (AdamScales.grad_decay) and keep from AdamStepScales
+// (common/device/device.h), as CpuDevice uses.
 void AdamStep(float* w, const float* src, const float* g, float* m, float* v,
               int64_t n, float step_size, float inv_sqrt_bc2, float beta1,
-              float beta2, float eps, float weight_decay, cudaStream_t stream);
+              float beta2, float eps, float weight_decay, float keep,
+              cudaStream_t stream);
+
+// The LLaMA block's kernels, as Device's RmsNorm, RmsNormBackward, Rope,
+// SwiGlu and SwiGluBackward.
+void RmsNorm(const float* x, const float* gamma, int64_t rows, int64_t cols,
+             float eps, float* y, float* rstd, cudaStream_t stream);
+void RmsNormBackward(const float* dy, const float* x, const float* gamma,
+                     const float* rstd, int64_t rows, int64_t cols, float* dx,
+                     float* dgamma, bool accumulate, cudaStream_t stream);
+void Rope(float* x, int64_t rows, int64_t positions, int64_t heads,
+          int64_t head_dim, const float* cos, const float* sin, bool inverse,
+          cudaStream_t stream);
+void SwiGlu(const float* gate, const float* up, float* out, int64_t n,
+            cudaStream_t stream);
+void SwiGluBackward(const float* gate, const float* up, const float* dout,
+                    float* dgate, float* dup, int64_t n, cudaStream_t stream);
 
 // out[c] = sum_r x[r, c] + beta * out[c].
 void SumRows(const float* x, int64_t rows, int64_t cols, float beta, float* out,

@@ -168,7 +168,7 @@ TEST_F(KernelsTest, OptimizersMatchCpu) {
   float* dv = Upload(std::vector<float>(n));
   cuda::AdamStep(daw, dsrc, Upload(g), dm, dv, n, scales.step_size,
                  scales.inv_sqrt_bc2, ap.beta1, ap.beta2, ap.eps,
-                 ap.weight_decay, nullptr);
+                 scales.grad_decay, scales.keep, nullptr);
   ExpectNear(aw, Download(daw, n));
   ExpectNear(w0, Download(dsrc, n));
   ExpectNear(m, Download(dm, n));
