@@ -38,6 +38,7 @@ namespace aqueduct {
 // kTiedGradient: a tied weight's gradient between the two stages that hold
 // it (its "microbatch" is the tie's index in Model::ties()).
 enum class FrameKind : uint32_t {
+  kGradNorm = 0,  // a stage's sum of squared gradients (clipping)
   kActivation = 1,
   kGradient = 2,
   kTiedGradient = 3

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "pipeline/limits.h"
+#include "pipeline/policy.h"
 #include "pipeline/schedule.h"
 
 namespace aqueduct {
@@ -165,6 +167,30 @@ absl::Status CheckAssignment(const StageAssignment& a) {
   return absl::OkStatus();
 }
 
+// Gradient accumulation: each of grad_accumulation passes runs the plan's
+// microbatches, so a step runs that many times as many (pipeline/spec.h
+// refuses schedules that do not split minibatches).
+absl::StatusOr<int> WithAccumulation(const JobSpec& spec,
+                                     const PipelinePolicy& policy, int micro) {
+  const int64_t passes = std::max<int64_t>(1, spec.grad_accumulation());
+  if (passes == 1) return micro;
+  if (!SplitsMinibatches(policy.schedule)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_accumulation=", passes,
+                     " needs a schedule that splits "
+                     "minibatches, not ",
+                     ScheduleName(policy.schedule)));
+  }
+  const int64_t total = passes * micro;
+  if (total > kMaxMicrobatches || spec.batch_size() % total != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grad_accumulation=", passes, " passes of the plan's ", micro,
+        " microbatches (", total, ") do not divide batch_size=",
+        spec.batch_size(), " (or exceed ", kMaxMicrobatches, ")"));
+  }
+  return static_cast<int>(total);
+}
+
 bool RunsLocally(const PartitionPlan& plan) {
   return plan.stages_size() == 1 && plan.stages(0).replicas() == 1 &&
          plan.stages(0).tensor_parallel() <= 1;
@@ -195,6 +221,7 @@ absl::StatusOr<JobLayout> LayoutFromAssignment(const StageAssignment& a,
         "the plan's ", micro,
         " microbatches do not divide batch_size=", spec.batch_size()));
   }
+  ASSIGN_OR_RETURN(micro, WithAccumulation(spec, layout.policy, micro));
   ASSIGN_OR_RETURN(layout.total_steps, TotalSteps(spec, train_samples));
   ASSIGN_OR_RETURN(layout.pipeline,
                    LayoutFromPlan(a.plan(), num_layers, layout.policy.schedule,

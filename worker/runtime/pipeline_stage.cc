@@ -284,6 +284,7 @@ absl::Status PipelineStage::RunRank(const std::vector<PipelineStage*>& chunks,
       for (PipelineStage* c : chunks) {
         RETURN_IF_ERROR(c->PostTiedGradients(op.minibatch));
       }
+      RETURN_IF_ERROR(ClipAcrossStages(chunks, op.minibatch));
       tied_posted = op.minibatch;
     }
     RETURN_IF_ERROR(chunk->Execute(op));
@@ -800,10 +801,17 @@ absl::Status PipelineStage::FinishTiedGradients(int64_t m) {
   return absl::OkStatus();
 }
 
-absl::Status PipelineStage::Step(int64_t m) {
+absl::Status PipelineStage::FinishGradients(int64_t m) {
+  if (finished_ == m) return absl::OkStatus();
   RETURN_IF_ERROR(
       SumSequenceParallelGradients(*model_, *device_, grads_, tensor_.get()));
   RETURN_IF_ERROR(FinishTiedGradients(m));
+  finished_ = m;
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::Step(int64_t m) {
+  RETURN_IF_ERROR(FinishGradients(m));
   if (pipemare_warmup_ > 0) {
     // PipeMare: the gradient of minibatch m is this many steps stale.
     optimizer_->SetLearningRateScale(StalenessLrScale(

@@ -187,6 +187,22 @@ class PipelineStage {
   // received (FinishTiedGradients).
   absl::Status PostTiedGradients(int64_t m);
   absl::Status FinishTiedGradients(int64_t m);
+  // What a step does before the update: the sequence-parallel sums and the
+  // tied gradients (once per minibatch; clipping runs it early).
+  absl::Status FinishGradients(int64_t m);
+  // Gradient-norm clipping (OptimizerSpec.clip_grad_norm) across the
+  // pipeline, before the rank's first step of minibatch m
+  // (pipeline_clip.cc): every stage's sum of squares (its tensor group's
+  // members added) goes to every other stage's matching ranks, and every
+  // stage scales its gradients by the same factor.
+  static absl::Status ClipAcrossStages(
+      const std::vector<PipelineStage*>& chunks, int64_t m);
+  // This stage's sum of squares, over its tensor group.
+  absl::StatusOr<double> StageSquares(absl::Time deadline);
+  // The ranks of the other stages (not on this rank) that take this
+  // stage's sum: those that read it as theirs (as tied gradients pair
+  // replicas and members).
+  std::vector<int> NormPeers(const std::vector<PipelineStage*>& chunks) const;
   absl::Status Finish();
   absl::Status Forward(int64_t m, int j);
   // The whole backward, or (split) its input half, I: the weight half, W,
@@ -290,6 +306,7 @@ class PipelineStage {
   std::map<std::pair<int, std::pair<int64_t, int>>, Outgoing> outgoing_;
   std::vector<std::unique_ptr<Work>> tied_sends_;
   bool accumulated_ = false;  // Gradients hold this minibatch's sum so far.
+  int64_t finished_ = -1;     // The minibatch FinishGradients last ran for.
   std::unique_ptr<TensorParallelGroup> tensor_;  // Degree > 1 only.
   std::unique_ptr<ProcessGroup> data_group_;     // Replicas > 1 only.
   StageStats stats_;

@@ -1138,5 +1138,99 @@ TEST(PipelineTest, MismatchedFrameIsRefused) {
   EXPECT_NE(s.message().find("received 200 bytes"), std::string::npos) << s;
 }
 
+// Per-step losses within `tolerance` of train-local's, and the two copies
+// of the tied weight (the first and last parameters) identical.
+void ExpectLossesOfTrainLocal(const Result& got,
+                              const std::vector<double>& local,
+                              double tolerance, const std::string& what,
+                              bool tied) {
+  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status;
+  ASSERT_EQ(got.losses.size(), local.size()) << what;
+  for (size_t i = 0; i < local.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], local[i], tolerance * local[i])
+        << what << " step " << i;
+  }
+  if (tied) {
+    ASSERT_FALSE(got.weights.empty());
+    EXPECT_EQ(got.weights.front(), got.weights.back()) << what << " tie";
+  }
+}
+
+// Gradient-norm clipping over the whole model (every stage, every member
+// of a tensor group, the tied weight once) and gradient accumulation (2
+// passes: twice the microbatches) through pipelines of 2 and 4 stages,
+// chunked, replicated and tensor-parallel stages, as train-local trains.
+TEST(PipelineTest, GptClippingAndAccumulationEqualTrainLocal) {
+  JobSpec spec = GptSpecForTensorGroups();
+  spec.mutable_optimizer()->set_clip_grad_norm(0.05f);
+  spec.set_grad_accumulation(2);
+  const std::vector<double> local = LocalLosses(spec);
+  JobSpec unclipped = spec;
+  unclipped.mutable_optimizer()->set_clip_grad_norm(0);
+  ASSERT_NE(LocalLosses(unclipped), local) << "the clipping must bite";
+  const int64_t n = spec.max_steps();
+  struct Case {
+    std::string what;
+    PipelineLayout layout;
+    bool chunked;
+  };
+  const Case cases[] = {
+      {"1f1b_flush 2 stages",
+       Layout(v1::SCHEDULE_1F1B_FLUSH, {0, 3}, {1, 1}, n, 8, 6), false},
+      {"gpipe 4 stages",
+       Layout(v1::SCHEDULE_GPIPE, {0, 2, 3, 4}, {1, 1, 1, 1}, n, 8, 6), false},
+      {"zb_h1 2 stages, stage 0 replicated",
+       Layout(v1::SCHEDULE_ZB_H1, {0, 3}, {2, 1}, n, 8, 6), false},
+      {"interleaved 2x2",
+       ChunkedLayout(v1::SCHEDULE_INTERLEAVED_1F1B, {0, 2, 3, 4}, 2, 2, n, 8,
+                     6),
+       true},
+      {"1x2 and 2x2 tensor groups",
+       MeshLayout(v1::SCHEDULE_1F1B_FLUSH, {0, 3}, {1, 2}, {2, 2}, {}, n, 8, 6),
+       false},
+  };
+  for (const Case& c : cases) {
+    const Result got = c.chunked ? RunChunkedPipeline(spec, c.layout)
+                                 : RunPipeline(spec, c.layout);
+    ExpectLossesOfTrainLocal(got, local, 1e-5, c.what, /*tied=*/true);
+  }
+}
+
+// The LLaMA block through a pipeline with AdamW, parameter groups and
+// clipping, as train-local.
+TEST(PipelineTest, LlamaWithAdamWEqualsTrainLocal) {
+  JobSpec spec = GptSpec(/*tied=*/false);
+  ModelSpec* model = spec.mutable_model();
+  model->mutable_layers(1)->clear_position_embedding();
+  model->mutable_layers(1)->mutable_rms_norm()->set_dim(16);
+  for (int l : {2, 3}) {
+    auto* block = model->mutable_layers(l)->mutable_llama_block();
+    block->set_dim(16);
+    block->set_heads(4);
+    block->set_kv_heads(l == 2 ? 2 : 4);
+    block->set_hidden(40);
+  }
+  model->mutable_layers(4)->mutable_rms_norm()->set_dim(16);
+  OptimizerSpec* opt = spec.mutable_optimizer();
+  opt->mutable_adamw()->set_lr(0.01f);
+  opt->mutable_adamw()->set_weight_decay(0.1f);
+  auto* group = opt->add_param_groups();
+  group->add_kinds("norm");
+  group->add_kinds("embedding");
+  group->set_weight_decay(0);
+  opt->set_clip_grad_norm(0.5f);
+  const std::vector<double> local = LocalLosses(spec);
+  const int64_t n = spec.max_steps();
+  for (const auto& begin :
+       {std::vector<int>{0, 3}, std::vector<int>{0, 2, 3, 4}}) {
+    const Result got =
+        RunPipeline(spec, Layout(v1::SCHEDULE_1F1B_FLUSH, begin,
+                                 std::vector<int>(begin.size(), 1), n, 4, 6));
+    ExpectLossesOfTrainLocal(got, local, 1e-5,
+                             absl::StrCat("llama ", begin.size(), " stages"),
+                             /*tied=*/false);
+  }
+}
+
 }  // namespace
 }  // namespace aqueduct
