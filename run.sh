@@ -29,8 +29,20 @@ workers="${workers:-1}"
 threads=1
 [ "$workers" -eq 1 ] && threads="$(nproc)"
 
+# Token files (data.text.token_dtype, written by aq tokenize): the workers
+# may read their directories.
+roots=()
+for f in $(sed -n 's/^ *\(files\|val_file\|tokenizer_model\): *"\(\/[^"]*\)".*/\2/p' "$job"); do
+  case "$f" in /usr/share/*) continue ;; esac
+  if [ ! -e "$f" ]; then
+    echo "run.sh: $f does not exist; $job's header says how to write it" \
+      "(aq tokenize)" >&2
+    exit 1
+  fi
+  roots+=(--data-root "$(dirname "$f")")
+done
 address=$(deploy/local/aqueduct-local.sh start --workers "$workers" \
-  --threads "$threads" --state-dir "$state" --bin "$bin")
+  --threads "$threads" --state-dir "$state" --bin "$bin" ${roots[@]+"${roots[@]}"})
 trap 'deploy/local/aqueduct-local.sh stop --state-dir "$state" --bin "$bin"' EXIT
 # TLS and the admin token for aq (the local cluster runs with them).
 # shellcheck source=/dev/null

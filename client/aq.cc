@@ -50,6 +50,8 @@ const Subcommand kSubcommands[] = {
      CheckpointsMain},
     {"generate", "--spec SPEC --weights FILE|--job JOB",
      "sample text from a trained language model", GenerateMain},
+    {"tokenize", "FILE... --out_dir DIR",
+     "tokenize text once into token files (SentencePiece)", TokenizeMain},
     {"config", "COMMAND [NAME]",
      "named contexts: coordinators and credentials (set-context, "
      "use-context, get-contexts, ...)",

@@ -46,6 +46,8 @@ int VerifyCheckpointMain(const std::vector<std::string>& args);
 int FetchModel(const std::string& job, const std::string& path, bool quiet);
 // Samples text from a trained language model (generate_command.cc).
 int GenerateMain(const std::vector<std::string>& args);
+// Tokenizes text into token files (tokenize_command.cc).
+int TokenizeMain(const std::vector<std::string>& args);
 // aq's named contexts (config_command.cc, contexts.h).
 int ConfigMain(const std::vector<std::string>& args);
 

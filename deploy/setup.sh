@@ -10,6 +10,8 @@ packages=(
   g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libopenblas-dev
   libgloo-dev zlib1g-dev dataset-fashion-mnist
+  # Subword tokenizers: SentencePiece's spm_* tools (aq tokenize).
+  sentencepiece
   # Text for the language-model examples and tests: plain UTF-8 files in
   # /usr/share/games/fortunes/ (cookie, computers, songs-poems, ...; the
   # .dat indexes and .u8 symlinks beside them are not for training).

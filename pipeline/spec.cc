@@ -230,6 +230,56 @@ absl::Status ValidateIdx(const IdxData& idx) {
   return absl::OkStatus();
 }
 
+// An absolute path in `field`, when set (or `required`).
+absl::Status CheckAbsolute(absl::string_view field, const std::string& path,
+                           bool required) {
+  if (path.empty() && !required) return absl::OkStatus();
+  if (!path.empty() && path[0] == '/') return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, "='", path,
+      "' must be an absolute path (workers run in directories of their own)"));
+}
+
+// The SentencePiece model and the token files' fields.
+absl::Status ValidateTokenFields(const v1::TextData& t) {
+  RETURN_IF_ERROR(CheckAbsolute("data.text.tokenizer_model",
+                                t.tokenizer_model(),
+                                t.tokenizer() == "sentencepiece"));
+  if (t.token_dtype().empty()) {
+    if (t.vocab_size() != 0 || !t.val_file().empty() ||
+        t.tokenizer() == "sentencepiece") {
+      return absl::InvalidArgumentError(
+          "data.text.vocab_size, val_file and tokenizer \"sentencepiece\" "
+          "are for token files (set data.text.token_dtype; aq tokenize "
+          "writes them)");
+    }
+    return absl::OkStatus();
+  }
+  if (t.token_dtype() != "uint16" && t.token_dtype() != "uint32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.token_dtype='", t.token_dtype(),
+                     "' is not one of: uint16, uint32"));
+  }
+  if (t.files_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.text.files names ", t.files_size(),
+        " files; token files take one (concatenate them when tokenizing)"));
+  }
+  if (!t.tokenizer().empty() && t.tokenizer() != "sentencepiece") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.tokenizer='", t.tokenizer(),
+                     "' does not apply to token files (\"sentencepiece\" with "
+                     "tokenizer_model, or nothing)"));
+  }
+  const int64_t most = t.token_dtype() == "uint16" ? 65536 : kMaxFeatures;
+  if (t.vocab_size() < 1 || t.vocab_size() > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.text.vocab_size=", t.vocab_size(), " must be in [1, ", most,
+        "] for ", t.token_dtype(), " token files"));
+  }
+  return CheckAbsolute("data.text.val_file", t.val_file(), false);
+}
+
 absl::Status ValidateText(const v1::TextData& t) {
   if (t.files().empty()) {
     return absl::InvalidArgumentError(
@@ -249,11 +299,12 @@ absl::Status ValidateText(const v1::TextData& t) {
                      kMaxContext, "]"));
   }
   if (!t.tokenizer().empty() && t.tokenizer() != "bytes" &&
-      t.tokenizer() != "chars") {
+      t.tokenizer() != "chars" && t.tokenizer() != "sentencepiece") {
     return absl::InvalidArgumentError(
         absl::StrCat("data.text.tokenizer='", t.tokenizer(),
-                     "' is not one of: bytes, chars"));
+                     "' is not one of: bytes, chars, sentencepiece"));
   }
+  RETURN_IF_ERROR(ValidateTokenFields(t));
   if (t.has_val_fraction() &&
       !(t.val_fraction() >= 0 && t.val_fraction() <= 0.5f)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -422,15 +473,23 @@ absl::Status CheckTextLogits(const SymbolicShape& out, int last,
         " per sample; a language model needs logits [", text.context(),
         ", vocabulary] (data.text.context=", text.context(), ")"));
   }
+  int64_t vocab = 0;
+  std::string what;
   if (text.tokenizer() == "bytes") {
-    RETURN_IF_ERROR(CheckEmbeddingVocabulary(
-        model, 256, "data.text.tokenizer='bytes''s 256 tokens"));
+    vocab = 256;
+    what = "data.text.tokenizer='bytes'";
+  } else if (!text.token_dtype().empty()) {
+    vocab = text.vocab_size();
+    what = absl::StrCat("data.text.vocab_size=", vocab);
+  } else {
+    return absl::OkStatus();  // Known once the text is read.
   }
-  if (text.tokenizer() == "bytes" && out.LastDim() != kUnknownDim &&
-      out.LastDim() < 256) {
+  RETURN_IF_ERROR(CheckEmbeddingVocabulary(
+      model, vocab, absl::StrCat(what, "'s ", vocab, " tokens")));
+  if (out.LastDim() != kUnknownDim && out.LastDim() < vocab) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.layers[", last, "] outputs ", out.LastDim(),
-                     " logits but data.text.tokenizer='bytes' has 256 tokens"));
+                     " logits but ", what, " has ", vocab, " tokens"));
   }
   return absl::OkStatus();
 }

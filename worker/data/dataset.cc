@@ -271,9 +271,7 @@ EpochSampler EpochSampler::For(const Dataset& data, int64_t batch_size,
   if (data.is_text()) {
     sampler.random_windows_ = true;
     sampler.batches_per_epoch_ =
-        batch_size > 0 ? static_cast<int64_t>(data.tokens.size()) /
-                             data.context / batch_size
-                       : 0;
+        batch_size > 0 ? data.num_tokens() / data.context / batch_size : 0;
   }
   return sampler;
 }
@@ -315,10 +313,19 @@ void GatherBatch(const Dataset& data, absl::Span<const int64_t> indices,
   if (data.is_text()) {
     const int64_t context = data.context;
     for (size_t i = 0; i < indices.size(); ++i) {
-      const int32_t* window = data.tokens.data() + indices[i] * data.stride;
+      const int64_t start = indices[i] * data.stride;
       float* x = inputs + i * context;
-      for (int64_t t = 0; t < context; ++t) x[t] = window[t];
-      std::memcpy(labels + i * context, window + 1, context * sizeof(int32_t));
+      int32_t* y = labels + i * context;
+      if (data.mapped.data == nullptr) {
+        const int32_t* window = data.tokens.data() + start;
+        for (int64_t t = 0; t < context; ++t) x[t] = window[t];
+        std::memcpy(y, window + 1, context * sizeof(int32_t));
+        continue;
+      }
+      for (int64_t t = 0; t < context; ++t) {
+        x[t] = static_cast<float>(data.mapped[start + t]);
+        y[t] = data.mapped[start + t + 1];
+      }
     }
     return;
   }

@@ -24,6 +24,7 @@
 #include "common/file_system.h"
 #include "common/tensor.h"
 #include "proto/types.h"
+#include "worker/data/tokens.h"
 
 namespace aqueduct {
 
@@ -48,10 +49,20 @@ struct Dataset {
   // tokens[s + 1, s + context]. Training splits have stride 1, validation
   // splits stride context (non-overlapping windows).
   std::vector<int32_t> tokens;
+  // Text from a token file (TextData.token_dtype): its mapped ids, in
+  // place of `tokens`.
+  TokenView mapped;
   int64_t context = 0;
   int64_t stride = 0;
 
   bool is_text() const { return context > 0; }
+  int64_t num_tokens() const {
+    return mapped.data != nullptr ? mapped.count
+                                  : static_cast<int64_t>(tokens.size());
+  }
+  int32_t token(int64_t i) const {
+    return mapped.data != nullptr ? mapped[i] : tokens[static_cast<size_t>(i)];
+  }
 };
 
 struct DataSplits {

@@ -169,20 +169,46 @@ absl::StatusOr<Tokenizer> Tokenizer::CharsOf(absl::string_view text,
   return Chars(AlphabetOf(code_points));
 }
 
+absl::StatusOr<Tokenizer> Tokenizer::SentencePiece(const std::string& path,
+                                                   const PathRoots& roots,
+                                                   absl::string_view field) {
+  ASSIGN_OR_RETURN(const std::string resolved, roots.Resolve(path, field));
+  absl::StatusOr<std::unique_ptr<spm::Pieces>> pieces =
+      spm::Pieces::Load(resolved);
+  if (!pieces.ok()) return Annotate(pieces.status(), field);
+  Tokenizer t;
+  t.kind_ = Kind::kSentencePiece;
+  t.pieces_ = std::move(*pieces);
+  return t;
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::ForSpec(const v1::TextData& spec,
                                              const FileAccess& files) {
   if (spec.tokenizer() == "bytes") return Bytes();
+  if (spec.tokenizer() == "sentencepiece" || !spec.token_dtype().empty()) {
+    if (spec.tokenizer_model().empty()) {
+      return absl::FailedPreconditionError(
+          "data.text.tokenizer_model is not set: the token files' ids have "
+          "no tokenizer to map them to text");
+    }
+    return SentencePiece(spec.tokenizer_model(), files.data,
+                         "data.text.tokenizer_model");
+  }
   ASSIGN_OR_RETURN(TextCorpus corpus, LoadTextCorpus(spec, files));
   return std::move(corpus.tokenizer);
 }
 
 int64_t Tokenizer::vocab_size() const {
+  if (kind_ == Kind::kSentencePiece) return pieces_->size();
   return kind_ == Kind::kBytes ? 256 : static_cast<int64_t>(alphabet_.size());
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
     absl::string_view text) const {
   std::vector<int32_t> ids;
+  if (kind_ == Kind::kSentencePiece) {
+    return pieces_->Encode(std::string(text));
+  }
   ids.reserve(text.size());
   if (kind_ == Kind::kBytes) {
     for (char c : text) ids.push_back(static_cast<uint8_t>(c));
@@ -211,6 +237,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
 
 absl::StatusOr<std::string> Tokenizer::Decode(
     absl::Span<const int32_t> ids) const {
+  if (kind_ == Kind::kSentencePiece) return pieces_->Decode(ids);
   std::string text;
   text.reserve(ids.size());
   const int64_t vocab = vocab_size();
@@ -333,8 +360,70 @@ absl::StatusOr<DataSplits> SplitText(std::vector<int32_t> tokens,
   return splits;
 }
 
+namespace {
+
+// A text Dataset of `view` with windows `stride` apart (the training
+// split's 1, the validation split's context).
+Dataset WindowsOf(const TokenView& view, int64_t vocab,
+                  const v1::TextData& spec, bool validation) {
+  const int64_t context = spec.context();
+  Dataset d;
+  d.sample_shape = Shape({context});
+  d.num_classes = static_cast<int>(vocab);
+  d.labels_per_sample = context;
+  d.context = context;
+  d.mapped = view;
+  d.stride = validation ? context : 1;
+  d.size = validation ? (view.count - 1) / context : view.count - context;
+  if (validation && spec.val_windows() > 0) {
+    d.size = std::min(d.size, spec.val_windows());
+  }
+  return d;
+}
+
+// INVALID_ARGUMENT unless `view` (of `what`) holds a window and its next
+// token.
+absl::Status CheckWindow(const TokenView& view, const v1::TextData& spec,
+                         absl::string_view what) {
+  if (view.count >= spec.context() + 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.text: ", what, " holds ", view.count, " tokens; context=",
+      spec.context(), " needs at least ", spec.context() + 1));
+}
+
+// Token files: files[0] mapped, and val_file, or its last val_fraction.
+absl::StatusOr<DataSplits> LoadTokenFiles(const v1::TextData& spec,
+                                          const FileAccess& files) {
+  const int width = TokenWidth(spec.token_dtype());
+  const int64_t vocab = spec.vocab_size();
+  ASSIGN_OR_RETURN(TokenView all, MapTokenFile(spec.files(0), width, vocab,
+                                               files, "data.text.files[0]"));
+  TokenView train = all, val;
+  if (!spec.val_file().empty()) {
+    ASSIGN_OR_RETURN(val, MapTokenFile(spec.val_file(), width, vocab, files,
+                                       "data.text.val_file"));
+    RETURN_IF_ERROR(CheckWindow(val, spec, spec.val_file()));
+  } else {
+    const TextSplitSizes sizes =
+        SplitTextTokens(all.count, TextValFraction(spec));
+    train = all.Sub(0, sizes.train_tokens);
+    val = all.Sub(sizes.train_tokens, sizes.val_tokens);
+    if (!val.empty()) {
+      RETURN_IF_ERROR(CheckWindow(val, spec, "its validation split"));
+    }
+  }
+  RETURN_IF_ERROR(CheckWindow(train, spec, spec.files(0)));
+  DataSplits splits;
+  splits.train = WindowsOf(train, vocab, spec, false);
+  if (!val.empty()) splits.test = WindowsOf(val, vocab, spec, true);
+  return splits;
+}
+
+}  // namespace
+
 absl::StatusOr<DataSplits> LoadTextData(const v1::TextData& spec,
                                         const FileAccess& files) {
+  if (!spec.token_dtype().empty()) return LoadTokenFiles(spec, files);
   ASSIGN_OR_RETURN(TextCorpus corpus, LoadTextCorpus(spec, files));
   return SplitText(std::move(corpus.tokens), corpus.tokenizer.vocab_size(),
                    spec, FilesOf(spec));
@@ -348,8 +437,7 @@ absl::StatusOr<DataInfo> DescribeTextData(const v1::TextData& spec,
   info.sample_shape = train.sample_shape;
   info.num_classes = train.num_classes;
   info.labels_per_sample = train.labels_per_sample;
-  info.train_samples =
-      static_cast<int64_t>(train.tokens.size()) / train.context;
+  info.train_samples = train.num_tokens() / train.context;
   return info;
 }
 

@@ -24,6 +24,7 @@
 #define AQUEDUCT_WORKER_DATA_TEXT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "common/file_system.h"
 #include "proto/types.h"
 #include "worker/data/dataset.h"
+#include "worker/data/sentencepiece.h"
 
 namespace aqueduct {
 
@@ -40,9 +42,13 @@ namespace aqueduct {
 //   bytes: vocabulary 256; the id of a byte is its value.
 //   chars: the distinct Unicode code points of a text (its "alphabet"),
 //          sorted by code point; the id of a character is its rank.
+//   sentencepiece: the pieces of a SentencePiece model (Debian's
+//          sentencepiece tools; `aq tokenize` trains one with byte
+//          fallback, so that every byte of any text has ids). Token files
+//          only: text files are not encoded at a job's start.
 class Tokenizer {
  public:
-  enum class Kind { kBytes, kChars };
+  enum class Kind { kBytes, kChars, kSentencePiece };
 
   // The bytes tokenizer.
   Tokenizer() = default;
@@ -56,14 +62,23 @@ class Tokenizer {
   // `source` (e.g. the file name).
   static absl::StatusOr<Tokenizer> CharsOf(absl::string_view text,
                                            absl::string_view source);
+  // The SentencePiece model in the file `path` (spec field `field`) under
+  // `roots` (worker/data/sentencepiece.h: through Debian's spm_* tools).
+  // PathRoots::Resolve's and spm::Pieces::Load's errors, naming the field.
+  static absl::StatusOr<Tokenizer> SentencePiece(const std::string& path,
+                                                 const PathRoots& roots,
+                                                 absl::string_view field);
   // The tokenizer a job with data `spec` trains with. "bytes" reads no file;
   // "chars" (the default) reads every file of the spec for its alphabet,
-  // with LoadTextCorpus's errors.
+  // with LoadTextCorpus's errors; "sentencepiece" and token files read
+  // tokenizer_model (token files without one: FAILED_PRECONDITION, there
+  // is nothing to map ids to text with).
   static absl::StatusOr<Tokenizer> ForSpec(const v1::TextData& spec,
                                            const FileAccess& files);
 
   Kind kind() const { return kind_; }
-  // 256 for bytes, the alphabet's size for chars.
+  // 256 for bytes, the alphabet's size for chars, the pieces of a
+  // SentencePiece model.
   int64_t vocab_size() const;
   // chars: the code point of each id (empty for bytes).
   const std::vector<char32_t>& alphabet() const { return alphabet_; }
@@ -83,6 +98,7 @@ class Tokenizer {
  private:
   Kind kind_ = Kind::kBytes;
   std::vector<char32_t> alphabet_;
+  std::shared_ptr<const spm::Pieces> pieces_;  // sentencepiece
 };
 
 // A spec's text, tokenized: every file, in order, as one sequence.
