@@ -17,6 +17,7 @@
 #include "coordinator/planner/tensor_groups.h"
 #include "pipeline/ir/action.h"
 #include "pipeline/limits.h"
+#include "pipeline/memory.h"
 #include "pipeline/policy.h"
 #include "pipeline/spec.h"
 
@@ -37,9 +38,7 @@ absl::StatusOr<PlanRequest> RequestFor(
   if (!levels.empty()) request.levels = levels;
   request.threads = 1;
   // Optimizer state per parameter byte, for the predicted memory.
-  const OptimizerSpec& opt = spec.optimizer();
-  request.optimizer_state_factor =
-      opt.has_adam() ? 2 : (opt.has_sgd() && opt.sgd().momentum() > 0 ? 1 : 0);
+  request.optimizer_state_factor = OptimizerStateFactor(spec.optimizer());
   auto microbatches = MicrobatchesFor(policy, spec.batch_size(), workers);
   request.microbatches = microbatches.ok() ? *microbatches : 1;
   // Weight stashing runs unreplicated stages: plan a straight pipeline

@@ -234,7 +234,7 @@ std::vector<LayerFootprint> EstimateModel(
 }
 
 int OptimizerStateFactor(const OptimizerSpec& spec) {
-  if (spec.has_adam()) return 2;
+  if (spec.has_adam() || spec.has_adamw()) return 2;
   return spec.has_sgd() && spec.sgd().momentum() > 0 ? 1 : 0;
 }
 

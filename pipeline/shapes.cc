@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -401,6 +402,13 @@ absl::StatusOr<SymbolicShape> TransformerBlock(
   if (!(eps > 0 && eps <= 1)) {
     return Invalid(absl::StrCat(Field(index, "transformer_block.eps"), "=", eps,
                                 " must be positive (at most 1)"));
+  }
+  if (!s.activation().empty() && s.activation() != "gelu" &&
+      s.activation() != "gelu_tanh") {
+    return Invalid(absl::StrCat(Field(index, "transformer_block.activation"),
+                                "=\"", absl::CHexEscape(s.activation()),
+                                "\" is not an activation (\"gelu\", the "
+                                "default, or \"gelu_tanh\")"));
   }
   return Attention("transformer_block", s.dim(), s.heads(), s.dropout(), hidden,
                    index, in);

@@ -267,12 +267,105 @@ TEST(ShapesTest, TieErrors) {
             "0 (tie to layer 0)");
 }
 
+// ---------------------------------------------------------------- LLaMA
+
+std::string Block(const std::string& fields) {
+  return std::string(kEmbed) + "layers { llama_block { " + fields + " } }";
+}
+
+TEST(ShapesTest, LlamaShapes) {
+  auto shapes = InferModelShapes(
+      Model(Block("dim: 128 heads: 4 kv_heads: 2 hidden: 344") +
+            "layers { rms_norm { dim: 128 } } "
+            "layers { linear { in_features: 128 out_features: 256 } }"),
+      SymbolicShape::Known({64}));
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  ASSERT_EQ(shapes->size(), 4u);
+  EXPECT_EQ((*shapes)[1].ToString(), "[64, 128]");
+  EXPECT_EQ((*shapes)[2].ToString(), "[64, 128]");
+  EXPECT_EQ((*shapes)[3].ToString(), "[64, 256]");
+}
+
+TEST(ShapesTest, LlamaBlockHeadErrors) {
+  const std::string field = "model.layers[1].llama_block";
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4 kv_heads: 3 hidden: 8")),
+            field + ".kv_heads=3 must be positive and divide heads=4");
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4 kv_heads: 8 hidden: 8")),
+            field + ".kv_heads=8 must be positive and divide heads=4");
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4 kv_heads: 0 hidden: 8")),
+            field + ".kv_heads=0 must be positive and divide heads=4");
+  EXPECT_EQ(Error(Block("dim: 128 heads: 3 hidden: 8")),
+            field + ".heads=3 does not divide dim=128");
+  EXPECT_EQ(Error(Block("dim: 128 hidden: 8")),
+            field + ".heads=0 must be positive");
+  // Rotary embeddings pair the halves of a head: 128 / 128 = 1 is odd.
+  EXPECT_EQ(Error(Block("dim: 128 heads: 128 hidden: 8")),
+            field +
+                ": the head width dim / heads = 1 must be even (rotary "
+                "embeddings pair its halves)");
+}
+
+TEST(ShapesTest, LlamaBlockFieldErrors) {
+  const std::string field = "model.layers[1].llama_block";
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4")),
+            field + ".hidden=0 must be positive");
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4 hidden: 16777217")),
+            field + ".hidden=16777217 must be at most 16777216");
+  EXPECT_EQ(Error(Block("dim: 64 heads: 4 hidden: 8")),
+            field +
+                ".dim=64 does not match the last dimension of the previous "
+                "layer's output [128, 128]");
+  for (const char* theta : {"1", "0", "-5", "nan", "2e+09"}) {
+    EXPECT_EQ(
+        Error(Block(std::string("dim: 128 heads: 4 hidden: 8 rope_theta: ") +
+                    theta)),
+        field + ".rope_theta=" + theta + " must be in (1, 1e9]");
+  }
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4 hidden: 8 eps: 0")),
+            field + ".eps=0 must be positive (at most 1)");
+  EXPECT_EQ(Error(Block("dim: 128 heads: 4 hidden: 8 eps: 2")),
+            field + ".eps=2 must be positive (at most 1)");
+  EXPECT_EQ(Error("layers { llama_block { dim: 128 heads: 4 hidden: 8 } }"),
+            "model.layers[0].llama_block expects [T, dim] per sample; the "
+            "previous layer's output is [128]");
+}
+
+TEST(ShapesTest, RmsNormErrors) {
+  const std::string embed = kEmbed;
+  EXPECT_EQ(Error(embed + "layers { rms_norm { dim: 64 } }"),
+            "model.layers[1].rms_norm.dim=64 does not match the last "
+            "dimension of the previous layer's output [128, 128]");
+  EXPECT_NE(Error(embed + "layers { rms_norm { } }")
+                .find("model.layers[1].rms_norm.dim=0"),
+            std::string::npos);
+  EXPECT_EQ(Error(embed + "layers { rms_norm { dim: 128 eps: -1 } }"),
+            "model.layers[1].rms_norm.eps=-1 must be positive (at most 1)");
+  EXPECT_EQ(Error(embed + "layers { rms_norm { dim: 128 eps: nan } }"),
+            "model.layers[1].rms_norm.eps=nan must be positive (at most 1)");
+  // Over any rank: the last dimension.
+  const SymbolicShape image = SymbolicShape::Known({3, 5, 7});
+  auto shapes =
+      InferModelShapes(Model("layers { rms_norm { dim: 7 } }"), image);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ((*shapes)[0].ToString(), "[3, 5, 7]");
+}
+
+TEST(ShapesTest, LlamaSizesAreBounded) {
+  EXPECT_EQ(Error("layers { token_embedding { vocab_size: 2 dim: 4096 } } "
+                  "layers { llama_block { dim: 4096 heads: 32 "
+                  "hidden: 16777216 } }"),
+            "model.layers[1].llama_block: the MLP weight [hidden, dim] = "
+            "[16777216, 4096] exceeds 2^32 floats");
+  EXPECT_EQ(Error(Block("dim: 128 heads: 8192 hidden: 8")),
+            "model.layers[1].llama_block.heads=8192 must be at most 4096");
+}
+
 TEST(ShapesTest, NoKindListsEveryKind) {
   EXPECT_EQ(Error("layers { }"),
             "model.layers[0] has no layer kind (set one of linear, relu, "
-            "gelu, dropout, flatten, conv2d, max_pool2d, layer_norm, delay, "
-            "token_embedding, position_embedding, causal_self_attention, "
-            "transformer_block)");
+            "gelu, dropout, flatten, conv2d, max_pool2d, layer_norm, "
+            "rms_norm, delay, token_embedding, position_embedding, "
+            "causal_self_attention, transformer_block, llama_block)");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "pipeline/memory.h"
 
 namespace aqueduct {
 namespace {
@@ -127,9 +128,9 @@ TEST(SpecTest, FieldErrorsNameTheField) {
             "logits [classes] (add a flatten and a linear layer)");
   EXPECT_EQ(Error(With("layers { }", kFiles)),
             "model.layers[0] has no layer kind (set one of linear, relu, gelu, "
-            "dropout, flatten, conv2d, max_pool2d, layer_norm, delay, "
-            "token_embedding, position_embedding, causal_self_attention, "
-            "transformer_block)");
+            "dropout, flatten, conv2d, max_pool2d, layer_norm, rms_norm, "
+            "delay, token_embedding, position_embedding, "
+            "causal_self_attention, transformer_block, llama_block)");
   EXPECT_EQ(Error(With("", kFiles)), "model.layers is empty");
   EXPECT_EQ(Error(With("layers { flatten {} }", "")),
             "data has no source (set data.text, data.fashion_mnist_dir, "
@@ -198,7 +199,8 @@ TEST(SpecTest, TextDataFieldsAreCheckedWithoutTheirFiles) {
   EXPECT_EQ(DataError("text { " + files + "context: 1048577 }"),
             "data.text.context=1048577 must be in [1, 1048576]");
   EXPECT_EQ(DataError("text { " + files + "context: 8 tokenizer: \"bpe\" }"),
-            "data.text.tokenizer='bpe' is not one of: bytes, chars");
+            "data.text.tokenizer='bpe' is not one of: bytes, chars, "
+            "sentencepiece");
   EXPECT_EQ(DataError("text { " + files + "context: 8 val_fraction: 0.6 }"),
             "data.text.val_fraction=0.6 must be in [0, 0.5]");
   EXPECT_EQ(DataError("text { " + files + "context: 8 val_fraction: -0.1 }"),
@@ -324,6 +326,136 @@ TEST(SpecTest, SequenceParallelismSplitsThePositions) {
         << RecomputeName(mode);
     EXPECT_EQ(plain[3].activations_per_sample, split[3].activations_per_sample);
   }
+}
+
+// A LLaMA over text whose files are not opened, trained with AdamW (and
+// `optimizer`'s fields).
+std::string Llama(const std::string& extra, const std::string& optimizer = "") {
+  return "model { layers { token_embedding { vocab_size: 256 dim: 8 } } "
+         "layers { llama_block { dim: 8 heads: 2 kv_heads: 1 hidden: 16 } } "
+         "layers { rms_norm { dim: 8 } } "
+         "layers { linear { in_features: 8 out_features: 256 bias: false } } "
+         "} data { text { files: \"/nonexistent/t.txt\" context: 4 "
+         "tokenizer: \"bytes\" } } optimizer { adamw { lr: 0.1 "
+         "weight_decay: 0.1 } " +
+         optimizer + " } batch_size: 8 max_steps: 3 " + extra;
+}
+
+// The LLaMA block is not tensor-parallel: a fixed degree is refused, and
+// the planner tries none (where a GPT block would split).
+TEST(SpecTest, LlamaModelsAreCheckedAndNotTensorParallel) {
+  EXPECT_TRUE(CheckJobSpec(Parse(Llama(""))).ok())
+      << CheckJobSpec(Parse(Llama(""))).status();
+  EXPECT_EQ(Error(Parse(Llama("pipeline { workers: 2 tensor_parallel: 2 }"))),
+            "pipeline.tensor_parallel=2: model.layers[1] is a llama_block, "
+            "which is not tensor-parallel yet (tensor groups split "
+            "transformer_block and causal_self_attention layers)");
+  const JobSpec llama = Parse(Llama("pipeline { workers: 4 }"));
+  EXPECT_EQ(TensorDegreesFor(llama.model(), *ResolvePipeline(llama)),
+            std::vector<int>{1});
+  const JobSpec gpt = Parse(absl::StrReplaceAll(
+      Llama("pipeline { workers: 4 }"),
+      {{"llama_block { dim: 8 heads: 2 kv_heads: 1 hidden: 16 }",
+        "transformer_block { dim: 8 heads: 2 }"}}));
+  EXPECT_EQ(TensorDegreesFor(gpt.model(), *ResolvePipeline(gpt)),
+            (std::vector<int>{2, 1}));
+}
+
+TEST(SpecTest, ParamGroupsAndClippingAreChecked) {
+  auto error = [](const std::string& optimizer) {
+    return Error(Parse(Llama("", optimizer)));
+  };
+  EXPECT_EQ(error("param_groups { kinds: [\"bias\", \"layernorm\"] }"),
+            "optimizer.param_groups[0].kinds has \"layernorm\"; the kinds are "
+            "weight, bias, norm and embedding");
+  EXPECT_EQ(error("param_groups { kinds: \"norm\" } param_groups { "
+                  "weight_decay: 0 }"),
+            "optimizer.param_groups[1].kinds is empty (name some of weight, "
+            "bias, norm, embedding)");
+  EXPECT_EQ(error("param_groups { kinds: \"norm\" weight_decay: 1.5 }"),
+            "optimizer.param_groups[0].weight_decay=1.5 must be in [0, 1)");
+  EXPECT_EQ(error("param_groups { kinds: \"norm\" lr_scale: -1 }"),
+            "optimizer.param_groups[0].lr_scale=-1 must be in [0, 1000]");
+  EXPECT_EQ(error("clip_grad_norm: -1"),
+            "optimizer.clip_grad_norm=-1 must be in [0, 1e+09]");
+  EXPECT_EQ(error("clip_grad_norm: nan"),
+            "optimizer.clip_grad_norm=nan must be in [0, 1e+09]");
+  const JobSpec ok =
+      Parse(Llama("",
+                  "clip_grad_norm: 1 param_groups { kinds: [\"bias\", "
+                  "\"norm\", \"embedding\"] weight_decay: 0 lr_scale: 2 }"));
+  EXPECT_TRUE(CheckJobSpec(ok).ok()) << CheckJobSpec(ok).status();
+}
+
+TEST(SpecTest, AdamWFieldsAreNamed) {
+  JobSpec spec = Parse(Llama(""));
+  spec.mutable_optimizer()->mutable_adamw()->set_lr(0);
+  EXPECT_EQ(Error(spec), "optimizer.adamw.lr=0 must be positive and finite");
+  spec = Parse(Llama(""));
+  spec.mutable_optimizer()->mutable_adamw()->set_beta2(1);
+  EXPECT_EQ(Error(spec), "optimizer.adamw.beta2=1 must be in [0, 1)");
+  spec = Parse(Llama(""));
+  spec.mutable_optimizer()->mutable_adamw()->set_weight_decay(1);
+  EXPECT_EQ(Error(spec), "optimizer.adamw.weight_decay=1 must be in [0, 1)");
+}
+
+TEST(SpecTest, GradAccumulationDividesTheBatch) {
+  JobSpec spec = Parse(Llama(""));
+  for (int64_t passes : {0, 1, 2, 4, 8}) {
+    spec.set_grad_accumulation(passes);
+    EXPECT_TRUE(CheckJobSpec(spec).ok()) << passes;
+  }
+  spec.set_grad_accumulation(3);
+  EXPECT_EQ(Error(spec),
+            "grad_accumulation=3 must be positive and divide batch_size=8");
+  spec.set_grad_accumulation(16);
+  EXPECT_EQ(Error(spec),
+            "grad_accumulation=16 must be positive and divide batch_size=8");
+  spec.set_grad_accumulation(-2);
+  EXPECT_EQ(Error(spec),
+            "grad_accumulation=-2 must be positive and divide batch_size=8");
+}
+
+// In a pipeline, accumulation and clipping need every stage to step the
+// same minibatch: 1f1b_stashed (and the default) is refused, a flush or
+// one worker is fine.
+TEST(SpecTest, AccumulationAndClippingNeedASplittingSchedule) {
+  const std::string stashed =
+      "pipeline { workers: 2 schedule: \"1f1b_stashed\" } ";
+  for (const bool clip : {false, true}) {
+    const std::string extra = clip ? "" : "grad_accumulation: 2";
+    const std::string optimizer = clip ? "clip_grad_norm: 1" : "";
+    auto check = [&](const std::string& pipeline) {
+      return CheckJobSpec(Parse(Llama(pipeline + extra, optimizer)));
+    };
+    SCOPED_TRACE(extra + optimizer);
+    const std::string error = Error(Parse(Llama(stashed + extra, optimizer)));
+    EXPECT_NE(error.find("needs a schedule"), std::string::npos) << error;
+    EXPECT_NE(error.find("not 1f1b_stashed"), std::string::npos) << error;
+    EXPECT_FALSE(check("pipeline { workers: 2 } ").ok());
+    for (const char* ok :
+         {"pipeline { workers: 2 schedule: \"1f1b_flush\" } ",
+          "pipeline { workers: 2 schedule: \"gpipe\" } ",
+          "pipeline { workers: 1 schedule: \"1f1b_stashed\" } ", ""}) {
+      EXPECT_TRUE(check(ok).ok()) << ok << check(ok).status();
+    }
+  }
+  EXPECT_EQ(Error(Parse(Llama(stashed + "grad_accumulation: 2"))),
+            "grad_accumulation=2 needs a schedule that splits minibatches "
+            "(1f1b_flush, gpipe, interleaved_1f1b, the zb_* ones, 2bw or "
+            "auto), not 1f1b_stashed");
+}
+
+// Adam and AdamW both keep two moments per parameter (the memory checks'
+// and the planner's optimizer state).
+TEST(SpecTest, AdamWKeepsTwoMomentsPerParameter) {
+  OptimizerSpec adam, adamw, sgd;
+  adam.mutable_adam()->set_lr(0.1f);
+  adamw.mutable_adamw()->set_lr(0.1f);
+  sgd.mutable_sgd()->set_lr(0.1f);
+  EXPECT_EQ(OptimizerStateFactor(adam), 2);
+  EXPECT_EQ(OptimizerStateFactor(adamw), 2);
+  EXPECT_EQ(OptimizerStateFactor(sgd), 0);
 }
 
 // Errors show a named layer's name beside its index.

@@ -306,6 +306,37 @@ void CpuDevice::GeluBackward(const float* x, const float* dy, float* dx,
   });
 }
 
+// GELU's tanh approximation, in PyTorch's order of operations (its CPU
+// kernel for approximate="tanh"); libm's tanhf, as the curve is what a
+// GPT-2 checkpoint was trained with.
+namespace {
+constexpr float kGeluTanhBeta = 0.79788456080286536f;  // sqrt(2 / pi)
+constexpr float kGeluTanhKappa = 0.044715f;
+}  // namespace
+
+void CpuDevice::GeluTanh(const float* x, float* y, int64_t n) {
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float v = x[i];
+      const float inner = kGeluTanhBeta * (v + kGeluTanhKappa * v * v * v);
+      y[i] = 0.5f * v * (1.0f + std::tanh(inner));
+    }
+  });
+}
+
+void CpuDevice::GeluTanhBackward(const float* x, const float* dy, float* dx,
+                                 int64_t n) {
+  Each(n, [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float v = x[i], v2 = v * v;
+      const float t = std::tanh(kGeluTanhBeta * (v + kGeluTanhKappa * v2 * v));
+      const float right_derivative =
+          (1.0f - t * t) * kGeluTanhBeta * (1.0f + 3.0f * kGeluTanhKappa * v2);
+      dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * right_derivative);
+    }
+  });
+}
+
 void CpuDevice::Dropout(const float* x, float* y, int64_t n, float p,
                         uint64_t key, uint64_t index_offset) {
   const float scale = 1.0f / (1.0f - p);

@@ -175,6 +175,12 @@ class Device {
   virtual void Gelu(const float* x, float* y, int64_t n) = 0;
   virtual void GeluBackward(const float* x, const float* dy, float* dx,
                             int64_t n) = 0;
+  // GELU's tanh approximation (GPT-2's; PyTorch's F.gelu(x, approximate=
+  // "tanh")): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Backward
+  // needs the forward input. In place (y == x, dx == dy) allowed.
+  virtual void GeluTanh(const float* x, float* y, int64_t n) = 0;
+  virtual void GeluTanhBackward(const float* x, const float* dy, float* dx,
+                                int64_t n) = 0;
   // Inverted dropout with a counter-based mask: element i is kept iff
   // DropoutUniform(key, i) >= p, and kept elements are scaled by 1/(1-p).
   // The same key gives the same mask, so backward regenerates it.

@@ -12,13 +12,20 @@
 #  (b) with FULL steps (FULL=2000 for the whole job; empty: skip): the
 #      validation loss of the daemons' job and of PyTorch, from the same
 #      initial weights, on the spec's 256 validation windows.
+# Another spec: SPEC=FILE WORKERS=N (a spec without a pipeline block runs
+# as a 1f1b_flush pipeline of N workers) TOL=1e-5, e.g. the GPT with
+# AdamW, parameter groups, clipping and accumulation on 2 stages:
+#   SPEC=tests/bench/specs/gpt_train_features.textproto WORKERS=2 TOL=1e-5 \
+#     tests/bench/llama_vs_torch.sh
 #
 #   tests/bench/llama_vs_torch.sh [STEPS=50] [FULL=]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps="${1:-50}"
 full="${2:-}"
-spec=examples/llama_fortunes.textproto
+spec="${SPEC:-examples/llama_fortunes.textproto}"
+workers="${WORKERS:-4}"
+tolerance="${TOL:-1e-4}"
 # shellcheck source=tests/bench/bench_lib.sh
 source tests/bench/bench_lib.sh
 aq="$BIN/client/aq"
@@ -30,13 +37,13 @@ torch_gpt=tests/bench/torch_gpt.py
 pids+=($!)
 for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 addr="127.0.0.1:$(cat "$tmp/port")"
-for w in 1 2 3 4; do
+for w in $(seq "$workers"); do
   "$BIN/worker/worker" --coordinator "$addr" --worker_id "w$w" \
     --listen 127.0.0.1:0 --threads 1 --data_root "/usr/share/games/fortunes,$tmp" \
     >"$tmp/w$w.log" 2>&1 &
   pids+=($!)
 done
-wait_healthy "$addr" 4 || { echo "workers never healthy" >&2; exit 1; }
+wait_healthy "$addr" "$workers" || { echo "workers never healthy" >&2; exit 1; }
 
 # daemons SPEC OUT: runs SPEC from the saved initial weights on the 4
 # workers; its status (JSON) into OUT.
@@ -49,9 +56,13 @@ daemons() {
   grep -q JOB_SUCCEEDED "$2" || { "$aq" status "$id" --coordinator "$addr" >&2; exit 1; }
 }
 
-# The job cut to `steps` steps (its schedule over those steps).
+# The job cut to `steps` steps (its schedule over those steps), on the
+# workers.
 sed -e "s/^max_steps: .*/max_steps: $steps/" -e "s/^eval_every: .*/eval_every: 0/" \
   "$spec" >"$tmp/short.textproto"
+grep -q "^pipeline {" "$spec" ||
+  printf 'pipeline {\n  workers: %d\n  schedule: "1f1b_flush"\n}\n' "$workers" \
+    >>"$tmp/short.textproto"
 "$aq" train-local "$spec" --max_steps 0 --save_weights "$tmp/init.safetensors" >/dev/null
 daemons "$tmp/short.textproto" "$tmp/short-status.json"
 $py - "$tmp/short-status.json" >"$tmp/daemon-losses.json" <<'PY'
@@ -66,10 +77,10 @@ PY
   --threads 2 --output json >"$tmp/local-losses.json"
 status=0
 for who in daemon local; do
-  echo "== $who ($([ $who = daemon ] && echo "4 worker daemons" || echo "aq train-local")) against PyTorch, $steps steps"
+  echo "== $who ($([ $who = daemon ] && echo "$workers worker daemons" || echo "aq train-local")) against PyTorch, $steps steps"
   $py "$torch_gpt" equivalence --spec "$tmp/short.textproto" --init "$tmp/init.safetensors" \
     --aq_losses "$tmp/$who-losses.json" --steps "$steps" --threads 2 \
-    --tolerance 1e-4 >"$tmp/eq-$who.txt" || status=1
+    --tolerance "$tolerance" >"$tmp/eq-$who.txt" || status=1
   tail -1 "$tmp/eq-$who.txt"
 done
 

@@ -36,7 +36,8 @@ training against it and to compare speed and accuracy. Modes:
 The spec: text format (proto/job.proto; a small parser below reads it) or
 protobuf JSON. Read: model.layers (token_embedding, position_embedding,
 transformer_block, causal_self_attention, layer_norm, rms_norm,
-llama_block, linear, gelu, relu, dropout; tie_weight_to), data.text (files,
+llama_block, linear, gelu, relu, dropout; tie_weight_to; a
+transformer_block's activation: "gelu_tanh" is F.gelu(approximate="tanh")), data.text (files,
 context, tokenizer, val_fraction, val_windows), optimizer (adam, adamw or
 sgd, schedule, param_groups, clip_grad_norm), batch_size,
 grad_accumulation, max_steps, seed. Weights: safetensors parsed here
@@ -368,22 +369,25 @@ def build_model(spec, torch, attention="auto"):
             return self.resid_dropout(self.c_proj(y))
 
     class MLP(nn.Module):
-        def __init__(self, dim, hidden, dropout, bias):
+        def __init__(self, dim, hidden, dropout, bias, approximate="none"):
             super().__init__()
             self.c_fc = linear(dim, hidden, bias)
             self.c_proj = linear(hidden, dim, bias)
             self.dropout = nn.Dropout(dropout)
+            self.approximate = approximate
 
         def forward(self, x):
-            return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+            return self.dropout(self.c_proj(
+                F.gelu(self.c_fc(x), approximate=self.approximate)))
 
     class Block(nn.Module):
-        def __init__(self, dim, heads, dropout, hidden, bias, eps):
+        def __init__(self, dim, heads, dropout, hidden, bias, eps,
+                     approximate="none"):
             super().__init__()
             self.ln_1 = nn.LayerNorm(dim, eps=eps)
             self.attn = CausalSelfAttention(dim, heads, dropout, bias)
             self.ln_2 = nn.LayerNorm(dim, eps=eps)
-            self.mlp = MLP(dim, hidden, dropout, bias)
+            self.mlp = MLP(dim, hidden, dropout, bias, approximate)
 
         def forward(self, x):
             x = x + self.attn(self.ln_1(x))
@@ -487,9 +491,14 @@ def build_model(spec, torch, attention="auto"):
             dim = int(get(s, "dim"))
             p = f32(get(s, "dropout", 0.0))
             dropout_max = max(dropout_max, p)
+            act = get(s, "activation", "") or "gelu"
+            if act not in ("gelu", "gelu_tanh"):
+                raise ValueError("layer %d: transformer_block.activation %r"
+                                 % (i, act))
             m = Block(dim, int(get(s, "heads")), p,
                       int(get(s, "mlp_hidden", 4 * dim)),
-                      bool(get(s, "bias", True)), f32(get(s, "eps", 1e-5)))
+                      bool(get(s, "bias", True)), f32(get(s, "eps", 1e-5)),
+                      "tanh" if act == "gelu_tanh" else "none")
         elif "causal_self_attention" in l:
             s = get(l, "causal_self_attention")
             p = f32(get(s, "dropout", 0.0))

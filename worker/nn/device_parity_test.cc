@@ -174,7 +174,14 @@ INSTANTIATE_TEST_SUITE_P(
                   {70, 32}},
         LayerCase{"transformer_block",
                   "transformer_block { dim: 16 heads: 2 dropout: 0.2 }",
-                  {12, 16}}),
+                  {12, 16}},
+        LayerCase{"rms_norm", "rms_norm { dim: 16 }", {12, 16}},
+        LayerCase{"llama_block_gqa",
+                  "llama_block { dim: 16 heads: 4 kv_heads: 2 hidden: 40 }",
+                  {12, 16}},
+        LayerCase{"llama_block_long",
+                  "llama_block { dim: 32 heads: 2 hidden: 64 rope_theta: 500 }",
+                  {70, 32}}),
     [](const ::testing::TestParamInfo<LayerCase>& info) {
       return std::string(info.param.name);
     });
@@ -270,7 +277,8 @@ INSTANTIATE_TEST_SUITE_P(
     SgdAndAdam, OptimizerParityTest,
     ::testing::Values("sgd { lr: 0.1 momentum: 0.9 weight_decay: 0.0001 "
                       "nesterov: true }",
-                      "adam { lr: 0.001 weight_decay: 0.01 }"));
+                      "adam { lr: 0.001 weight_decay: 0.01 }",
+                      "adamw { lr: 0.001 weight_decay: 0.1 }"));
 
 }  // namespace
 }  // namespace aqueduct

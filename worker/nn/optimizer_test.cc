@@ -3,8 +3,13 @@
 #include "worker/nn/optimizer.h"
 
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "common/device/cpu_device.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "pipeline/spec.h"
 #include "worker/nn/loss.h"
@@ -135,13 +140,86 @@ std::vector<float> Ramp(int64_t n, float scale, float offset) {
   return v;
 }
 
+// torch.optim.AdamW: w *= 1 - lr * wd, then Adam's update from the
+// gradient alone, three steps against doubles. The third weight has no
+// gradient: it only decays (Adam's L2 decay would move it by about lr).
+TEST(AdamWTest, ThreeStepsByHand) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {1.0f, -0.5f, 2.0f});
+  ParameterSet g = OneParam(device, {0.0f, 0.0f, 0.0f});
+  OptimizerSpec spec;
+  spec.mutable_adamw()->set_lr(0.01f);
+  spec.mutable_adamw()->set_weight_decay(0.1f);
+  spec.mutable_adamw()->set_beta1(0.8f);
+  auto opt = CreateOptimizer(spec, w, &device, 100);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  double wv[3] = {1.0, -0.5, 2.0}, m[3] = {}, v[3] = {};
+  const float gv[3][3] = {{0.1f, -3.0f, 0}, {0.5f, 0.5f, 0}, {-2, 1, 0}};
+  for (int t = 1; t <= 3; ++t) {
+    SetValues(device, g, {gv[t - 1][0], gv[t - 1][1], gv[t - 1][2]});
+    ASSERT_TRUE((*opt)->Step(w, g).ok());
+    for (int i = 0; i < 3; ++i) {
+      wv[i] *= 1 - 0.01 * 0.1;
+      m[i] = 0.8 * m[i] + 0.2 * gv[t - 1][i];
+      v[i] = 0.999 * v[i] + 0.001 * gv[t - 1][i] * gv[t - 1][i];
+      const double mhat = m[i] / (1 - std::pow(0.8, t));
+      const double vhat = v[i] / (1 - std::pow(0.999, t));
+      wv[i] -= 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+      EXPECT_NEAR(w.tensors[0].f32()[i], wv[i], 1e-6) << "step " << t;
+    }
+  }
+  EXPECT_NEAR(w.tensors[0].f32()[2], 2.0 * std::pow(0.999, 3), 1e-6);
+}
+
+// The decay's two forms in AdamStepScales; Adam's keeps the weights' factor
+// exactly 1 (its update is what it was before AdamW).
+TEST(AdamWTest, StepScalesOfBothForms) {
+  AdamParams p;
+  p.lr = 0.01f;
+  p.weight_decay = 0.1f;
+  const AdamScales adam = AdamStepScales(p);
+  EXPECT_EQ(adam.grad_decay, 0.1f);
+  EXPECT_EQ(adam.keep, 1.0f);
+  p.decoupled = true;
+  const AdamScales adamw = AdamStepScales(p);
+  EXPECT_EQ(adamw.grad_decay, 0.0f);
+  EXPECT_EQ(adamw.keep, static_cast<float>(1.0 - double{0.01f} * 0.1f));
+  EXPECT_EQ(adamw.step_size, adam.step_size);
+  EXPECT_EQ(adamw.inv_sqrt_bc2, adam.inv_sqrt_bc2);
+}
+
+// Without weight decay, AdamW and Adam are the same update, bit for bit;
+// with it they differ.
+TEST(AdamWTest, EqualsAdamWithoutDecay) {
+  CpuDevice device;
+  for (float decay : {0.0f, 0.05f}) {
+    OptimizerSpec adam, adamw;
+    adam.mutable_adam()->set_lr(0.02f);
+    adam.mutable_adam()->set_weight_decay(decay);
+    *adamw.mutable_adamw() = adam.adam();
+    ParameterSet a = OneParam(device, Ramp(1037, 0.03f, -1.0f));
+    ParameterSet b = OneParam(device, Ramp(1037, 0.03f, -1.0f));
+    ParameterSet g = OneParam(device, Ramp(1037, -0.01f, 0.5f));
+    auto oa = CreateOptimizer(adam, a, &device, 10);
+    auto ob = CreateOptimizer(adamw, b, &device, 10);
+    ASSERT_TRUE(oa.ok() && ob.ok());
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE((*oa)->Step(a, g).ok());
+      ASSERT_TRUE((*ob)->Step(b, g).ok());
+    }
+    const bool same = std::memcmp(a.tensors[0].f32(), b.tensors[0].f32(),
+                                  1037 * sizeof(float)) == 0;
+    EXPECT_EQ(same, decay == 0) << "weight_decay " << decay;
+  }
+}
+
 // StepFrom writes the update of `from` into `to` and leaves `from` as it
 // was, with exactly the values an in-place step gives (SGD with and
-// without momentum, Nesterov, and Adam, two steps each). 1,037 weights
+// without momentum, Nesterov, Adam and AdamW, two steps each). 1,037 weights
 // cover the CPU's streaming stores (chunks of 16) and its scalar tail.
 TEST(OptimizerTest, StepFromEqualsInPlaceAndKeepsTheSource) {
   CpuDevice device;
-  std::vector<OptimizerSpec> specs(4);
+  std::vector<OptimizerSpec> specs(5);
   specs[0].mutable_sgd()->set_lr(0.1f);
   specs[0].mutable_sgd()->set_momentum(0.9f);
   specs[0].mutable_sgd()->set_weight_decay(0.01f);
@@ -152,6 +230,8 @@ TEST(OptimizerTest, StepFromEqualsInPlaceAndKeepsTheSource) {
   specs[3].mutable_sgd()->set_lr(0.1f);
   specs[3].mutable_sgd()->set_momentum(0.8f);
   specs[3].mutable_sgd()->set_nesterov(true);
+  specs[4].mutable_adamw()->set_lr(0.01f);
+  specs[4].mutable_adamw()->set_weight_decay(0.1f);
   for (const int64_t n : {int64_t{3}, int64_t{1037}}) {
     for (const OptimizerSpec& spec : specs) {
       ParameterSet in_place = OneParam(device, Ramp(n, 0.03f, -1.0f));
@@ -220,7 +300,8 @@ TEST(OptimizerTest, OutOfPlaceKernelsAtEveryAlignment) {
 TEST(OptimizerSpecTest, Rejections) {
   OptimizerSpec none;
   EXPECT_EQ(ValidateOptimizerSpec(none).message(),
-            "optimizer is not set (set optimizer.sgd or optimizer.adam)");
+            "optimizer is not set (set optimizer.sgd, optimizer.adam or "
+            "optimizer.adamw)");
   OptimizerSpec neg;
   neg.mutable_sgd()->set_lr(-1);
   EXPECT_EQ(ValidateOptimizerSpec(neg).message(),
@@ -331,6 +412,204 @@ TEST(ScheduleTest, AppliedBySgdAndValidated) {
   bad.mutable_schedule()->mutable_step()->set_every_steps(0);
   EXPECT_EQ(ValidateOptimizerSpec(bad).message(),
             "optimizer.schedule.step.every_steps=0 must be positive");
+}
+
+// ------------------------------------------------------ Parameter groups
+
+ModelSpec ParseModel(const std::string& text) {
+  ModelSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec));
+  return spec;
+}
+
+// A GPT with a tied head, an RMSNorm and a LLaMA block.
+constexpr char kMixed[] = R"pb(
+  layers { token_embedding { vocab_size: 11 dim: 8 } }
+  layers { position_embedding { context: 6 dim: 8 } }
+  layers { transformer_block { dim: 8 heads: 2 } }
+  layers { rms_norm { dim: 8 } }
+  layers { llama_block { dim: 8 heads: 2 hidden: 12 } }
+  layers { layer_norm { normalized_shape: 8 } }
+  layers {
+    linear { in_features: 8 out_features: 11 bias: false }
+    tie_weight_to: 0
+  }
+  layers { linear { in_features: 11 out_features: 3 } }
+)pb";
+
+// Every parameter of the built model, by its name, and its kind.
+TEST(ParamGroupTest, KindsOfEveryParameter) {
+  const ModelSpec spec = ParseModel(kMixed);
+  auto model = Model::Build(spec, Shape({6}), 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  CpuDevice device;
+  auto params = InitParameters(**model, 0, (*model)->num_layers(), &device);
+  ASSERT_TRUE(params.ok());
+  const std::map<std::string, std::string> want = {
+      {"layers.0.weight", "embedding"},
+      {"layers.1.weight", "embedding"},
+      {"layers.2.ln_1.weight", "norm"},
+      {"layers.2.ln_1.bias", "norm"},
+      {"layers.2.attn.c_attn.weight", "weight"},
+      {"layers.2.attn.c_attn.bias", "bias"},
+      {"layers.2.attn.c_proj.weight", "weight"},
+      {"layers.2.attn.c_proj.bias", "bias"},
+      {"layers.2.ln_2.weight", "norm"},
+      {"layers.2.ln_2.bias", "norm"},
+      {"layers.2.mlp.c_fc.weight", "weight"},
+      {"layers.2.mlp.c_fc.bias", "bias"},
+      {"layers.2.mlp.c_proj.weight", "weight"},
+      {"layers.2.mlp.c_proj.bias", "bias"},
+      {"layers.3.weight", "norm"},
+      {"layers.4.input_layernorm.weight", "norm"},
+      {"layers.4.self_attn.q_proj.weight", "weight"},
+      {"layers.4.self_attn.k_proj.weight", "weight"},
+      {"layers.4.self_attn.v_proj.weight", "weight"},
+      {"layers.4.self_attn.o_proj.weight", "weight"},
+      {"layers.4.post_attention_layernorm.weight", "norm"},
+      {"layers.4.mlp.gate_proj.weight", "weight"},
+      {"layers.4.mlp.up_proj.weight", "weight"},
+      {"layers.4.mlp.down_proj.weight", "weight"},
+      {"layers.5.weight", "norm"},
+      {"layers.5.bias", "norm"},
+      {"layers.6.weight", "embedding"},  // tied to the token embedding
+      {"layers.7.weight", "weight"},
+      {"layers.7.bias", "bias"}};
+  std::map<std::string, std::string> got;
+  for (const std::string& name : params->names) {
+    got[name] = ParamKindOf(spec, name);
+  }
+  EXPECT_EQ(got, want);
+}
+
+// A model's parameters with random values, and zero gradients.
+struct Trainable {
+  ModelSpec spec;
+  std::unique_ptr<Model> model;
+  ParameterSet params, grads;
+};
+
+Trainable SmallModel(Device& device) {
+  Trainable t;
+  t.spec = ParseModel(
+      "layers { token_embedding { vocab_size: 5 dim: 4 } } "
+      "layers { layer_norm { normalized_shape: 4 } } "
+      "layers { linear { in_features: 4 out_features: 3 } }");
+  t.model = std::move(*Model::Build(t.spec, Shape({2}), 1));
+  t.params = *InitParameters(*t.model, 0, 3, &device);
+  t.grads = *ZerosLike(t.params, &device);
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const Tensor& p = t.params.tensors[i];
+    const std::vector<float> v = Ramp(p.numel(), 0.1f, 0.5f + i);
+    EXPECT_TRUE(device.CopyFromHost(v.data(), p).ok());
+  }
+  return t;
+}
+
+std::vector<float> Values(const Tensor& t) {
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
+
+// With zero gradients an AdamW step only decays: by 1 - lr * wd for the
+// weights, and not at all for the group of weight_decay 0 (nanoGPT's
+// grouping), while without groups every tensor decays.
+TEST(ParamGroupTest, ZeroDecayGroupIsNotDecayed) {
+  CpuDevice device;
+  for (bool grouped : {true, false}) {
+    Trainable t = SmallModel(device);
+    OptimizerSpec spec;
+    spec.mutable_adamw()->set_lr(0.1f);
+    spec.mutable_adamw()->set_weight_decay(0.5f);
+    if (grouped) {
+      ParamGroup* g = spec.add_param_groups();
+      for (const char* kind : {"bias", "norm", "embedding"}) g->add_kinds(kind);
+      g->set_weight_decay(0);
+    }
+    auto opt = CreateOptimizer(spec, t.params, &device, 10, &t.spec);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    std::vector<std::vector<float>> before;
+    for (const Tensor& p : t.params.tensors) before.push_back(Values(p));
+    ASSERT_TRUE((*opt)->Step(t.params, t.grads).ok());
+    const float keep = static_cast<float>(1.0 - double{0.1f} * 0.5f);
+    for (size_t i = 0; i < before.size(); ++i) {
+      const bool decays =
+          !grouped || ParamKindOf(t.spec, t.params.names[i]) == "weight";
+      for (size_t k = 0; k < before[i].size(); ++k) {
+        ASSERT_EQ(t.params.tensors[i].f32()[k],
+                  decays ? before[i][k] * keep : before[i][k])
+            << t.params.names[i] << "[" << k << "]";
+      }
+    }
+  }
+}
+
+// lr_scale multiplies a group's learning rate; a parameter takes the first
+// group naming its kind. SGD, gradient 1: w -= lr * scale * (1 + wd w).
+TEST(ParamGroupTest, LrScaleAndTheFirstMatchingGroup) {
+  CpuDevice device;
+  Trainable t = SmallModel(device);
+  for (const Tensor& g : t.grads.tensors) device.Fill(g.f32(), g.numel(), 1);
+  OptimizerSpec spec;
+  spec.mutable_sgd()->set_lr(0.5f);
+  ParamGroup* first = spec.add_param_groups();
+  first->add_kinds("bias");
+  first->set_lr_scale(0.25f);
+  ParamGroup* second = spec.add_param_groups();
+  second->add_kinds("bias");
+  second->add_kinds("weight");
+  second->set_lr_scale(2.0f);
+  second->set_weight_decay(0.1f);
+  auto opt = CreateOptimizer(spec, t.params, &device, 10, &t.spec);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  std::vector<std::vector<float>> before;
+  for (const Tensor& p : t.params.tensors) before.push_back(Values(p));
+  ASSERT_TRUE((*opt)->Step(t.params, t.grads).ok());
+  for (size_t i = 0; i < before.size(); ++i) {
+    const std::string kind = ParamKindOf(t.spec, t.params.names[i]);
+    const double scale = kind == "bias" ? 0.25 : kind == "weight" ? 2 : 1;
+    const double wd = kind == "weight" ? 0.1 : 0;
+    for (size_t k = 0; k < before[i].size(); ++k) {
+      const double w = before[i][k];
+      EXPECT_NEAR(t.params.tensors[i].f32()[k], w - 0.5 * scale * (1 + wd * w),
+                  1e-6)
+          << t.params.names[i];
+    }
+  }
+}
+
+// AdamW's decay follows the group's learning rate: keep = 1 - lr * scale *
+// wd (torch's param_groups, each with its own lr).
+TEST(ParamGroupTest, LrScaleScalesTheDecoupledDecay) {
+  CpuDevice device;
+  Trainable t = SmallModel(device);
+  OptimizerSpec spec;
+  spec.mutable_adamw()->set_lr(0.1f);
+  spec.mutable_adamw()->set_weight_decay(0.5f);
+  ParamGroup* g = spec.add_param_groups();
+  g->add_kinds("weight");
+  g->set_lr_scale(0.5f);
+  auto opt = CreateOptimizer(spec, t.params, &device, 10, &t.spec);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  const std::vector<float> before = Values(t.params.tensors[3]);  // 2.weight
+  ASSERT_EQ(t.params.names[3], "layers.2.weight");
+  ASSERT_TRUE((*opt)->Step(t.params, t.grads).ok());
+  const float keep = static_cast<float>(1.0 - double{0.1f} * 0.5 * 0.5f);
+  for (size_t k = 0; k < before.size(); ++k) {
+    EXPECT_EQ(t.params.tensors[3].f32()[k], before[k] * keep) << k;
+  }
+}
+
+TEST(ParamGroupTest, GroupsNeedTheModel) {
+  CpuDevice device;
+  ParameterSet w = OneParam(device, {1.0f});
+  OptimizerSpec spec;
+  spec.mutable_adamw()->set_lr(0.1f);
+  spec.add_param_groups()->add_kinds("bias");
+  auto opt = CreateOptimizer(spec, w, &device, 10);
+  ASSERT_FALSE(opt.ok());
+  EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(opt.status().message().find("optimizer.param_groups"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -672,6 +672,7 @@ class TransformerBlockLayer final : public Layer {
     int64_t dim, heads, hidden;
     float dropout, eps;
     bool bias;
+    bool gelu_tanh;  // the MLP's activation: GELU's tanh approximation
   };
 
   TransformerBlockLayer(int index, Shape shape, const Config& config,
@@ -788,6 +789,24 @@ class TransformerBlockLayer final : public Layer {
                                      bool accumulate,
                                      DeferredGrads* deferred) const;
 
+  // g = act(f) and, in place over dg, df = act'(f) dg: the MLP's GELU, exact
+  // or its tanh approximation.
+  void Activation(Device& dev, const Tensor& f, const Tensor& g) const {
+    if (config_.gelu_tanh) {
+      dev.GeluTanh(f.f32(), g.f32(), f.numel());
+    } else {
+      dev.Gelu(f.f32(), g.f32(), f.numel());
+    }
+  }
+  void ActivationBackward(Device& dev, const Tensor& f,
+                          const Tensor& dg) const {
+    if (config_.gelu_tanh) {
+      dev.GeluTanhBackward(f.f32(), dg.f32(), dg.f32(), f.numel());
+    } else {
+      dev.GeluBackward(f.f32(), dg.f32(), dg.f32(), f.numel());
+    }
+  }
+
   Config config_;
   int64_t hidden_;  // this member's hidden units (config_.hidden / t)
   BlockSlots slots_;
@@ -869,7 +888,7 @@ absl::Status TransformerBlockLayer::Forward(Device& dev,
   LinearForward(dev, h2.f32(), rows, c, hidden, params[slots_.fc_w],
                 At(params, slots_.fc_b), f.f32());
   ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
-  dev.Gelu(f.f32(), g.f32(), f.numel());
+  Activation(dev, f, g);
   // c_proj, row-parallel: the partial outputs summed, then the bias once.
   ASSIGN_OR_RETURN(*y, dev.Allocate(x.shape(), DType::kF32));
   LinearForward(dev, g.f32(), rows, hidden, c, params[slots_.mlp_w], nullptr,
@@ -907,12 +926,12 @@ absl::StatusOr<Tensor> TransformerBlockLayer::MlpBackward(
   // then overwrites it (unless W needs it: deferred), and GELU's backward
   // turns it into df in place.
   ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
-  dev.Gelu(f.f32(), g.f32(), f.numel());
+  Activation(dev, f, g);
   ASSIGN_OR_RETURN(Tensor dg, InputGradBuffer(dev, g, deferred));
   LinearBackward(dev, g, dm, rows, hidden, c, params[slots_.mlp_w],
                  grads[slots_.mlp_w], At(grads, slots_.mlp_b), accumulate,
                  dg.f32(), deferred);
-  dev.GeluBackward(f.f32(), dg.f32(), dg.f32(), f.numel());
+  ActivationBackward(dev, f, dg);
   // c_fc, with its input ln_2(x2) recomputed and then overwritten by its
   // gradient (or not, as above).
   Tensor mean, rstd;
@@ -1042,7 +1061,7 @@ absl::Status TransformerBlockLayer::ForwardSequence(
   LinearForward(dev, h2.f32(), batch * len, c, hidden_, params[slots_.fc_w],
                 At(params, slots_.fc_b), f.f32());
   ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
-  dev.Gelu(f.f32(), g.f32(), f.numel());
+  Activation(dev, f, g);
   LinearForward(dev, g.f32(), batch * len, hidden_, c, params[slots_.mlp_w],
                 nullptr, partial.f32());
   ASSIGN_OR_RETURN(*y, FinishRowParallel(dev, params, slots_.mlp_b, kMlpOutput,
@@ -1073,12 +1092,12 @@ absl::Status TransformerBlockLayer::BackwardSequence(
   // The MLP: c_proj (its input gelu(f) recomputed), GELU, c_fc.
   ASSIGN_OR_RETURN(const Tensor dm, DropThenGather(dev, kMlpOutput, ctx, dy));
   ASSIGN_OR_RETURN(Tensor g, dev.Allocate(f.shape(), DType::kF32));
-  dev.Gelu(f.f32(), g.f32(), f.numel());
+  Activation(dev, f, g);
   ASSIGN_OR_RETURN(Tensor dg, InputGradBuffer(dev, g, deferred));
   LinearBackward(dev, g, dm, rows, hidden_, c, params[slots_.mlp_w],
                  grads[slots_.mlp_w], At(grads, slots_.mlp_b), accumulate,
                  dg.f32(), deferred);
-  dev.GeluBackward(f.f32(), dg.f32(), dg.f32(), f.numel());
+  ActivationBackward(dev, f, dg);
   Tensor mean, rstd;
   ASSIGN_OR_RETURN(Tensor h2, GatheredNorm(dev, params, slots_.ln2_w, x2, ctx,
                                            &mean, &rstd));
@@ -1152,6 +1171,7 @@ LayerOr MakeBlock(const v1::TransformerBlockSpec& s, int index, const Shape& in,
   config.dropout = s.dropout();
   config.eps = s.has_eps() ? s.eps() : 1e-5f;
   config.bias = !s.has_bias() || s.bias();
+  config.gelu_tanh = s.activation() == "gelu_tanh";
   RETURN_IF_ERROR(CheckShard(index, "transformer_block", config.heads,
                              config.hidden, shard));
   if (shard.sequence && in[0] % shard.degree != 0) {

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/device/cpu_device.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "pipeline/shapes.h"
 #include "worker/nn/layer.h"
 #include "worker/nn/model.h"
 #include "worker/nn/test_util.h"
@@ -229,6 +231,56 @@ TEST(TransformerGradTest, TransformerBlockWithoutBiasNarrowMlp) {
       "eps: 1e-6 }",
       Shape({4, 8}), 3)
       .Run();
+}
+
+// GPT-2's MLP activation, GELU's tanh approximation.
+TEST(TransformerGradTest, TransformerBlockGeluTanh) {
+  GradCheck(
+      "transformer_block { dim: 8 heads: 2 mlp_hidden: 12 "
+      "activation: \"gelu_tanh\" }",
+      Shape({5, 8}), 2)
+      .Run();
+}
+
+// The activation is the block's: the two GELUs give outputs close (the
+// approximation is within 1e-3 of the exact curve) but not equal.
+TEST(TransformerTest, BlockActivationIsUsed) {
+  Harness exact("transformer_block { dim: 8 heads: 2 }", Shape({5, 8}));
+  Harness tanh(
+      "transformer_block { dim: 8 heads: 2 activation: \"gelu_tanh\" }",
+      Shape({5, 8}));
+  std::mt19937 rng(3);
+  const auto params = exact.RandomParams(&rng, 1.0f);
+  const std::vector<float> x = Random(2 * 5 * 8, &rng, -2, 2);
+  PassContext ctx;
+  const std::vector<double> a = exact.Forward(params, x, ctx);
+  const std::vector<double> b = tanh.Forward(params, x, ctx);
+  double max = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    max = std::max(max, std::abs(a[i] - b[i]));
+  EXPECT_GT(max, 1e-6);
+  EXPECT_LT(max, 5e-2);
+}
+
+TEST(TransformerTest, UnknownActivationIsRefusedNamingTheField) {
+  const absl::StatusOr<SymbolicShape> bad = InferLayerShape(
+      ParseLayer("transformer_block { dim: 8 heads: 2 activation: \"relu\" }"),
+      3, SymbolicShape::Known({5, 8}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(
+                "model.layers[3].transformer_block.activation=\"relu\""),
+            std::string::npos)
+      << bad.status();
+  for (const char* ok : {"", "gelu", "gelu_tanh"}) {
+    EXPECT_TRUE(InferLayerShape(ParseLayer(absl::StrCat(
+                                    "transformer_block { dim: 8 heads: 2 "
+                                    "activation: \"",
+                                    ok, "\" }")),
+                                0, SymbolicShape::Known({5, 8}))
+                    .ok())
+        << ok;
+  }
 }
 
 TEST(TransformerGradTest, SinglePositionSingleHead) {
@@ -558,6 +610,39 @@ TEST(TransformerKernelTest, CausalSoftmaxAndBackward) {
       }
     }
   }
+}
+
+// GeluTanh against the formula in double, GeluTanhBackward against its
+// derivative by finite differences of the formula; in place too.
+TEST(TransformerKernelTest, GeluTanhAndBackward) {
+  CpuDevice device;
+  std::mt19937 rng(8);
+  std::vector<float> x = Random(257, &rng, -6, 6);
+  x[0] = 0.0f;
+  x[1] = -20.0f;
+  x[2] = 20.0f;
+  const std::vector<float> dy = Random(x.size(), &rng);
+  auto f = [](double v) {
+    return 0.5 * v *
+           (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  std::vector<float> y(x.size()), dx(x.size());
+  device.GeluTanh(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  device.GeluTanhBackward(x.data(), dy.data(), dx.data(),
+                          static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], h = 1e-4;
+    EXPECT_NEAR(y[i], f(v), 1e-6 * (1 + std::abs(v))) << v;
+    const double slope = (f(v + h) - f(v - h)) / (2 * h);
+    EXPECT_NEAR(dx[i], dy[i] * slope, 1e-5) << v;
+  }
+  std::vector<float> in_place = x, grad_in_place = dy;
+  device.GeluTanh(in_place.data(), in_place.data(),
+                  static_cast<int64_t>(x.size()));
+  device.GeluTanhBackward(x.data(), grad_in_place.data(), grad_in_place.data(),
+                          static_cast<int64_t>(x.size()));
+  EXPECT_EQ(in_place, y);
+  EXPECT_EQ(grad_in_place, dx);
 }
 
 TEST(TransformerKernelTest, GemmStridedBatchedOverViews) {

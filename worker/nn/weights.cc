@@ -95,7 +95,6 @@ absl::Status ImportParameters(
                      "' is not a parameter of the model (expected names "
                      "like 'layers.<i>.weight'; see docs/weights.md)"));
   }
-  std::vector<float> values;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& name = params.names[i];
     const Tensor& dst = params.tensors[i];
@@ -111,29 +110,41 @@ absl::Status ImportParameters(
           absl::StrCat("tensor '", name, "' has shape ", src.shape.ToString(),
                        " but the model needs ", dst.shape().ToString()));
     }
-    const int64_t n = dst.numel();
-    values.resize(n);
-    switch (src.dtype) {
-      case DType::kF32:
-        std::memcpy(values.data(), src.data.data(), n * sizeof(float));
-        break;
-      case DType::kBF16:
-      case DType::kF16:
-        for (int64_t j = 0; j < n; ++j) {
-          uint16_t h;
-          std::memcpy(&h, src.data.data() + 2 * j, 2);
-          values[j] = src.dtype == DType::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
-        }
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", name, "' has dtype ", DTypeName(src.dtype),
-                         "; parameters must be F32, "
-                         "BF16 or F16"));
-    }
+    ASSIGN_OR_RETURN(const std::vector<float> values,
+                     HostTensorValues(src, name));
     RETURN_IF_ERROR(device.CopyFromHost(values.data(), dst));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> HostTensorValues(const HostTensor& t,
+                                                    const std::string& name) {
+  const int64_t n = t.shape.numel();
+  if (t.data.size() != static_cast<size_t>(n) * DTypeSize(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' holds ", t.data.size(), " bytes, not the ", n,
+        " values of its shape ", t.shape.ToString()));
+  }
+  std::vector<float> values(n);
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(values.data(), t.data.data(), n * sizeof(float));
+      break;
+    case DType::kBF16:
+    case DType::kF16:
+      for (int64_t j = 0; j < n; ++j) {
+        uint16_t h;
+        std::memcpy(&h, t.data.data() + 2 * j, 2);
+        values[j] = t.dtype == DType::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has dtype ", DTypeName(t.dtype),
+                       "; parameters must be F32, "
+                       "BF16 or F16"));
+  }
+  return values;
 }
 
 absl::Status SaveParametersFile(const std::string& path, Device& device,

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/safetensors.h"
@@ -38,6 +39,11 @@ absl::Status ImportParameters(
 // holds both, of one shape), so that every stage of a pipeline starts with
 // the copy one process takes (CopyTiedWeights: the owner's).
 void TieFileCopies(const Model& model, SafetensorsFile* file);
+
+// The values of `t` as floats: F32 copied, BF16 and F16 widened (exactly).
+// INVALID_ARGUMENT naming `name` for another dtype.
+absl::StatusOr<std::vector<float>> HostTensorValues(const HostTensor& t,
+                                                    const std::string& name);
 
 // File wrappers; errors name the path.
 absl::Status SaveParametersFile(const std::string& path, Device& device,

@@ -2,9 +2,13 @@
 // validation and the safetensors import/export of model parameters.
 #include "worker/train/local_trainer.h"
 
+#include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "common/device/cpu_device.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "pipeline/failure.h"
 #include "worker/nn/spec.h"
@@ -133,6 +137,104 @@ TEST(LocalTrainerTest, Bf16GemmsTrainCloseToFp32) {
   EXPECT_NE(bad.status().message().find("precision.compute=\"fp16\""),
             std::string::npos)
       << bad.status();
+}
+
+// kMlp without its dropout layer, for `steps` steps.
+JobSpec WithoutDropout(int64_t steps) {
+  JobSpec spec = Parse(kMlp);
+  spec.mutable_model()->mutable_layers()->DeleteSubrange(3, 1);
+  spec.set_max_steps(steps);
+  return spec;
+}
+
+void ExpectNearlyTheSameLosses(const std::vector<double>& a,
+                               const std::vector<double>& b, double rel) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], rel * std::abs(a[i])) << "step " << i + 1;
+  }
+}
+
+// A step as 2 or 4 passes whose gradients add up gives the losses of one
+// pass over the whole batch, up to the order of the float sums; with
+// dropout too (each pass draws its rows' part of the minibatch's mask).
+TEST(LocalTrainerTest, GradAccumulationMatchesOnePass) {
+  CpuDevice device(CpuDeviceOptions{1});
+  for (const bool dropout : {false, true}) {
+    JobSpec spec = dropout ? Parse(kMlp) : WithoutDropout(20);
+    spec.set_max_steps(20);
+    auto one = TrainLocal(spec, &device, LocalTrainOptions());
+    ASSERT_TRUE(one.ok()) << one.status();
+    for (int64_t passes : {2, 4}) {
+      SCOPED_TRACE(testing::Message()
+                   << passes << " passes, dropout " << dropout);
+      spec.set_grad_accumulation(passes);
+      auto split = TrainLocal(spec, &device, LocalTrainOptions());
+      ASSERT_TRUE(split.ok()) << split.status();
+      ExpectNearlyTheSameLosses(one->losses, split->losses, 1e-6);
+      EXPECT_NEAR(split->test->accuracy, one->test->accuracy, 1e-9);
+    }
+  }
+}
+
+// Clipping: a threshold no gradient reaches changes nothing (factor 1); a
+// tiny one keeps every step tiny, so that each minibatch's loss stays that
+// of the initial model (a run with a negligible learning rate), which
+// training without clipping leaves behind.
+TEST(LocalTrainerTest, ClipGradNorm) {
+  CpuDevice device(CpuDeviceOptions{1});
+  JobSpec spec = WithoutDropout(10);
+  auto run = [&](float clip, float lr) {
+    spec.mutable_optimizer()->set_clip_grad_norm(clip);
+    spec.mutable_optimizer()->mutable_sgd()->set_lr(lr);
+    auto r = TrainLocal(spec, &device, LocalTrainOptions());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->losses : std::vector<double>();
+  };
+  const std::vector<double> plain = run(0, 0.1f);
+  const std::vector<double> loose = run(1e6f, 0.1f);
+  const std::vector<double> tight = run(1e-4f, 0.1f);
+  const std::vector<double> frozen = run(0, 1e-9f);
+  EXPECT_EQ(plain, loose);
+  ASSERT_EQ(tight.size(), 10u);
+  EXPECT_EQ(tight[0], plain[0]);
+  for (size_t i = 1; i < tight.size(); ++i) {
+    EXPECT_NE(tight[i], plain[i]) << "step " << i + 1;
+    EXPECT_NEAR(tight[i], frozen[i], 1e-3) << "step " << i + 1;
+  }
+  EXPECT_GT(std::abs(plain[9] - frozen[9]), 1e-2);
+}
+
+// A LLaMA block over samples [4, 8] learns the synthetic task with AdamW
+// and nanoGPT's parameter groups.
+TEST(LocalTrainerTest, LlamaBlockLearnsWithAdamW) {
+  CpuDevice device(CpuDeviceOptions{1});
+  JobSpec spec = Parse(kMlp);
+  spec.mutable_data()->mutable_synthetic()->clear_sample_shape();
+  for (int d : {4, 8})
+    spec.mutable_data()->mutable_synthetic()->add_sample_shape(d);
+  ModelSpec* model = spec.mutable_model();
+  model->clear_layers();
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "layers { llama_block { dim: 8 heads: 2 kv_heads: 1 hidden: 16 } } "
+      "layers { rms_norm { dim: 8 } } layers { flatten {} } "
+      "layers { linear { in_features: 32 out_features: 4 } }",
+      model));
+  spec.mutable_optimizer()->Clear();
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "adamw { lr: 0.01 weight_decay: 0.1 } clip_grad_norm: 1 "
+      "param_groups { kinds: [\"norm\", \"bias\"] weight_decay: 0 }",
+      spec.mutable_optimizer()));
+  spec.set_grad_accumulation(2);
+  auto r = TrainLocal(spec, &device, LocalTrainOptions());
+  ASSERT_TRUE(r.ok()) << r.status();
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += r->losses[i];
+    last += r->losses[r->losses.size() - 10 + i];
+  }
+  EXPECT_LT(last, 0.7 * first) << "the loss must fall";
+  EXPECT_GT(r->test->accuracy, 0.5) << "chance is 0.25";
 }
 
 TEST(LocalTrainerTest, OverridesAndWeightsRoundTrip) {

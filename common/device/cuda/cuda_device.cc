@@ -272,6 +272,15 @@ void CudaDevice::GeluBackward(const float* x, const float* dy, float* dx,
   cuda::GeluBackward(x, dy, dx, n, stream_);
   AQ_LAUNCHED("GeluBackward");
 }
+void CudaDevice::GeluTanh(const float* x, float* y, int64_t n) {
+  cuda::GeluTanh(x, y, n, stream_);
+  AQ_LAUNCHED("GeluTanh");
+}
+void CudaDevice::GeluTanhBackward(const float* x, const float* dy, float* dx,
+                                  int64_t n) {
+  cuda::GeluTanhBackward(x, dy, dx, n, stream_);
+  AQ_LAUNCHED("GeluTanhBackward");
+}
 void CudaDevice::Dropout(const float* x, float* y, int64_t n, float p,
                          uint64_t key, uint64_t index_offset) {
   cuda::Dropout(x, y, n, p, key, index_offset, stream_);

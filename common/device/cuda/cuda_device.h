@@ -88,6 +88,9 @@ class CudaDevice final : public Device {
   void Gelu(const float* x, float* y, int64_t n) override;
   void GeluBackward(const float* x, const float* dy, float* dx,
                     int64_t n) override;
+  void GeluTanh(const float* x, float* y, int64_t n) override;
+  void GeluTanhBackward(const float* x, const float* dy, float* dx,
+                        int64_t n) override;
   void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
                uint64_t index_offset) override;
   void SwapAxes01(const float* x, int64_t dim0, int64_t dim1, int64_t inner,

@@ -67,6 +67,28 @@ __global__ void GeluBackwardKernel(const float* x, const float* dy, float* dx,
   }
 }
 
+__device__ __forceinline__ float GeluTanhInner(float v) {
+  return 0.79788456080286536f * (v + 0.044715f * v * v * v);
+}
+
+__global__ void GeluTanhKernel(const float* x, float* y, int64_t n) {
+  AQ_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(GeluTanhInner(v)));
+  }
+}
+
+__global__ void GeluTanhBackwardKernel(const float* x, const float* dy,
+                                       float* dx, int64_t n) {
+  AQ_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    const float t = tanhf(GeluTanhInner(v));
+    const float right = (1.0f - t * t) * 0.79788456080286536f *
+                        (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * right);
+  }
+}
+
 __global__ void DropoutKernel(const float* x, float* y, int64_t n, float p,
                               float scale, uint64_t key, uint64_t offset) {
   AQ_GRID_STRIDE(i, n) {
@@ -546,6 +568,13 @@ void Gelu(const float* x, float* y, int64_t n, cudaStream_t s) {
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n,
                   cudaStream_t s) {
   GeluBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(x, dy, dx, n);
+}
+void GeluTanh(const float* x, float* y, int64_t n, cudaStream_t s) {
+  GeluTanhKernel<<<Blocks(n), kThreads, 0, s>>>(x, y, n);
+}
+void GeluTanhBackward(const float* x, const float* dy, float* dx, int64_t n,
+                      cudaStream_t s) {
+  GeluTanhBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(x, dy, dx, n);
 }
 void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
              uint64_t index_offset, cudaStream_t s) {

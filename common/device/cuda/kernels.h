@@ -27,6 +27,10 @@ void ReluBackward(const float* y, const float* dy, float* dx, int64_t n,
 void Gelu(const float* x, float* y, int64_t n, cudaStream_t stream);
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n,
                   cudaStream_t stream);
+// GELU's tanh approximation and its derivative.
+void GeluTanh(const float* x, float* y, int64_t n, cudaStream_t stream);
+void GeluTanhBackward(const float* x, const float* dy, float* dx, int64_t n,
+                      cudaStream_t stream);
 void Dropout(const float* x, float* y, int64_t n, float p, uint64_t key,
              uint64_t index_offset, cudaStream_t stream);
 // y[i] = x[i] rounded to the nearest bfloat16 (y: n bfloat16 values).
