@@ -50,6 +50,8 @@ const Subcommand kSubcommands[] = {
      CheckpointsMain},
     {"generate", "--spec SPEC --weights FILE|--job JOB",
      "sample text from a trained language model", GenerateMain},
+    {"hf", "import|export IN -o OUT",
+     "Hugging Face GPT-2 and LLaMA weights, in and out", HfMain},
     {"tokenize", "FILE... --out_dir DIR",
      "tokenize text once into token files (SentencePiece)", TokenizeMain},
     {"config", "COMMAND [NAME]",

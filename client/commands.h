@@ -48,6 +48,9 @@ int FetchModel(const std::string& job, const std::string& path, bool quiet);
 int GenerateMain(const std::vector<std::string>& args);
 // Tokenizes text into token files (tokenize_command.cc).
 int TokenizeMain(const std::vector<std::string>& args);
+// Hugging Face GPT-2 and LLaMA checkpoints to and from Aqueduct's weights
+// files (hf_command.cc).
+int HfMain(const std::vector<std::string>& args);
 // aq's named contexts (config_command.cc, contexts.h).
 int ConfigMain(const std::vector<std::string>& args);
 

@@ -1,5 +1,6 @@
 #include "worker/nn/hf_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -270,6 +271,20 @@ absl::Status CheckModel(const Layout& l, const ModelSpec& m) {
   return CheckHead(m);
 }
 
+absl::Status UnknownTensor(const Layout& l, const ModelSpec& m,
+                           const std::string& name) {
+  // "layers.<i>.<param>"; for LLaMA, not a LlamaModel's "layers.<n>.mlp...".
+  const bool aqueduct = absl::StartsWith(name, "layers.") &&
+                        (l.arch == HfArch::kGpt2 ||
+                         std::count(name.begin(), name.end(), '.') == 2);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor '", name, "' is not a parameter of the spec's ", l.title, " (",
+      KindName(l.block), " x ", BlockCount(l, m), ")",
+      aqueduct ? "; the name is Aqueduct's: is the file an Aqueduct weights "
+                 "file already? (import reads Hugging Face's names)"
+               : ""));
+}
+
 bool HeadTied(const ModelSpec& m) {
   return m.layers(m.layers_size() - 1).has_tie_weight_to();
 }
@@ -316,11 +331,7 @@ absl::StatusOr<SafetensorsFile> ImportHfWeights(HfArch arch,
   std::set<std::string> known;
   for (const HfTensorName& e : names) known.insert(e.hf);
   for (const auto& [name, t] : tensors) {
-    if (known.count(name) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.name, "' is not a parameter of the spec's ", l.title,
-          " (", BlockCount(l, model), " ", KindName(l.block), " layers)"));
-    }
+    if (known.count(name) == 0) return UnknownTensor(l, model, t.name);
   }
   const std::string& embedding = names.front().hf;
   SafetensorsFile out;

@@ -312,7 +312,7 @@ TEST(HfWeightsTest, ImportErrorsNameTheTensor) {
       F32(Shape({8}), std::vector<float>(8));
   ExpectError(ImportHfWeights(HfArch::kGpt2, spec, extra).status(),
               {"'transformer.h.2.ln_1.weight'", "not a parameter",
-               "2 transformer_block layers"});
+               "(transformer_block x 2)"});
   SafetensorsFile ints = hf;
   ints.tensors["transformer.ln_f.bias"].dtype = DType::kI32;
   ExpectError(ImportHfWeights(HfArch::kGpt2, spec, ints).status(),
