@@ -313,6 +313,11 @@ TEST(HfWeightsTest, ImportErrorsNameTheTensor) {
   ExpectError(ImportHfWeights(HfArch::kGpt2, spec, extra).status(),
               {"'transformer.h.2.ln_1.weight'", "not a parameter",
                "(transformer_block x 2)"});
+  // An Aqueduct file given to import.
+  ExpectError(
+      ImportHfWeights(HfArch::kGpt2, spec, RandomAqFile(HfArch::kGpt2, spec, 8))
+          .status(),
+      {"'layers.", "is the file an Aqueduct weights file already?"});
   SafetensorsFile ints = hf;
   ints.tensors["transformer.ln_f.bias"].dtype = DType::kI32;
   ExpectError(ImportHfWeights(HfArch::kGpt2, spec, ints).status(),
