@@ -14,10 +14,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "client/cli.h"
 #include "client/commands.h"
-#include "common/file_system.h"
 #include "common/status.h"
 #include "worker/data/sentencepiece.h"
 #include "worker/data/text.h"
@@ -39,7 +37,7 @@ constexpr char kTokenizeDescription[] =
     "data.text.files) once into token files in --out_dir: train.bin and\n"
     "val.bin (the last --val_fraction of the tokens), raw little-endian\n"
     "uint16 ids (uint32 past 65,536 pieces), nanoGPT's form. The tokenizer\n"
-    "is a SentencePiece model (Debian's libsentencepiece) trained on the\n"
+    "is a SentencePiece model (Debian's spm_train) trained on the\n"
     "text (--vocab_size pieces, --model_type bpe or unigram; byte fallback,\n"
     "so any text encodes; no normalisation, so decoding gives the text\n"
     "back) and written as tokenizer.model, or the --model given. Prints\n"
@@ -95,8 +93,8 @@ struct Tokenized {
   double seconds = 0;
 };
 
-// Encodes every file; the ids, and the text's bytes in *bytes. The first
-// file holds (the tools encode the files in place).
+// Encodes every file (spm_encode reads each where it lies); the ids, and
+// the text's bytes in *bytes.
 absl::StatusOr<std::vector<int32_t>> EncodeAll(
     const std::vector<std::string>& files, const spm::Pieces& pieces,
     int64_t* bytes) {

@@ -256,14 +256,16 @@ class LlamaBlockLayer final : public Layer {
                 rstd->f32());
     return y;
   }
-  // Rotates `t` ([B, T, heads * hd]) in place, or back.
-  absl::Status Rotate(Device& dev, const Tensor& t, int64_t heads,
+  // Rotates q ([B, T, heads * hd]) and k ([B, T, kv_heads * hd]) in
+  // place, or back, with one copy of the tables on the device.
+  absl::Status Rotate(Device& dev, const Tensor& q, const Tensor& k,
                       bool inverse) const {
-    const int64_t len = t.shape()[1];
+    const int64_t len = q.shape()[1], rows = q.shape()[0] * len;
     const Shape table({len, hd_ / 2});
     ASSIGN_OR_RETURN(Tensor cos, ToDevice(dev, cos_, table));
     ASSIGN_OR_RETURN(Tensor sin, ToDevice(dev, sin_, table));
-    dev.Rope(t.f32(), t.shape()[0] * len, len, heads, hd_, cos.f32(), sin.f32(),
+    dev.Rope(q.f32(), rows, len, c_.heads, hd_, cos.f32(), sin.f32(), inverse);
+    dev.Rope(k.f32(), rows, len, c_.kv_heads, hd_, cos.f32(), sin.f32(),
              inverse);
     return absl::OkStatus();
   }
@@ -330,8 +332,7 @@ absl::StatusOr<Tensor> LlamaBlockLayer::AttentionForward(
   Project(dev, h1, rows, c, c, params[kQ], q);
   Project(dev, h1, rows, c, kv_width_, params[kK], k);
   Project(dev, h1, rows, c, kv_width_, params[kV], v);
-  RETURN_IF_ERROR(Rotate(dev, q, c_.heads, false));
-  RETURN_IF_ERROR(Rotate(dev, k, c_.kv_heads, false));
+  RETURN_IF_ERROR(Rotate(dev, q, k, false));
   ASSIGN_OR_RETURN(Tensor probs, Probabilities(dev, q, k));
   ASSIGN_OR_RETURN(Tensor merged, dev.Allocate(x.shape(), DType::kF32));
   PerHead(dev, batch, false, false, len, hd_, len, ScoreView(probs), KvView(v),
@@ -457,8 +458,7 @@ absl::Status LlamaBlockLayer::AttentionBackward(Device& dev,
   ASSIGN_OR_RETURN(Tensor dk, dev.Allocate(kept[kKr].shape(), DType::kF32));
   ASSIGN_OR_RETURN(Tensor dv, dev.Allocate(kept[kKr].shape(), DType::kF32));
   RETURN_IF_ERROR(HeadsBackward(dev, kept, dmerged, dq, dk, dv));
-  RETURN_IF_ERROR(Rotate(dev, dq, c_.heads, true));
-  RETURN_IF_ERROR(Rotate(dev, dk, c_.kv_heads, true));
+  RETURN_IF_ERROR(Rotate(dev, dq, dk, true));
   Tensor rstd;
   ASSIGN_OR_RETURN(Tensor h1, Norm(dev, params[kNorm1], x, &rstd));
   ASSIGN_OR_RETURN(Tensor dh1, dev.Allocate(x.shape(), DType::kF32));

@@ -361,9 +361,9 @@ __global__ void RmsNormDxKernel(const float* dy, const float* x,
 
 // dgamma: one thread per column.
 __global__ void RmsNormDgammaKernel(const float* dy, const float* x,
-                                   const float* rstd, int64_t rows,
-                                   int64_t cols, float* dgamma,
-                                   bool accumulate) {
+                                    const float* rstd, int64_t rows,
+                                    int64_t cols, float* dgamma,
+                                    bool accumulate) {
   AQ_GRID_STRIDE(c, cols) {
     float g = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
@@ -659,8 +659,8 @@ void LayerNormBackward(const float* dy, const float* x, const float* gamma,
 void RmsNorm(const float* x, const float* gamma, int64_t rows, int64_t cols,
              float eps, float* y, float* rstd, cudaStream_t s) {
   if (rows == 0) return;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-      x, gamma, cols, eps, y, rstd);
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, gamma, cols,
+                                                                 eps, y, rstd);
 }
 void RmsNormBackward(const float* dy, const float* x, const float* gamma,
                      const float* rstd, int64_t rows, int64_t cols, float* dx,
