@@ -19,6 +19,9 @@ tls="$tmp/tls"
 probe() { "$PROBE" "$@" --timeout_ms 2000; }
 # The port a daemon's log says its plaintext health server took.
 health_port() { grep -o 'grpc.health.v1 alone, in plaintext, on port [0-9]*' "$1" | grep -o '[0-9]*$'; }
+# Whether that line is in the log yet (a port file may come first: under
+# a sanitizer the log line can land later).
+logged_port() { [ -n "$(health_port "$1")" ]; }
 
 "$COORDINATOR" --listen 127.0.0.1:0 --port_file "$tmp/port" --state_dir "$tmp/cstate" \
   --health_listen 127.0.0.1:0 --tls_ca "$tls/ca.pem" --tls_cert "$tls/coordinator.pem" \
@@ -26,6 +29,7 @@ health_port() { grep -o 'grpc.health.v1 alone, in plaintext, on port [0-9]*' "$1
   --heartbeat_interval_ms 100 >"$tmp/coordinator.log" 2>&1 &
 pids+=("$!")
 wait_until 10 test -s "$tmp/port" || { echo "coordinator did not start"; cat "$tmp/coordinator.log"; exit 1; }
+wait_until 10 logged_port "$tmp/coordinator.log" || true
 addr="127.0.0.1:$(cat "$tmp/port")"
 chp=$(health_port "$tmp/coordinator.log")
 [ -n "$chp" ] || { echo "no health port in the coordinator's log"; cat "$tmp/coordinator.log"; exit 1; }
@@ -65,6 +69,8 @@ echo "0000000000000000000000000000000000000000000000000000000000000000" >"$tmp/b
 chmod 600 "$tmp/bad.token"
 start_worker h2 "$tmp/bad.token"
 wait_until 10 test -s "$tmp/h1.port" -a -s "$tmp/h2.port" || fail "workers did not start"
+wait_until 10 logged_port "$tmp/h1.log" || true
+wait_until 10 logged_port "$tmp/h2.log" || true
 h1hp=$(health_port "$tmp/h1.log") h2hp=$(health_port "$tmp/h2.log")
 ready() { [ "$(probe "127.0.0.1:$1")" = SERVING ]; }
 wait_until 15 ready "$h1hp" || fail "registered worker h1 never ready: $(probe "127.0.0.1:$h1hp"); $(tail -3 "$tmp/h1.log")"
