@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status.h"
 #include "pipeline/failure.h"
 #include "pipeline/policy.h"
@@ -288,6 +289,7 @@ absl::Status PipelineStage::RunRank(const std::vector<PipelineStage*>& chunks,
       tied_posted = op.minibatch;
     }
     RETURN_IF_ERROR(chunk->Execute(op));
+    chunk->SlowDown();
     const absl::Time end = absl::Now();
     if (op.kind == OpKind::kOptimizerStep) chunk->last_compute_ = end - start;
     if (chunk->options_.on_event) {
@@ -298,6 +300,15 @@ absl::Status PipelineStage::RunRank(const std::vector<PipelineStage*>& chunks,
   }
   for (PipelineStage* c : chunks) RETURN_IF_ERROR(c->Finish());
   return absl::OkStatus();
+}
+
+void PipelineStage::SlowDown() {
+  if (options_.slowdown <= 1.0 || last_compute_ <= absl::ZeroDuration()) {
+    return;
+  }
+  const absl::Duration extra = (options_.slowdown - 1.0) * last_compute_;
+  absl::SleepFor(extra);
+  last_compute_ += extra;
 }
 
 absl::Status PipelineStage::Finish() {

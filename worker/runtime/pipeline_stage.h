@@ -123,6 +123,10 @@ class PipelineStage {
     ProcessGroup* tensor_group = nullptr;
     std::function<absl::Status(int64_t version, SafetensorsFile state)>
         on_checkpoint_file;
+    // Tests and benchmarks of unequal workers: after every op that
+    // computes, the stage sleeps (slowdown - 1) times the op's compute
+    // time, so the stage runs `slowdown` times slower (1: no sleep).
+    double slowdown = 1.0;
   };
 
   // `model` holds every layer; `params` the initial weights of this stage's
@@ -204,6 +208,8 @@ class PipelineStage {
   // replicas and members).
   std::vector<int> NormPeers(const std::vector<PipelineStage*>& chunks) const;
   absl::Status Finish();
+  // Options::slowdown's sleep after an op that computed.
+  void SlowDown();
   absl::Status Forward(int64_t m, int j);
   // The whole backward, or (split) its input half, I: the weight half, W,
   // is BackwardWeight's.
