@@ -407,6 +407,75 @@ absl::Status CheckStepFeatures(const JobSpec& spec, const PipelinePolicy& p) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateParameterServer(const v1::DataParallelSpec& d,
+                                     const JobSpec& spec) {
+  const std::string& c = d.consistency();
+  if (!c.empty() && c != "sync" && c != "bounded" && c != "async") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_parallel.consistency=\"", c,
+        "\" must be \"sync\", \"bounded\" or \"async\" (\"\": sync)"));
+  }
+  if (d.staleness() < 0 || d.staleness() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel.staleness=", d.staleness(),
+                     " must be between 0 and 1000"));
+  }
+  if (d.staleness() > 0 && c != "bounded") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel.staleness=", d.staleness(),
+                     " applies to consistency \"bounded\" only"));
+  }
+  if (d.shards() < 0 || d.shards() > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_parallel.shards=", d.shards(), " must be between 0 and 1024"));
+  }
+  if (spec.optimizer().clip_grad_norm() > 0) {
+    return absl::InvalidArgumentError(
+        "optimizer.clip_grad_norm needs the norm of the summed gradient, "
+        "which no replica holds under data_parallel.mode "
+        "\"parameter_server\": clip with \"allreduce\"");
+  }
+  if (d.shard_optimizer()) {
+    return absl::InvalidArgumentError(
+        "data_parallel.shard_optimizer is for mode \"allreduce\": the "
+        "parameter server's shards hold the optimizer state already");
+  }
+  return absl::OkStatus();
+}
+
+// JobSpec.data_parallel: the fields of its mode, and a flushing schedule
+// for all but the default all-reduce.
+absl::Status ValidateDataParallel(const JobSpec& spec,
+                                  const PipelinePolicy& p) {
+  const v1::DataParallelSpec& d = spec.data_parallel();
+  const bool ps = d.mode() == "parameter_server";
+  if (!d.mode().empty() && d.mode() != "allreduce" && !ps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel.mode=\"", d.mode(),
+                     "\" must be \"allreduce\" or \"parameter_server\""));
+  }
+  if (d.bucket_mb() < 0 || d.bucket_mb() > 4096 || std::isnan(d.bucket_mb())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel.bucket_mb=", d.bucket_mb(),
+                     " must be between 0 and 4096 (0: the default)"));
+  }
+  if (!d.reduce().empty() && d.reduce() != "overlap" && d.reduce() != "after") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_parallel.reduce=\"", d.reduce(),
+                     "\" must be \"overlap\" or \"after\""));
+  }
+  if (ps) RETURN_IF_ERROR(ValidateParameterServer(d, spec));
+  if ((ps || d.shard_optimizer()) && p.workers > 1 && !Flushes(p.schedule)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ps ? "data_parallel.mode \"parameter_server\""
+           : "data_parallel.shard_optimizer",
+        " needs a schedule that flushes (1f1b_flush, gpipe, interleaved_1f1b, "
+        "the zb_* ones or auto), not ",
+        ScheduleName(p.schedule)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
   if (c.every_steps() < 0 || c.keep_last() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1026,6 +1095,7 @@ absl::StatusOr<SpecSummary> CheckJobSpecFields(const JobSpec& spec,
   ASSIGN_OR_RETURN(summary.pipeline, ResolvePipeline(spec));
   RETURN_IF_ERROR(CheckPipelineLimits(spec.pipeline()));
   RETURN_IF_ERROR(CheckStepFeatures(spec, summary.pipeline));
+  RETURN_IF_ERROR(ValidateDataParallel(spec, summary.pipeline));
   if (spec.data().has_synthetic()) {
     const SyntheticData& s = spec.data().synthetic();
     summary.input = SymbolicShape::Known(

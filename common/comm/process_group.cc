@@ -143,6 +143,26 @@ absl::Status ProcessGroup::AllReduce(float* data, size_t n,
   return Labelled(status, "all-reduce");
 }
 
+absl::Status ProcessGroup::ReduceScatterInPlace(float* data, size_t n,
+                                                absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t sequence = sequence_++;
+  ++collectives_;
+  if (size() == 1) return absl::OkStatus();
+  return Labelled(RingReduceScatter(data, n, sequence, deadline),
+                  "reduce-scatter");
+}
+
+absl::Status ProcessGroup::AllGatherInPlace(float* data, size_t n,
+                                            absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t sequence = sequence_++;
+  ++collectives_;
+  if (size() == 1) return absl::OkStatus();
+  // Step 0 sends this member's own part, as in AllReduce's second half.
+  return Labelled(RingAllGather(data, n, sequence, 0, deadline), "all-gather");
+}
+
 absl::Status ProcessGroup::AllGather(const float* in, size_t n, float* out,
                                      absl::Time deadline) {
   absl::MutexLock lock(&mu_);

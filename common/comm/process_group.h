@@ -71,6 +71,21 @@ class ProcessGroup {
   absl::Status ReduceScatter(const float* in, size_t n, float* out,
                              absl::Time deadline);
 
+  // In place over data[0, n), split in size() parts (Part(n, size(), c)):
+  // afterwards this member's part holds the sum of every member's values
+  // of it (the rest of `data` is left partly summed). The same ring and
+  // order as AllReduce's first half, so the part's bits equal AllReduce's.
+  absl::Status ReduceScatterInPlace(float* data, size_t n, absl::Time deadline);
+  // In place over data[0, n): every member's part (Part(n, size(), c))
+  // goes to every other member.
+  absl::Status AllGatherInPlace(float* data, size_t n, absl::Time deadline);
+
+  struct Part {
+    size_t begin, end;
+  };
+  // Part c of p parts of n elements (the first n % p parts one longer).
+  static Part PartOf(size_t n, int p, int c);
+
   // Bytes this member has sent in the group's collectives, and how many
   // collectives it has run.
   int64_t bytes_sent() const { return bytes_sent_.load(); }
@@ -85,11 +100,6 @@ class ProcessGroup {
         channel_(channel),
         name_(std::move(name)) {}
 
-  struct Part {
-    size_t begin, end;
-  };
-  // Part c of p parts of n elements (the first n % p parts one longer).
-  static Part PartOf(size_t n, int p, int c);
   // The ring's two phases over data[0, n), split in size() parts.
   absl::Status RingReduceScatter(float* data, size_t n, uint64_t sequence,
                                  absl::Time deadline)

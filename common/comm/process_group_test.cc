@@ -138,6 +138,38 @@ TEST_P(ProcessGroupTest, AllGatherAndReduceScatterOfEqualParts) {
   }
 }
 
+// The in-place pair over uneven parts: reduce-scatter then all-gather
+// gives AllReduce's bits (ZeRO's gradients and weights travel this way).
+TEST_P(ProcessGroupTest, InPlaceReduceScatterThenAllGatherEqualsAllReduce) {
+  for (int p : {1, 2, 3, 4}) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{1001}}) {
+      auto comms = Connect(p);
+      std::vector<std::vector<float>> split(p), whole(p);
+      OnEveryRank(p, [&](int r) {
+        auto group = ProcessGroup::Make(comms[r].get(), AllRanks(p), 2, "g");
+        ASSERT_TRUE(group.ok()) << group.status();
+        split[r].resize(n);
+        for (size_t i = 0; i < n; ++i) split[r][i] = ValueOf(r, i);
+        whole[r] = split[r];
+        ASSERT_TRUE(
+            (*group)->ReduceScatterInPlace(split[r].data(), n, Soon()).ok());
+        // Only this member's part is kept: the rest must come back whole.
+        const auto part = ProcessGroup::PartOf(n, p, r);
+        for (size_t i = 0; i < n; ++i) {
+          if (i < part.begin || i >= part.end) split[r][i] = -1.0f;
+        }
+        ASSERT_TRUE(
+            (*group)->AllGatherInPlace(split[r].data(), n, Soon()).ok());
+        ASSERT_TRUE((*group)->AllReduce(whole[r].data(), n, Soon()).ok());
+      });
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(split[r], whole[r]) << "p " << p << " n " << n;
+        EXPECT_EQ(whole[r], whole[0]);
+      }
+    }
+  }
+}
+
 // A 2 x 2 mesh: ranks {0, 1} and {2, 3} reduce on channel 0 while {0, 2}
 // and {1, 3} reduce on channel 1, at once, over one communicator each.
 TEST_P(ProcessGroupTest, GroupsOfTwoAxesRunAtOnce) {

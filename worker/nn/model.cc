@@ -245,7 +245,8 @@ absl::Status BackwardRange(const Model& model, Device& device,
                            const ParameterSet& params, const RangeCache& cache,
                            const Tensor& dy, const PassContext& ctx, Tensor* dx,
                            const ParameterSet& grads, bool accumulate,
-                           DeferredGrads* deferred) {
+                           DeferredGrads* deferred,
+                           const std::function<void(int)>* on_layer_done) {
   // Layer l needs to produce its input gradient only if someone below it
   // uses it: a layer with parameters in the range, or the caller.
   std::vector<bool> want(params.end - params.begin, dx != nullptr);
@@ -271,6 +272,7 @@ absl::Status BackwardRange(const Model& model, Device& device,
         device, params.ForLayer(l), cache.layers[l - params.begin], current,
         ctx, want_dx ? &next : nullptr, grads.ForLayer(l), accumulate,
         deferred));
+    if (on_layer_done != nullptr) (*on_layer_done)(l);
     current = std::move(next);
     if (!want_dx) return absl::OkStatus();
   }

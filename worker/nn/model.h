@@ -11,6 +11,7 @@
 #ifndef AQUEDUCT_WORKER_NN_MODEL_H_
 #define AQUEDUCT_WORKER_NN_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -131,11 +132,14 @@ absl::Status ForwardRange(const Model& model, Device& device,
 // range's input. `params` must be the version the forward used. With
 // `deferred`, the split backward's input half (Layer::BackwardInput): the
 // linear maps' weight gradients are left in it for RunDeferredGrads.
-absl::Status BackwardRange(const Model& model, Device& device,
-                           const ParameterSet& params, const RangeCache& cache,
-                           const Tensor& dy, const PassContext& ctx, Tensor* dx,
-                           const ParameterSet& grads, bool accumulate,
-                           DeferredGrads* deferred = nullptr);
+// `on_layer_done`, when set, is called with l after layer l's backward
+// (its gradients written; data parallelism's buckets start from there).
+absl::Status BackwardRange(
+    const Model& model, Device& device, const ParameterSet& params,
+    const RangeCache& cache, const Tensor& dy, const PassContext& ctx,
+    Tensor* dx, const ParameterSet& grads, bool accumulate,
+    DeferredGrads* deferred = nullptr,
+    const std::function<void(int)>* on_layer_done = nullptr);
 
 }  // namespace aqueduct
 

@@ -209,24 +209,15 @@ absl::Status PipelineStage::Prepare() {
     sampler_ = std::make_unique<EpochSampler>(
         EpochSampler::For(*train_, spec_.batch_size(), shuffle, spec_.seed()));
   }
-  ASSIGN_OR_RETURN(grads_, ZerosLike(latest_, device_));
-  ASSIGN_OR_RETURN(optimizer_,
-                   CreateOptimizer(spec_.optimizer(), latest_, device_,
-                                   layout_.num_minibatches, &spec_.model()));
+  RETURN_IF_ERROR(PrepareDataParallel());
   if (options_.restore != nullptr) {
     // Checkpoints hold whole tensors: this member takes its part.
     ASSIGN_OR_RETURN(const SafetensorsFile part,
                      ShardFile(*options_.restore, *model_, model_->shard()));
-    RETURN_IF_ERROR(
-        Annotate(ImportTrainingState(part, *device_, latest_, optimizer_.get()),
-                 "restoring the checkpoint"));
-    if (optimizer_->steps() != first_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the checkpoint's optimizer made ", optimizer_->steps(),
-                       " steps, but training resumes at minibatch ", first_));
-    }
+    RETURN_IF_ERROR(Annotate(Restore(part), "restoring the checkpoint"));
   }
-  return absl::OkStatus();
+  stats_.optimizer_state_bytes = StateBytes();
+  return StartShardService();
 }
 
 absl::Status PipelineStage::Run() {
@@ -257,6 +248,13 @@ absl::Status PipelineStage::RunRank(const std::vector<PipelineStage*>& chunks,
   for (PipelineStage* c : chunks) {
     c->local_ = &chunks[0]->own_local_;
     RETURN_IF_ERROR(c->Prepare());
+  }
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kBackward || op.kind == OpKind::kBackwardInput ||
+        op.kind == OpKind::kBackwardWeight) {
+      PipelineStage* c = ChunkOf(chunks, op.stage);
+      if (c != nullptr) ++c->gradient_ops_left_[op.minibatch];
+    }
   }
   const std::atomic<bool>* stop = chunks[0]->options_.stop;
   constexpr size_t kWindow = 8;  // Receives are posted this many ops ahead.
@@ -313,6 +311,18 @@ void PipelineStage::SlowDown() {
 
 absl::Status PipelineStage::Finish() {
   stats_.committed_version = version_;
+  if (service_ != nullptr) {
+    service_->Join();
+    RETURN_IF_ERROR(service_->status());
+  }
+  for (const auto& shard : shards_) {
+    if (shard == nullptr) continue;
+    const std::vector<int64_t> h = shard->StalenessHistogram();
+    auto& total = stats_.staleness_histogram;
+    if (total.size() < h.size()) total.resize(h.size(), 0);
+    for (size_t s = 0; s < h.size(); ++s) total[s] += h[s];
+    stats_.shard_updates += shard->updates();
+  }
   while (!pending_sends_.empty()) {
     RETURN_IF_ERROR(
         pending_sends_.front()->Wait(absl::Now() + options_.timeout));
@@ -632,12 +642,17 @@ absl::Status PipelineStage::Backward(int64_t m, int j, bool split) {
     }
     accumulate = true;
   }
+  // The minibatch's last backward: buckets go as their layers finish.
+  const std::function<void(int)> on_layer = [this](int l) { LaunchBuckets(l); };
+  const bool overlap = overlap_ && !split && LastGradientOp(m);
   const absl::Time compute_start = absl::Now();
   RETURN_IF_ERROR(BackwardRange(*model_, *device_, range, f.cache, dy, ctx,
                                 stage_ > 0 ? &dx : nullptr, grads, accumulate,
-                                split ? &f.deferred : nullptr));
+                                split ? &f.deferred : nullptr,
+                                overlap ? &on_layer : nullptr));
   last_compute_ = absl::Now() - compute_start;
   accumulated_ = true;
+  GradientOpDone(m);
   if (stage_ > 0) {
     FrameInfo info{FrameKind::kGradient, m, j, comm_->rank(), f.version};
     info.stage = stage_;
@@ -667,6 +682,7 @@ absl::Status PipelineStage::BackwardWeight(int64_t m, int j) {
   const absl::Time compute_start = absl::Now();
   RunDeferredGrads(*device_, it->second.deferred);
   last_compute_ = absl::Now() - compute_start;
+  GradientOpDone(m);
   in_flight_.erase(it);
   DropUnneededVersions();
   return absl::OkStatus();
@@ -684,26 +700,6 @@ absl::StatusOr<LossOutput> PipelineStage::Loss(const Tensor& logits,
   const int64_t classes = logits.shape()[logits.shape().rank() - 1];
   return VocabParallelCrossEntropy(*device_, *tensor_, logits, labels,
                                    member_ * classes, scale);
-}
-
-// The replicas' ring all-reduce of every gradient, flattened (one
-// collective per stage and minibatch; the group numbers them).
-absl::Status PipelineStage::AllReduce() {
-  if (data_group_ == nullptr) return absl::OkStatus();
-  std::vector<float> flat(static_cast<size_t>(grads_.numel()));
-  size_t offset = 0;
-  for (const Tensor& g : grads_.tensors) {
-    RETURN_IF_ERROR(device_->CopyToHost(g, flat.data() + offset));
-    offset += static_cast<size_t>(g.numel());
-  }
-  RETURN_IF_ERROR(data_group_->AllReduce(flat.data(), flat.size(),
-                                         absl::Now() + options_.timeout));
-  offset = 0;
-  for (const Tensor& g : grads_.tensors) {
-    RETURN_IF_ERROR(device_->CopyFromHost(flat.data() + offset, g));
-    offset += static_cast<size_t>(g.numel());
-  }
-  return absl::OkStatus();
 }
 
 bool PipelineStage::Holds(int layer) const {
@@ -823,7 +819,7 @@ absl::Status PipelineStage::FinishGradients(int64_t m) {
 
 absl::Status PipelineStage::Step(int64_t m) {
   RETURN_IF_ERROR(FinishGradients(m));
-  if (pipemare_warmup_ > 0) {
+  if (pipemare_warmup_ > 0 && optimizer_ != nullptr) {
     // PipeMare: the gradient of minibatch m is this many steps stale.
     optimizer_->SetLearningRateScale(StalenessLrScale(
         version_ - VersionFor(m), optimizer_->steps(), pipemare_warmup_));
@@ -834,11 +830,11 @@ absl::Status PipelineStage::Step(int64_t m) {
     // The update goes into fresh buffers and the current ones become the
     // stashed version: no copy of the weights.
     ASSIGN_OR_RETURN(ParameterSet next, Uninitialised(device_, latest_));
-    RETURN_IF_ERROR(optimizer_->StepFrom(latest_, next, grads_));
+    RETURN_IF_ERROR(Update(m, latest_, next));
     stash_[version_] = std::move(latest_);
     latest_ = std::move(next);
   } else {
-    RETURN_IF_ERROR(optimizer_->Step(latest_, grads_));
+    RETURN_IF_ERROR(Update(m, latest_, latest_));
   }
   ++version_;
   accumulated_ = false;
@@ -865,26 +861,41 @@ absl::StatusOr<bool> PipelineStage::CheckpointNow() {
   const bool due =
       CheckpointDue(version_, layout_.num_minibatches,
                     options_.checkpoint_every, options_.checkpoint_at);
-  if (Degree() == 1 || options_.checkpoint_at == nullptr) return due;
-  // The coordinator's pick reaches the members at different times: they
-  // agree (any member's due makes it due for all) before they gather.
+  if (options_.checkpoint_at == nullptr) return due;
+  // The coordinator's pick reaches the members (and, when the state is
+  // sharded, the replicas) at different times: they agree (any one's due
+  // makes it due for all) before they gather.
   float votes = due ? 1.0f : 0.0f;
-  RETURN_IF_ERROR(options_.tensor_group->AllReduce(
-      &votes, 1, absl::Now() + options_.timeout));
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  if (Degree() > 1) {
+    RETURN_IF_ERROR(options_.tensor_group->AllReduce(&votes, 1, deadline));
+  }
+  if (Sharded()) RETURN_IF_ERROR(data_group_->AllReduce(&votes, 1, deadline));
   return votes > 0;
 }
 
 absl::Status PipelineStage::Checkpoint() {
-  if (replica_ != 0) return absl::OkStatus();
+  if (replica_ != 0 && !Sharded()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const bool now, CheckpointNow());
   if (!now) return absl::OkStatus();
+  // Sharded state: every replica takes part in gathering it whole.
+  const ParameterSet* params = &latest_;
+  const Optimizer* optimizer = optimizer_.get();
+  ParameterSet gathered;
+  std::unique_ptr<Optimizer> whole_state;
+  if (Sharded()) {
+    ASSIGN_OR_RETURN(whole_state, GatherWholeState(&gathered));
+    if (replica_ != 0) return absl::OkStatus();
+    optimizer = whole_state.get();
+    if (dp_ == DataParallel::kParameterServer) params = &gathered;
+  }
   if (Degree() == 1) {
     if (!options_.on_checkpoint) return absl::OkStatus();
-    return options_.on_checkpoint(version_, latest_, *optimizer_);
+    return options_.on_checkpoint(version_, *params, *optimizer);
   }
   // Whole tensors, gathered by every member; member 0 hands them on.
   ASSIGN_OR_RETURN(SafetensorsFile part,
-                   ExportTrainingState(*device_, latest_, *optimizer_, {}));
+                   ExportTrainingState(*device_, *params, *optimizer, {}));
   ASSIGN_OR_RETURN(SafetensorsFile whole,
                    GatherWholeFile(part, *model_, *options_.tensor_group,
                                    absl::Now() + options_.timeout));

@@ -43,8 +43,10 @@
 #include "worker/nn/model.h"
 #include "worker/nn/optimizer.h"
 #include "worker/nn/tensor_parallel.h"
+#include "worker/runtime/data_parallel.h"
 #include "worker/runtime/frame.h"
 #include "worker/runtime/layout.h"
+#include "worker/runtime/param_server.h"
 
 namespace aqueduct {
 
@@ -66,6 +68,13 @@ struct StageStats {
   int peak_in_flight = 0;         // Microbatches with saved activations.
   int64_t stashed_weight_bytes_peak = 0;
   int64_t stashed_activation_bytes_peak = 0;
+  // Bytes of optimizer state this rank keeps for the stage (its part under
+  // ZeRO-1; its shards' under the parameter server).
+  int64_t optimizer_state_bytes = 0;
+  // Parameter server: counts[s] = gradients the shards this rank hosts
+  // applied s updates stale (empty elsewhere), and their updates.
+  std::vector<int64_t> staleness_histogram;
+  int64_t shard_updates = 0;
 };
 
 class PipelineStage {
@@ -216,7 +225,49 @@ class PipelineStage {
   absl::Status Backward(int64_t m, int j, bool split = false);
   absl::Status BackwardWeight(int64_t m, int j);
   absl::Status Step(int64_t m);
+  // The update of minibatch m from `from` into `to` (which may be `from`):
+  // the optimizer's step, ZeRO-1's sharded step and all-gather, or the
+  // parameter server's push and pull.
+  absl::Status Update(int64_t m, const ParameterSet& from,
+                      const ParameterSet& to);
   absl::Status AllReduce();
+
+  // Data parallelism (pipeline_data_parallel.cc): the gradients' flat
+  // layout and buckets, the reducer, ZeRO-1's part, the parameter shards.
+  enum class DataParallel { kNone, kAllReduce, kZero, kParameterServer };
+  absl::Status PrepareDataParallel();
+  absl::Status PrepareParameterServer();
+  absl::Status StartShardService();
+  absl::Status CreateWholeOptimizer();
+  // Restores a checkpoint's training state (whole tensors) into this
+  // rank's weights and optimizer (sharded ones take their part).
+  absl::Status Restore(const SafetensorsFile& part);
+  // Whether a gradient must be whole on every replica before the step
+  // (clipping, tied weights, tensor-parallel sums): ZeRO-1 all-reduces
+  // rather than reduce-scatters then.
+  bool NeedsWholeGradients() const;
+  // Queues the buckets whose lowest layer is at least `lowest` (all: any
+  // layer below the stage), in bucket order, once per minibatch.
+  void LaunchBuckets(int lowest);
+  // After an op that wrote gradients of minibatch m: when it was the last,
+  // the remaining buckets go.
+  void GradientOpDone(int64_t m);
+  bool LastGradientOp(int64_t m) const;
+  absl::Status StepSharded(const ParameterSet& from, const ParameterSet& to);
+  absl::Status ExchangeWithShards(int64_t m);
+  absl::Status PushAndPull(int64_t m, float* flat);
+  // A whole optimizer (and, for the parameter server, whole weights in
+  // `*params`) gathered over the replicas for a checkpoint.
+  absl::StatusOr<std::unique_ptr<Optimizer>> GatherWholeState(
+      ParameterSet* params);
+  int64_t StateBytes() const;
+  int Replicas() const { return layout_.Replicas(stage_); }
+  bool Sharded() const {
+    return dp_ == DataParallel::kZero || dp_ == DataParallel::kParameterServer;
+  }
+  int ReplicaRank(int replica) const {
+    return layout_.RankAt(stage_, replica, member_);
+  }
   // The output stage's loss: over this member's share of the vocabulary
   // when the model's head splits it.
   absl::StatusOr<LossOutput> Loss(const Tensor& logits, const Tensor& labels);
@@ -315,6 +366,27 @@ class PipelineStage {
   int64_t finished_ = -1;     // The minibatch FinishGradients last ran for.
   std::unique_ptr<TensorParallelGroup> tensor_;  // Degree > 1 only.
   std::unique_ptr<ProcessGroup> data_group_;     // Replicas > 1 only.
+  DataParallel dp_ = DataParallel::kNone;
+  FlatLayout flat_layout_;  // Replicas > 1: grads_ are views of flat_grads_.
+  Tensor flat_grads_;
+  std::unique_ptr<BucketReducer> reducer_;
+  bool overlap_ = false;  // Buckets reduced during the backward pass.
+  bool scatter_ = false;  // ZeRO-1 reduce-scatters.
+  size_t launched_ = 0;   // Buckets queued for this minibatch.
+  // Ops still to write each minibatch's gradients (B, I, W).
+  std::map<int64_t, int> gradient_ops_left_;
+  // ZeRO-1: the elements this replica steps, and where its optimizer's
+  // views start within their tensors.
+  std::vector<std::pair<int64_t, int64_t>> owned_;
+  std::vector<int64_t> view_starts_;
+  // Parameter server: every shard's flat range; the shards this replica
+  // hosts (null for the others), their views' starts; the update each
+  // shard's weights here came from.
+  std::vector<std::pair<int64_t, int64_t>> shard_range_;
+  std::vector<std::unique_ptr<ParameterShard>> shards_;
+  std::vector<std::vector<int64_t>> shard_starts_;
+  std::vector<int64_t> shard_base_;
+  std::unique_ptr<ShardService> service_;
   StageStats stats_;
 };
 

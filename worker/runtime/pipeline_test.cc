@@ -4,6 +4,7 @@
 // weight-version semantics (1F1B with stashing, vertical sync).
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -123,6 +124,9 @@ struct Result {
   std::vector<double> losses;               // Per minibatch, mean over samples.
   std::vector<std::vector<float>> weights;  // Every parameter, layer order.
   std::vector<StageStats> stats;
+  // Every rank's stats and weights (replicas included).
+  std::vector<StageStats> rank_stats;
+  std::vector<std::vector<std::vector<float>>> rank_weights;
   absl::Status status;
   int channel_sends = 0;  // Tensors that went over device channels.
 };
@@ -210,9 +214,13 @@ std::vector<std::vector<float>> WholeWeights(
 // share one GPU); with `device_channels`, tensors travel over in-memory
 // device channels (as over NCCL) and only headers over the communicator.
 // Tensor-parallel stages build their members' models and groups.
+// `tweak`, when set, changes rank r's options.
+using OptionsTweak = std::function<void(int rank, PipelineStage::Options*)>;
+
 Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
                    DeviceSpec device_spec = DeviceSpec{},
-                   bool device_channels = false) {
+                   bool device_channels = false,
+                   const OptionsTweak& tweak = nullptr) {
   const bool bf16 = spec.precision().compute() == "bf16";
   auto job = ValidateJobSpec(spec);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -225,6 +233,8 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
   std::map<int64_t, double> loss_sums;
   Result result;
   result.stats.resize(layout.num_stages());
+  result.rank_stats.resize(world);
+  result.rank_weights.resize(world);
   // By stage and member of replica 0.
   std::vector<std::vector<std::vector<std::vector<float>>>> member_weights(
       layout.num_stages());
@@ -267,12 +277,17 @@ Result RunPipeline(const JobSpec& spec, const PipelineLayout& layout,
           absl::MutexLock lock(&mu);
           loss_sums[m] += sum;
         };
+        if (tweak) tweak(rank, &options);
         PipelineStage stage(model, spec, layout, s, static_cast<int>(r),
                             &device, &comm, &data->train, *params, options);
         statuses[rank] = stage.Run();
         if (!statuses[rank].ok()) hub->KillRank(rank);
         absl::MutexLock lock(&mu);
         if (r == 0) result.stats[s] = stage.stats();
+        result.rank_stats[rank] = stage.stats();
+        for (const Tensor& w : stage.params().tensors) {
+          result.rank_weights[rank].push_back(HostOf(device, w));
+        }
         if (static_cast<int>(r) < t) {
           for (const Tensor& w : stage.params().tensors) {
             member_weights[s][r].push_back(HostOf(device, w));
@@ -1229,6 +1244,218 @@ TEST(PipelineTest, LlamaWithAdamWEqualsTrainLocal) {
     ExpectLossesOfTrainLocal(got, local, 1e-5,
                              absl::StrCat("llama ", begin.size(), " stages"),
                              /*tied=*/false);
+  }
+}
+
+// Data parallelism (JobSpec.data_parallel) --------------------------------
+
+struct DataParallelCase {
+  std::string what;
+  std::string mode = "allreduce";
+  double bucket_mb = 0.0001;  // ~26 floats: every layer a bucket.
+  std::string reduce;
+  bool shard_optimizer = false;
+  std::string consistency;
+  int staleness = 0;
+  int shards = 0;
+};
+
+JobSpec WithDataParallel(JobSpec spec, const DataParallelCase& c) {
+  v1::DataParallelSpec* d = spec.mutable_data_parallel();
+  d->set_mode(c.mode);
+  d->set_bucket_mb(c.bucket_mb);
+  d->set_reduce(c.reduce);
+  d->set_shard_optimizer(c.shard_optimizer);
+  d->set_consistency(c.consistency);
+  d->set_staleness(c.staleness);
+  d->set_shards(c.shards);
+  return spec;
+}
+
+// Every replica ends with the same weights.
+void ExpectReplicasAgree(const Result& got, const PipelineLayout& layout,
+                         const std::string& what) {
+  for (int s = 0; s < layout.num_stages(); ++s) {
+    for (int rank : layout.ranks[s]) {
+      EXPECT_EQ(got.rank_weights[rank], got.rank_weights[layout.ranks[s][0]])
+          << what << ": rank " << rank << " of stage " << s;
+    }
+  }
+}
+
+DataParallelCase AllReduceCase(std::string what, double bucket_mb,
+                               std::string reduce, bool shard_optimizer) {
+  DataParallelCase c;
+  c.what = std::move(what);
+  c.bucket_mb = bucket_mb;
+  c.reduce = std::move(reduce);
+  c.shard_optimizer = shard_optimizer;
+  return c;
+}
+
+DataParallelCase ServerCase(std::string what, std::string consistency,
+                            int staleness, int shards) {
+  DataParallelCase c;
+  c.what = std::move(what);
+  c.mode = "parameter_server";
+  c.consistency = std::move(consistency);
+  c.staleness = staleness;
+  c.shards = shards;
+  return c;
+}
+
+const DataParallelCase kSynchronousModes[] = {
+    AllReduceCase("bucketed all-reduce, overlapped", 0.0001, "", false),
+    AllReduceCase("one bucket", 0, "", false),
+    AllReduceCase("bucketed all-reduce after the backward", 0.0001, "after",
+                  false),
+    AllReduceCase("ZeRO-1", 0.0001, "", true),
+    AllReduceCase("ZeRO-1 after the backward", 0.0001, "after", true),
+    ServerCase("parameter server, a shard per replica", "", 0, 0),
+    ServerCase("parameter server, 3 shards", "sync", 0, 3),
+    ServerCase("bounded staleness 0", "bounded", 0, 2),
+};
+
+// Every synchronous mode on a replicated stage, on pure data parallelism
+// (one stage, 4 replicas) and on the output stage replicated: losses within
+// 1e-5 of train-local's, weights within 1e-5 of the flat all-reduce's (the
+// way before buckets), every replica's weights the same.
+TEST(PipelineTest, DataParallelModesEqualTrainLocal) {
+  const JobSpec base = *ParseJobSpec(kMlp, "test");
+  const std::vector<double> local = LocalLosses(base);
+  const int64_t n = base.max_steps();
+  const PipelineLayout layouts[] = {
+      Layout(v1::SCHEDULE_1F1B_FLUSH, {0, 5}, {2, 1}, n, 4, 10),
+      Layout(v1::SCHEDULE_1F1B_FLUSH, {0}, {4}, n, 4, 10),
+      Layout(v1::SCHEDULE_GPIPE, {0, 5}, {1, 3}, n, 8, 10),
+  };
+  for (const PipelineLayout& layout : layouts) {
+    const DataParallelCase flat = AllReduceCase("flat", 4096, "after", false);
+    const Result want = RunPipeline(WithDataParallel(base, flat), layout);
+    ASSERT_TRUE(want.status.ok()) << want.status;
+    for (const DataParallelCase& c : kSynchronousModes) {
+      const std::string what = absl::StrCat(
+          c.what, " on ", layout.num_stages(), " stages of ",
+          layout.ranks[0].size(), " and ", layout.ranks.back().size());
+      const Result got = RunPipeline(WithDataParallel(base, c), layout);
+      Result reference = want;
+      reference.losses = local;
+      ExpectClose(got, reference, 1e-5, what);
+      ExpectReplicasAgree(got, layout, what);
+    }
+  }
+}
+
+// The GPT's embedding and head tied across two replicated stages: ZeRO-1
+// all-reduces (a tied gradient must be whole) and the parameter server
+// pushes the tied sums.
+TEST(PipelineTest, GptTiedAcrossReplicatedStagesUnderEveryMode) {
+  const JobSpec base = GptSpec(/*tied=*/true);
+  const std::vector<double> local = LocalLosses(base);
+  const PipelineLayout layout =
+      Layout(v1::SCHEDULE_1F1B_FLUSH, {0, 3}, {2, 2}, base.max_steps(), 4, 6);
+  const Result want = RunPipeline(base, layout);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  for (const DataParallelCase& c : kSynchronousModes) {
+    const Result got = RunPipeline(WithDataParallel(base, c), layout);
+    ExpectClose(got, want, 1e-5, c.what);
+    ExpectLossesOfTrainLocal(got, local, 1e-5, c.what, /*tied=*/true);
+    ExpectReplicasAgree(got, layout, c.what);
+  }
+}
+
+double MeanOf(const std::vector<double>& v, size_t begin, size_t end) {
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += v[i];
+  return sum / static_cast<double>(end - begin);
+}
+
+JobSpec WithAdam(JobSpec spec) {
+  spec.mutable_optimizer()->Clear();
+  spec.mutable_optimizer()->mutable_adam()->set_lr(0.01f);
+  return spec;
+}
+
+// ZeRO-1 and the parameter server keep 1/d of the optimizer state on each
+// of d replicas (Adam: two floats per element, 4 replicas), every element
+// once, and train as the all-reduce does.
+TEST(PipelineTest, ShardedOptimizerStateIsOneOverDPerReplica) {
+  const JobSpec base = WithAdam(*ParseJobSpec(kMlp, "test"));
+  const PipelineLayout layout =
+      Layout(v1::SCHEDULE_1F1B_FLUSH, {0}, {4}, base.max_steps(), 4, 10);
+  const Result whole = RunPipeline(base, layout);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  const int64_t unsharded = whole.rank_stats[0].optimizer_state_bytes;
+  ASSERT_GT(unsharded, 0);
+  for (const DataParallelCase& c :
+       {AllReduceCase("ZeRO-1", 0, "", true),
+        ServerCase("parameter server", "sync", 0, 0)}) {
+    const Result got = RunPipeline(WithDataParallel(base, c), layout);
+    ExpectClose(got, whole, 1e-5, c.what);
+    int64_t total = 0;
+    for (int r = 0; r < 4; ++r) {
+      const int64_t bytes = got.rank_stats[r].optimizer_state_bytes;
+      total += bytes;
+      // A quarter, up to one element per tensor's rounding.
+      EXPECT_NEAR(bytes, unsharded / 4, 2 * 4 * 8) << c.what << " rank " << r;
+      EXPECT_EQ(whole.rank_stats[r].optimizer_state_bytes, unsharded);
+    }
+    EXPECT_EQ(total, unsharded) << c.what;
+  }
+}
+
+// With one replica of four slowed 3x, the parameter server's staleness is
+// what each consistency promises: none under sync, at most S under
+// bounded (and bounded S = 0 gives sync's bits), some under async; the
+// replicas end on the same weights and the loss falls.
+TEST(PipelineTest, ParameterServerStalenessWithASlowReplica) {
+  const JobSpec base = WithAdam(*ParseJobSpec(kMlp, "test"));
+  const PipelineLayout layout =
+      Layout(v1::SCHEDULE_1F1B_FLUSH, {0}, {4}, base.max_steps(), 4, 10);
+  const OptionsTweak slow = [](int rank, PipelineStage::Options* o) {
+    if (rank == 3) o->slowdown = 3.0;
+  };
+  auto run = [&](const std::string& consistency, int staleness) {
+    const DataParallelCase c =
+        ServerCase(consistency, consistency, staleness, 0);
+    return RunPipeline(WithDataParallel(base, c), layout, DeviceSpec{}, false,
+                       slow);
+  };
+  auto histogram = [](const Result& r) {
+    std::vector<int64_t> total;
+    for (const StageStats& s : r.rank_stats) {
+      const auto& h = s.staleness_histogram;
+      if (total.size() < h.size()) total.resize(h.size(), 0);
+      for (size_t i = 0; i < h.size(); ++i) total[i] += h[i];
+    }
+    return total;
+  };
+  const int64_t pushes = 4 * 4 * base.max_steps();  // Shards x replicas.
+  const Result sync = run("sync", 0);
+  ASSERT_TRUE(sync.status.ok()) << sync.status;
+  EXPECT_EQ(histogram(sync), std::vector<int64_t>{pushes});
+  const Result bounded0 = run("bounded", 0);
+  ASSERT_TRUE(bounded0.status.ok()) << bounded0.status;
+  EXPECT_EQ(bounded0.losses, sync.losses);
+  EXPECT_EQ(bounded0.rank_weights, sync.rank_weights);
+  for (const auto& [consistency, s] :
+       std::vector<std::pair<std::string, int>>{{"bounded", 2}, {"async", 0}}) {
+    const Result got = run(consistency, s);
+    ASSERT_TRUE(got.status.ok()) << consistency << ": " << got.status;
+    const std::vector<int64_t> h = histogram(got);
+    int64_t applied = 0;
+    for (int64_t count : h) applied += count;
+    EXPECT_EQ(applied, pushes) << consistency;
+    if (consistency == "bounded") {
+      EXPECT_LE(h.size(), static_cast<size_t>(s + 1)) << "stale beyond S";
+    } else {
+      EXPECT_GT(h.size(), 1u) << "async with a slow replica: some staleness";
+    }
+    ExpectReplicasAgree(got, layout, consistency);
+    ASSERT_GE(got.losses.size(), 8u);
+    EXPECT_LT(MeanOf(got.losses, got.losses.size() - 4, got.losses.size()),
+              MeanOf(got.losses, 0, 4))
+        << consistency << " trains";
   }
 }
 
