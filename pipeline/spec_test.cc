@@ -446,6 +446,62 @@ TEST(SpecTest, AccumulationAndClippingNeedASplittingSchedule) {
             "auto), not 1f1b_stashed");
 }
 
+// JobSpec.data_parallel: each field's range, each mode's own fields, and a
+// flushing schedule for ZeRO-1 and the parameter server.
+TEST(SpecTest, DataParallelFieldsAreChecked) {
+  const std::string flush = "pipeline { workers: 2 schedule: \"1f1b_flush\" } ";
+  auto spec_of = [&](const std::string& dp, const std::string& optimizer,
+                     const std::string& pipeline) {
+    return Parse(Llama(
+        (pipeline.empty() ? flush : pipeline) + "data_parallel { " + dp + " }",
+        optimizer));
+  };
+  auto error = [&](const std::string& dp, const std::string& optimizer = "",
+                   const std::string& pipeline = "") {
+    return Error(spec_of(dp, optimizer, pipeline));
+  };
+  for (const char* ok :
+       {"", "mode: \"allreduce\" bucket_mb: 1 reduce: \"after\"",
+        "shard_optimizer: true",
+        "mode: \"parameter_server\" consistency: \"bounded\" staleness: 2 "
+        "shards: 3",
+        "mode: \"parameter_server\" consistency: \"async\""}) {
+    const auto checked = CheckJobSpec(spec_of(ok, "", ""));
+    EXPECT_TRUE(checked.ok()) << ok << checked.status();
+  }
+  EXPECT_EQ(error("mode: \"ps\""),
+            "data_parallel.mode=\"ps\" must be \"allreduce\" or "
+            "\"parameter_server\"");
+  EXPECT_EQ(error("bucket_mb: -1"),
+            "data_parallel.bucket_mb=-1 must be between 0 and 4096 (0: the "
+            "default)");
+  EXPECT_EQ(error("reduce: \"later\""),
+            "data_parallel.reduce=\"later\" must be \"overlap\" or "
+            "\"after\"");
+  const std::string ps = "mode: \"parameter_server\" ";
+  EXPECT_EQ(error(ps + "consistency: \"eventual\""),
+            "data_parallel.consistency=\"eventual\" must be \"sync\", "
+            "\"bounded\" or \"async\" (\"\": sync)");
+  EXPECT_EQ(error(ps + "consistency: \"sync\" staleness: 2"),
+            "data_parallel.staleness=2 applies to consistency \"bounded\" "
+            "only");
+  EXPECT_EQ(error(ps + "consistency: \"bounded\" staleness: -1"),
+            "data_parallel.staleness=-1 must be between 0 and 1000");
+  EXPECT_EQ(error(ps + "shards: 5000"),
+            "data_parallel.shards=5000 must be between 0 and 1024");
+  EXPECT_NE(error(ps, "clip_grad_norm: 1").find("no replica holds"),
+            std::string::npos);
+  EXPECT_NE(error(ps + "shard_optimizer: true").find("for mode \"allreduce\""),
+            std::string::npos);
+  const std::string stashed =
+      "pipeline { workers: 2 schedule: \"1f1b_stashed\" } ";
+  EXPECT_EQ(error("shard_optimizer: true", "", stashed),
+            "data_parallel.shard_optimizer needs a schedule that flushes "
+            "(1f1b_flush, gpipe, interleaved_1f1b, the zb_* ones or auto), not "
+            "1f1b_stashed");
+  EXPECT_TRUE(CheckJobSpec(spec_of("bucket_mb: 8", "", stashed)).ok());
+}
+
 // Adam and AdamW both keep two moments per parameter (the memory checks'
 // and the planner's optimizer state).
 TEST(SpecTest, AdamWKeepsTwoMomentsPerParameter) {
