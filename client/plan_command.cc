@@ -35,7 +35,8 @@ ABSL_FLAG(double, memory_limit, 0,
 ABSL_FLAG(double, activation_compression_ratio, 1,
           "activation compression ratio, pipedream model (default: none)");
 ABSL_FLAG(std::vector<std::string>, worker_speeds, {},
-          "relative speed of each worker, e.g. 1,1,0.5 (aqueduct model)");
+          "relative speed of each worker, e.g. 1,1,0.5 (either model: "
+          "unequal speeds place the stages; docs/operations.md)");
 ABSL_FLAG(std::string, schedule, "1f1b_stashed",
           "1f1b_stashed, 1f1b_vertical_sync, 1f1b_flush, gpipe, zb_h1 or "
           "zb_h2 (aqueduct "

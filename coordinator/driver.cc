@@ -18,6 +18,7 @@
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/profile_graph.h"
 #include "coordinator/planning.h"
+#include "coordinator/speeds.h"
 #include "coordinator/topology.h"
 #include "pipeline/failure.h"
 #include "pipeline/ir/action.h"
@@ -77,6 +78,30 @@ void Reorder(std::vector<T>& v, const std::vector<int>& order) {
   out.reserve(order.size());
   for (int i : order) out.push_back(std::move(v[i]));
   v = std::move(out);
+}
+
+// The reserved workers' speeds (coordinator/speeds.h) from their probes;
+// empty when they are equally fast, or of more than one kind (the plan is
+// then made on the slowest kind's profile, as for equal workers).
+std::vector<double> SpeedsOf(const JobSpec& spec,
+                             const std::vector<v1::DeviceInfo>& devices) {
+  std::vector<double> probes;
+  for (const v1::DeviceInfo& d : devices) {
+    if (ProfileCache::KeyOf(spec, d) != ProfileCache::KeyOf(spec, devices[0])) {
+      return {};
+    }
+    probes.push_back(d.gemm_gflops());
+  }
+  return RelativeSpeeds(probes);
+}
+
+std::string DescribeSpeeds(const std::vector<std::string>& workers,
+                           const std::vector<double>& speeds) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < workers.size() && i < speeds.size(); ++i) {
+    out.push_back(absl::StrFormat("%s %.2f", workers[i], speeds[i]));
+  }
+  return absl::StrJoin(out, ", ");
 }
 
 }  // namespace
@@ -148,16 +173,33 @@ bool JobDriver::ReadInput(const std::string& job_id, Input* in) {
     in->shares.push_back(share);
     in->devices.push_back(device);
   }
+  in->speeds = SpeedsOf(in->spec, in->devices);
   return true;
+}
+
+void JobDriver::ReorderWorkers(const std::vector<int>& order, Input& in) {
+  Reorder(in.reserved, order);
+  Reorder(in.addresses, order);
+  Reorder(in.memory_bytes, order);
+  Reorder(in.link_probe_ports, order);
+  Reorder(in.shares, order);
+  Reorder(in.devices, order);
+  if (!in.speeds.empty()) Reorder(in.speeds, order);
 }
 
 // Each kind of device among the reserved workers profiles the model once
 // (or the cache gives its earlier profile), and the plan takes each
 // layer's slowest figure: a stage runs as fast as its slowest worker.
 absl::Status JobDriver::Profile(Input& in) {
-  std::map<std::string, size_t> kinds;  // Key -> its first worker.
+  // Key -> its first worker (its fastest when speeds differ: the plan
+  // takes the profile as the fastest worker's).
+  std::map<std::string, size_t> kinds;
   for (size_t i = 0; i < in.reserved.size(); ++i) {
-    kinds.emplace(ProfileCache::KeyOf(in.spec, in.devices[i]), i);
+    auto [it, added] =
+        kinds.emplace(ProfileCache::KeyOf(in.spec, in.devices[i]), i);
+    if (!added && !in.speeds.empty() && in.speeds[i] > in.speeds[it->second]) {
+      it->second = i;
+    }
   }
   std::optional<ModelProfile> slowest;
   for (const auto& [key, i] : kinds) {
@@ -201,7 +243,15 @@ absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
   // Plans made ahead are flat: a measured plan is made for the links of the
   // workers it runs on.
   if (workers > 1 && MeasuresTopology(in.spec)) return PlanOnMeasuredLinks(in);
-  auto ready = in.ready_plans.find(workers);
+  if (!in.speeds.empty()) {
+    // Fastest first: a stage's replicas are then of like speed.
+    ReorderWorkers(FastestFirst(in.speeds), in);
+    AQ_LOG_INFO("workers of unequal speed (relative to the fastest): {}",
+                DescribeSpeeds(in.reserved, in.speeds));
+  }
+  // Plans made ahead are for equally fast workers.
+  auto ready =
+      in.speeds.empty() ? in.ready_plans.find(workers) : in.ready_plans.end();
   if (ready != in.ready_plans.end()) {
     AQ_LOG_INFO("using the plan made ahead for {} worker(s)", workers);
     return ready->second;
@@ -210,8 +260,8 @@ absl::StatusOr<PartitionPlan> JobDriver::ProfileAndPlan(Input& in) {
   for (int64_t bytes : in.memory_bytes) {
     if (bytes > 0 && (smallest == 0 || bytes < smallest)) smallest = bytes;
   }
-  return PlanFor(in.spec, in.profile, workers, smallest,
-                 StepLatencyOf(in.shares));
+  return PlanOn(in.spec, in.profile, workers, {}, smallest,
+                StepLatencyOf(in.shares), in.speeds);
 }
 
 absl::StatusOr<PartitionPlan> JobDriver::PlanFor(const JobSpec& spec,
@@ -240,7 +290,9 @@ absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {
     // why (aq plan JOB).
     AQ_LOG_WARN("measuring the links of {} worker(s) failed, planning flat: {}",
                 n, topology.status().ToString());
-    auto plan = PlanOn(in.spec, in.profile, n, {}, 0, StepLatencyOf(in.shares));
+    if (!in.speeds.empty()) ReorderWorkers(FastestFirst(in.speeds), in);
+    auto plan = PlanOn(in.spec, in.profile, n, {}, 0, StepLatencyOf(in.shares),
+                       in.speeds);
     if (plan.ok()) {
       plan->mutable_topology()->set_kind("flat");
       plan->mutable_topology()->set_probe_seconds(seconds);
@@ -251,17 +303,27 @@ absl::StatusOr<PartitionPlan> JobDriver::PlanOnMeasuredLinks(Input& in) {
   }
   const v1::PlanTopology described =
       DescribeTopology(*topology, in.reserved, *links, seconds);
-  // Plan rank r runs on reserved worker r (RecordPlan): group by group.
-  Reorder(in.reserved, topology->order);
-  Reorder(in.addresses, topology->order);
-  Reorder(in.memory_bytes, topology->order);
-  Reorder(in.link_probe_ports, topology->order);
-  Reorder(in.shares, topology->order);
+  // Plan rank r runs on reserved worker r (RecordPlan): group by group,
+  // fastest first within a group when speeds differ.
+  ReorderWorkers(topology->order, in);
+  v1::PlanTopology shown = described;
+  if (!in.speeds.empty()) {
+    std::vector<int> sizes;
+    for (const v1::WorkerGroup& group : shown.groups()) {
+      sizes.push_back(group.worker_ids_size());
+    }
+    ReorderWorkers(FastestFirst(in.speeds, sizes), in);
+    for (v1::WorkerGroup& group : *shown.mutable_groups()) {
+      for (int k = 0; k < group.worker_ids_size(); ++k) {
+        group.set_worker_ids(k, in.reserved[group.first_rank() + k]);
+      }
+    }
+  }
   AQ_LOG_INFO("measured the links of {} worker(s) in {:.2f} s: {} group(s)", n,
               seconds, topology->groups.size());
   auto plan = PlanOn(in.spec, in.profile, n, topology->levels, 0,
-                     StepLatencyOf(in.shares));
-  if (plan.ok()) *plan->mutable_topology() = described;
+                     StepLatencyOf(in.shares), in.speeds);
+  if (plan.ok()) *plan->mutable_topology() = shown;
   return plan;
 }
 

@@ -72,6 +72,10 @@ class JobDriver {
     // Each reserved worker's device (empty: not known); the model is
     // profiled once on each kind of device among them.
     std::vector<v1::DeviceInfo> devices;
+    // Each reserved worker's speed relative to the fastest, from their
+    // speed probes (coordinator/speeds.h); empty when they are equally
+    // fast, or of several kinds (planned on the slowest kind's profile).
+    std::vector<double> speeds;
     int attempt = 0;
     v1::CheckpointManifest restore;
     std::map<int, PartitionPlan> ready_plans;
@@ -80,10 +84,12 @@ class JobDriver {
 
   // False when the job is no longer PLANNING.
   bool ReadInput(const std::string& job_id, Input* in) ABSL_LOCKS_EXCLUDED(mu_);
+  // Puts reserved worker order[r] (and all that `in` knows of it) at r.
+  static void ReorderWorkers(const std::vector<int>& order, Input& in);
   absl::StatusOr<PartitionPlan> ProfileAndPlan(Input& in);
-  // The model's profile: measured on the first reserved worker, or an
-  // earlier job's of the same model on the same kind of worker
-  // (options.reuse_profiles).
+  // The model's profile: measured on the first reserved worker (the
+  // fastest, when their speeds differ), or an earlier job's of the same
+  // model on the same kind of worker (options.reuse_profiles).
   absl::Status Profile(Input& in);
   // The profile of the kind of device reserved worker `i` has, from the
   // cache or measured on that worker.

@@ -201,6 +201,68 @@ TEST_F(DriverTest, EachKindOfWorkerProfilesOnce) {
   EXPECT_EQ(TheJob().state, v1::JOB_RUNNING);
 }
 
+// Workers of one kind and unequal speed (issue 28): the model is profiled
+// on the fastest, which the plan lays out first, and the plan lists each
+// worker's speed relative to it.
+TEST_F(DriverTest, WorkersOfUnequalSpeedAreProfiledOnTheFastestAndPlaced) {
+  for (const auto& [w, gflops] :
+       std::vector<std::pair<std::string, double>>{{"w1", 50}, {"w2", 100}}) {
+    WorkerInfo info;
+    info.set_worker_id(w);
+    info.set_incarnation("i2");
+    info.set_address(w + ":1");
+    info.mutable_device()->set_kind("cpu");
+    info.mutable_device()->set_name("cpu (OpenBLAS 2 threads)");
+    info.mutable_device()->set_gemm_gflops(gflops);
+    std::vector<WorkerTransition> changes;
+    ASSERT_TRUE(registry_.Register(info, &changes).ok());
+    registry_.Assign(w, "j1", -1, -1);
+  }
+  Drive();
+  ASSERT_EQ(TheJob().state, v1::JOB_RUNNING) << TheJob().reason;
+  const std::vector<std::string> log = calls_.Log();
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.front(), "profile w2:1");
+  EXPECT_EQ(Profiles(log), 1);
+  const PartitionPlan& plan = TheJob().plan;
+  ASSERT_EQ(plan.stages_size(), 2);
+  EXPECT_EQ(TheJob().stage_workers[0], std::vector<std::string>{"w2"});
+  EXPECT_EQ(TheJob().stage_workers[1], std::vector<std::string>{"w1"});
+  ASSERT_EQ(plan.worker_speeds_size(), 2);
+  EXPECT_DOUBLE_EQ(plan.worker_speeds(0), 1);
+  EXPECT_DOUBLE_EQ(plan.worker_speeds(1), 0.5);
+  EXPECT_DOUBLE_EQ(plan.stages(1).worker_speed(), 0.5);
+  // The slow worker holds the fewer layers.
+  EXPECT_LT(plan.stages(1).end_layer() - plan.stages(1).first_layer(),
+            plan.stages(0).end_layer() - plan.stages(0).first_layer());
+}
+
+// Equally fast workers (probes within noise) plan as before: no speeds.
+TEST_F(DriverTest, EquallyFastWorkersPlanWithoutSpeeds) {
+  for (const auto& [w, gflops] :
+       std::vector<std::pair<std::string, double>>{{"w1", 90}, {"w2", 100}}) {
+    WorkerInfo info;
+    info.set_worker_id(w);
+    info.set_incarnation("i2");
+    info.set_address(w + ":1");
+    info.mutable_device()->set_gemm_gflops(gflops);
+    std::vector<WorkerTransition> changes;
+    ASSERT_TRUE(registry_.Register(info, &changes).ok());
+    registry_.Assign(w, "j1", -1, -1);
+  }
+  Drive();
+  ASSERT_EQ(TheJob().state, v1::JOB_RUNNING) << TheJob().reason;
+  EXPECT_EQ(calls_.Log().front(), "profile w1:1");
+  EXPECT_EQ(TheJob().plan.worker_speeds_size(), 0);
+  EXPECT_EQ(TheJob().stage_workers[0], std::vector<std::string>{"w1"});
+  JobSpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(kSpec, &spec));
+  auto homogeneous = JobDriver::PlanFor(spec, TheJob().profile, 2);
+  ASSERT_TRUE(homogeneous.ok()) << homogeneous.status();
+  EXPECT_EQ(TheJob().plan.SerializeAsString(),
+            homogeneous->SerializeAsString());
+}
+
 TEST_F(DriverTest, LeavesAJobThatIsNoLongerPlanning) {
   TheJob().state = v1::JOB_CANCELLED;
   Drive();

@@ -51,14 +51,19 @@ absl::StatusOr<PlanRequest> RequestFor(
 // Several chunks per worker (interleaved_1f1b, zb_v): the plan of a
 // straight pipeline over workers * chunks stages, each stage then placed on
 // the worker of its pipeline position (a loop, or zb_v's V).
-absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
-                        PartitionPlan* plan) {
+ir::Layout ChunkLayout(const PipelinePolicy& policy, int workers) {
   ir::Layout where;
   where.ranks = workers;
   where.stages_per_rank = policy.chunks;
   where.placement = policy.schedule == v1::SCHEDULE_ZB_V || policy.v_placement
                         ? ir::Placement::kV
                         : ir::Placement::kLoop;
+  return where;
+}
+
+absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
+                        PartitionPlan* plan) {
+  const ir::Layout where = ChunkLayout(policy, workers);
   if (plan->stages_size() != where.stages()) {
     return absl::FailedPreconditionError(absl::StrCat(
         ScheduleName(policy.schedule), " on ", workers, " workers needs ",
@@ -75,6 +80,33 @@ absl::Status FoldChunks(const PipelinePolicy& policy, int workers,
   plan->set_workers_used(workers);
   plan->set_workers_total(workers);
   return absl::OkStatus();
+}
+
+// The speeds the planner sees for `speeds` (one per worker; empty: all
+// equal): with chunks, pipeline position s runs on worker RankOf(s) and
+// has its speed.
+std::vector<double> PositionSpeeds(const PipelinePolicy& policy,
+                                   const std::vector<double>& speeds) {
+  if (speeds.empty() || policy.chunks <= 1) return speeds;
+  const int workers = static_cast<int>(speeds.size());
+  const ir::Layout where = ChunkLayout(policy, workers);
+  std::vector<double> positions;
+  for (int s = 0; s < where.stages(); ++s) {
+    positions.push_back(speeds[where.RankOf(s)]);
+  }
+  return positions;
+}
+
+// Tensor groups of `degree`: group g holds workers [g degree, (g+1)
+// degree) and runs at its slowest member's speed.
+std::vector<double> GroupSpeeds(const std::vector<double>& speeds, int degree) {
+  if (speeds.empty() || degree <= 1) return speeds;
+  std::vector<double> groups;
+  for (size_t g = 0; g + degree <= speeds.size(); g += degree) {
+    groups.push_back(
+        *std::min_element(speeds.begin() + g, speeds.begin() + g + degree));
+  }
+  return groups;
 }
 
 // The pipeline decided once, into the plan: schedule, microbatches,
@@ -107,7 +139,7 @@ absl::Status DecidePipeline(const PipelinePolicy& policy, const JobSpec& spec,
 absl::StatusOr<PartitionPlan> PlanGroups(
     const JobSpec& spec, const PipelinePolicy& policy,
     const ProfileGraph& profile, int workers,
-    const std::vector<PlannerLevel>& levels);
+    const std::vector<PlannerLevel>& levels, const std::vector<double>& speeds);
 
 // The most activations a worker of `plan` holds at once under its
 // decided schedule, in microbatches of its share (the simulator's peak);
@@ -142,7 +174,7 @@ double WorkerMemory(const PartitionPlan& plan, double ratio) {
 absl::StatusOr<PartitionPlan> ChooseSchedule(
     const JobSpec& spec, const ModelProfile& profile, int workers,
     const std::vector<PlannerLevel>& levels, int64_t worker_memory,
-    double latency) {
+    double latency, const std::vector<double>& speeds) {
   std::optional<PartitionPlan> best;
   std::vector<std::string> notes;
   double baseline = 0;  // 1f1b_flush's peak.
@@ -152,7 +184,7 @@ absl::StatusOr<PartitionPlan> ChooseSchedule(
     JobSpec candidate = spec;
     candidate.mutable_pipeline()->set_schedule(ScheduleName(s));
     candidate.mutable_pipeline()->clear_chunks();
-    auto plan = PlanOn(candidate, profile, workers, levels, 0, latency);
+    auto plan = PlanOn(candidate, profile, workers, levels, 0, latency, speeds);
     if (!plan.ok()) {
       notes.push_back(
           absl::StrCat(ScheduleName(s), ": ", plan.status().message()));
@@ -256,7 +288,8 @@ struct Weighed {
 
 Weighed Weigh(const JobSpec& spec, const ModelProfile& profile, int workers,
               const std::vector<PlannerLevel>& levels, int64_t worker_memory,
-              double latency, int degree, Recompute mode) {
+              double latency, const std::vector<double>& speeds, int degree,
+              Recompute mode) {
   Weighed w;
   v1::PlanCandidate& c = w.candidate;
   c.set_tensor_parallel(degree);
@@ -265,7 +298,7 @@ Weighed Weigh(const JobSpec& spec, const ModelProfile& profile, int workers,
   fixed.mutable_pipeline()->set_tensor_parallel(degree);
   fixed.mutable_pipeline()->set_recompute(RecomputeName(mode));
   absl::StatusOr<PartitionPlan> plan =
-      PlanOn(fixed, profile, workers, levels, worker_memory, latency);
+      PlanOn(fixed, profile, workers, levels, worker_memory, latency, speeds);
   if (!plan.ok()) {
     c.set_rejected(std::string(plan.status().message()));
     return w;
@@ -348,13 +381,13 @@ bool Better(const v1::PlanCandidate& a, const v1::PlanCandidate& b) {
 absl::StatusOr<PartitionPlan> PlanJointly(
     const JobSpec& spec, const ModelProfile& profile, int workers,
     const std::vector<PlannerLevel>& levels, int64_t worker_memory,
-    double latency, const std::vector<int>& degrees,
-    const std::vector<Recompute>& modes) {
+    double latency, const std::vector<double>& speeds,
+    const std::vector<int>& degrees, const std::vector<Recompute>& modes) {
   std::vector<Weighed> all;
   for (int t : degrees) {
     for (Recompute r : modes) {
-      all.push_back(
-          Weigh(spec, profile, workers, levels, worker_memory, latency, t, r));
+      all.push_back(Weigh(spec, profile, workers, levels, worker_memory,
+                          latency, speeds, t, r));
       if (all.back().plan.has_value() && modes.size() > 1) {
         LightenStages(spec, profile, workers, levels, worker_memory, latency,
                       &all.back());
@@ -433,18 +466,24 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
                                      const ModelProfile& profile, int workers,
                                      const std::vector<PlannerLevel>& levels,
                                      int64_t worker_memory,
-                                     double step_latency_s) {
+                                     double step_latency_s,
+                                     const std::vector<double>& worker_speeds) {
   ASSIGN_OR_RETURN(const PipelinePolicy policy, ResolvePipeline(spec));
+  if (!worker_speeds.empty() &&
+      static_cast<int>(worker_speeds.size()) != workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        worker_speeds.size(), " worker speeds for ", workers, " workers"));
+  }
   const std::vector<int> degrees =
       DegreesToWeigh(spec, policy, workers, levels);
   const std::vector<Recompute> modes = ModesToWeigh(spec, policy);
   if (degrees.size() > 1 || modes.size() > 1) {
     return PlanJointly(spec, profile, workers, levels, worker_memory,
-                       step_latency_s, degrees, modes);
+                       step_latency_s, worker_speeds, degrees, modes);
   }
   if (policy.schedule == v1::SCHEDULE_AUTO) {
     return ChooseSchedule(spec, profile, workers, levels, worker_memory,
-                          step_latency_s);
+                          step_latency_s, worker_speeds);
   }
   // Tensor groups: planned as workers / degree workers of a member's
   // profile, then expanded.
@@ -485,9 +524,15 @@ absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
   }
   ASSIGN_OR_RETURN(
       PartitionPlan plan,
-      PlanGroups(spec, policy, *graph, workers / degree, member_levels));
+      PlanGroups(spec, policy, *graph, workers / degree, member_levels,
+                 GroupSpeeds(worker_speeds, degree)));
   if (!pinned.empty()) RestorePinnedLayers(member, pinned, &plan);
   ExpandTensorGroups(degree, policy.recompute, &plan);
+  // Placed by speed: the plan lists every worker's, by rank.
+  if (plan.worker_speeds_size() > 0) {
+    plan.mutable_worker_speeds()->Assign(worker_speeds.begin(),
+                                         worker_speeds.end());
+  }
   RETURN_IF_ERROR(
       DecidePipeline(policy, spec, plan.workers_used() / degree, &plan));
   plan.mutable_pipeline()->set_tensor_parallel(degree);
@@ -500,12 +545,14 @@ namespace {
 absl::StatusOr<PartitionPlan> PlanGroups(
     const JobSpec& spec, const PipelinePolicy& policy,
     const ProfileGraph& profile, int workers,
-    const std::vector<PlannerLevel>& levels) {
+    const std::vector<PlannerLevel>& levels,
+    const std::vector<double>& speeds) {
   const ProfileGraph* graph = &profile;
   const int chunks = policy.chunks;
   auto request = RequestFor(spec, workers * chunks,
                             chunks > 1 ? std::vector<PlannerLevel>{} : levels);
   if (!request.ok()) return request.status();
+  request->worker_speed = PositionSpeeds(policy, speeds);
   if (chunks > 1) {
     request->straight_pipeline = true;
     auto micro = MicrobatchesFor(policy, spec.batch_size(), workers);

@@ -42,12 +42,17 @@ double StepLatencyOf(const std::vector<HostShare>& workers);
 // The plan of `spec` on `workers` workers over `levels` (innermost first;
 // empty: one level at the spec's bandwidth), whose smallest has
 // `worker_memory` bytes (0: unknown), a tensor group's ring taking
-// `step_latency_s` per step. Errors name what does not fit.
-absl::StatusOr<PartitionPlan> PlanOn(const JobSpec& spec,
-                                     const ModelProfile& profile, int workers,
-                                     const std::vector<PlannerLevel>& levels,
-                                     int64_t worker_memory = 0,
-                                     double step_latency_s = kRingStepLatencyS);
+// `step_latency_s` per step. `worker_speeds`: each rank's speed relative
+// to the worker the profile describes (coordinator/speeds.h; empty: all
+// equal, and the plan is exactly the homogeneous one); unequal speeds
+// place the stages by them (a tensor group at its slowest member's, a
+// chunk at its worker's) and the plan records them. Errors name what does
+// not fit.
+absl::StatusOr<PartitionPlan> PlanOn(
+    const JobSpec& spec, const ModelProfile& profile, int workers,
+    const std::vector<PlannerLevel>& levels, int64_t worker_memory = 0,
+    double step_latency_s = kRingStepLatencyS,
+    const std::vector<double>& worker_speeds = {});
 
 }  // namespace aqueduct
 

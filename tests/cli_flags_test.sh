@@ -78,7 +78,7 @@ done
 # exit 2 naming them.
 declare -A daemon_flags=(
   [coordinator]="--listen --port_file --state_dir --checkpoint_root --max_model_bytes --heartbeat_interval_ms --dead_after_ms --log_level --log_format"
-  [worker]="--coordinator --listen --advertise_host --worker_id --data_root --checkpoint_root --max_text_bytes --device --gemm_precision --threads --port_file --measure_gemm --model_upload_deadline_ms"
+  [worker]="--coordinator --listen --advertise_host --worker_id --data_root --checkpoint_root --max_text_bytes --device --gemm_precision --threads --port_file --measure_gemm --slowdown --model_upload_deadline_ms"
 )
 for bin in "$COORDINATOR" "$WORKER"; do
   name=$(basename "$bin")
@@ -133,6 +133,13 @@ check_range "$WORKER" threads -1 "0 and 4096"
 check_range "$WORKER" peer_timeout_ms 0 "1 and 86400000"
 check_range "$WORKER" max_text_bytes 0 "1 and 1099511627776"
 check_range "$WORKER" model_upload_deadline_ms -1 "0 and 604800000"
+# --slowdown (tests and benchmarks of unequal workers) is at least 1.
+for bad in 0.5 0 -2 nan; do
+  timeout 10 "$WORKER" --listen 127.0.0.1:0 --slowdown "$bad" >/dev/null 2>"$tmp/err"; rc=$?
+  [ "$rc" -eq 2 ] || fail "worker --slowdown $bad: exit $rc, want 2"
+  grep -qF -- "--slowdown must be a number >= 1" "$tmp/err" ||
+    fail "worker --slowdown $bad message: $(cat "$tmp/err")"
+done
 # And the rules between flags, naming both.
 timeout 10 "$COORDINATOR" --listen 127.0.0.1:0 --max_waiting_calls 300 >/dev/null 2>"$tmp/err"; rc=$?
 [ "$rc" -eq 2 ] || fail "coordinator --max_waiting_calls 300: exit $rc"

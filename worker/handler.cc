@@ -105,6 +105,7 @@ absl::StatusOr<ModelProfile> WorkerHandler::Profile(
   // The data is read under the roots the stages read it under, in the
   // memory the worker offers.
   options.files = runtime_->files();
+  options.slowdown = runtime_->slowdown();
   options.memory_bytes = info_().device().memory_bytes();
   auto slot = std::make_shared<ProfileSlot>();
   const DeviceSpec device = device_;

@@ -89,7 +89,14 @@ ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
 ABSL_FLAG(int64_t, max_text_bytes, int64_t{1} << 30,
           "most bytes the text files of one job may hold in all (data.text)");
 ABSL_FLAG(bool, measure_gemm, true,
-          "measure GEMM throughput at start (reported on registration)");
+          "measure GEMM throughput at start (reported on registration as "
+          "the worker's speed, which the planner places stages by; false: "
+          "none reported, and the worker plans as fast as any other)");
+ABSL_FLAG(double, slowdown, 1.0,
+          "for tests and benchmarks of unequal workers: every computation "
+          "(the pipeline stages, the profiler and the speed probe at start) "
+          "takes this many times as long, the worker sleeping the "
+          "difference; at least 1 (1: full speed)");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, log_format, "text", "text or json");
@@ -140,8 +147,8 @@ bool SetUpLogging() {
   return s.ok();
 }
 
-// Every integer flag within its range; false (after naming the flag and
-// the range) if one is not.
+// Every integer flag within its range, and --slowdown at least 1; false
+// (after naming the flag and the range) if one is not.
 bool FlagsInRange() {
   constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
   const absl::Status s = CheckFlagRanges({
@@ -153,7 +160,11 @@ bool FlagsInRange() {
       {"max_connections", 16, 1 << 20},
   });
   if (!s.ok()) AQ_LOG_ERROR("{}", std::string(s.message()));
-  return s.ok();
+  const absl::Status slowdown = CheckSlowdown(absl::GetFlag(FLAGS_slowdown));
+  if (!slowdown.ok()) {
+    AQ_LOG_ERROR("--slowdown {}", std::string(slowdown.message()));
+  }
+  return s.ok() && slowdown.ok();
 }
 
 // --device and --gemm_precision; nullopt (after logging why) if bad.
@@ -274,9 +285,15 @@ WorkerInfo DescribeWorker(Device& device, int port) {
   info.mutable_device()->set_threads(ThreadsFromFlags());
   info.mutable_device()->set_host_cores(
       static_cast<int32_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+  // The speed the planner places stages by (coordinator/speeds.h).
   if (absl::GetFlag(FLAGS_measure_gemm)) {
-    auto gflops = MeasureGemmGflops(&device, 512, 3);
-    if (gflops.ok()) info.mutable_device()->set_gemm_gflops(*gflops);
+    auto gflops =
+        MeasureSpeedProbe(&device, 512, 7, absl::GetFlag(FLAGS_slowdown));
+    if (gflops.ok()) {
+      info.mutable_device()->set_gemm_gflops(*gflops);
+      AQ_LOG_INFO("speed probe: {:.1f} GFLOP/s (--slowdown {})", *gflops,
+                  absl::GetFlag(FLAGS_slowdown));
+    }
   }
   return info;
 }
@@ -346,6 +363,7 @@ StageRuntimeOptions RuntimeOptions(const DeviceSpec& device_spec, int threads,
   options.peer_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
   options.evaluate_in_background = absl::GetFlag(FLAGS_evaluate_in_background);
+  options.slowdown = absl::GetFlag(FLAGS_slowdown);
   return options;
 }
 

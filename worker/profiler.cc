@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +46,45 @@ double MsSince(Clock::time_point start) {
       .count();
 }
 
+// ProfilerOptions::slowdown's pause: (slowdown - 1) times the time from
+// `start` to now, so that the pass measured from `start` takes `slowdown`
+// times as long.
+void SlowDown(double slowdown, Clock::time_point start) {
+  if (!(slowdown > 1)) return;
+  const std::chrono::duration<double> elapsed = Clock::now() - start;
+  std::this_thread::sleep_for(elapsed * (slowdown - 1));
+}
+
+// The seconds of `iterations` n x n x n GEMMs after one unmeasured warm-up,
+// each slowed by `slowdown`.
+absl::StatusOr<std::vector<double>> TimeGemms(Device* device, int n,
+                                              int iterations, double slowdown) {
+  if (n <= 0 || iterations <= 0) {
+    return absl::InvalidArgumentError("GEMM size and iterations must be > 0");
+  }
+  RETURN_IF_ERROR(CheckSlowdown(slowdown));
+  ASSIGN_OR_RETURN(Tensor a, RandomTensor(device, Shape({n, n}), 1));
+  ASSIGN_OR_RETURN(Tensor b, RandomTensor(device, Shape({n, n}), 2));
+  ASSIGN_OR_RETURN(Tensor c, device->Allocate(Shape({n, n}), DType::kF32));
+  std::vector<double> seconds;
+  for (int it = -1; it < iterations; ++it) {  // One unmeasured warm-up.
+    const Clock::time_point start = Clock::now();
+    device->Gemm(false, false, n, n, n, 1.0f, a.f32(), n, b.f32(), n, 0.0f,
+                 c.f32(), n);
+    RETURN_IF_ERROR(device->Synchronize());
+    SlowDown(slowdown, start);
+    if (it >= 0) {
+      seconds.push_back(
+          std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  return seconds;
+}
+
+double GemmGflops(int n, double seconds) {
+  return 2.0 * n * n * static_cast<double>(n) / seconds / 1e9;
+}
+
 // Each layer's weight update on its own, with the job's optimizer.
 struct LayerUpdate {
   ParameterSet params, grads;
@@ -74,9 +115,11 @@ absl::StatusOr<std::vector<LayerUpdate>> CreateLayerUpdates(
 class LayerTimer {
  public:
   LayerTimer(const Model& model, Device* device, const ParameterSet& params,
-             const ParameterSet& grads, std::vector<LayerUpdate>* updates)
+             const ParameterSet& grads, std::vector<LayerUpdate>* updates,
+             double slowdown)
       : model_(model),
         device_(device),
+        slowdown_(slowdown),
         params_(params),
         grads_(grads),
         updates_(updates),
@@ -122,6 +165,7 @@ class LayerTimer {
       RETURN_IF_ERROR(model_.layer(l).Forward(*device_, params_.ForLayer(l), x,
                                               ctx, &y, &(*caches)[l]));
       RETURN_IF_ERROR(device_->Synchronize());
+      SlowDown(slowdown_, start);
       if (measure) forward_[l].push_back(MsSince(start));
       saved_[l] = 0;
       for (const Tensor& t : (*caches)[l].tensors) {
@@ -146,6 +190,7 @@ class LayerTimer {
           *device_, params_.ForLayer(l), caches[l], dy, ctx,
           needs_dx_[l] ? &dx : nullptr, grads_.ForLayer(l), false));
       RETURN_IF_ERROR(device_->Synchronize());
+      SlowDown(slowdown_, start);
       if (measure) backward_[l].push_back(MsSince(start));
       if (!needs_dx_[l]) break;  // Nothing below needs a gradient.
       dy = std::move(dx);
@@ -162,6 +207,7 @@ class LayerTimer {
       const Clock::time_point start = Clock::now();
       RETURN_IF_ERROR(u.optimizer->Step(u.params, u.grads));
       RETURN_IF_ERROR(device_->Synchronize());
+      SlowDown(slowdown_, start);
       if (measure) update_[l].push_back(MsSince(start));
     }
     return absl::OkStatus();
@@ -169,6 +215,7 @@ class LayerTimer {
 
   const Model& model_;
   Device* device_;
+  const double slowdown_;
   const ParameterSet& params_;
   const ParameterSet& grads_;
   std::vector<LayerUpdate>* updates_;
@@ -244,7 +291,7 @@ absl::Status MeasureRecomputation(
     const Tensor& input, const Tensor& output_grad,
     const ProfilerOptions& options, ModelProfile* profile) {
   for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
-    LayerTimer timer(model, device, params, grads, updates);
+    LayerTimer timer(model, device, params, grads, updates, options.slowdown);
     const int total = 1 + options.measured_iterations;
     for (int it = 0; it < total; ++it) {
       PassContext ctx;
@@ -270,26 +317,26 @@ absl::Status MeasureRecomputation(
 
 }  // namespace
 
-absl::StatusOr<double> MeasureGemmGflops(Device* device, int n,
-                                         int iterations) {
-  if (n <= 0 || iterations <= 0) {
-    return absl::InvalidArgumentError("GEMM size and iterations must be > 0");
-  }
-  ASSIGN_OR_RETURN(Tensor a, RandomTensor(device, Shape({n, n}), 1));
-  ASSIGN_OR_RETURN(Tensor b, RandomTensor(device, Shape({n, n}), 2));
-  ASSIGN_OR_RETURN(Tensor c, device->Allocate(Shape({n, n}), DType::kF32));
-  std::vector<double> seconds;
-  for (int it = -1; it < iterations; ++it) {  // One unmeasured warm-up.
-    const Clock::time_point start = Clock::now();
-    device->Gemm(false, false, n, n, n, 1.0f, a.f32(), n, b.f32(), n, 0.0f,
-                 c.f32(), n);
-    RETURN_IF_ERROR(device->Synchronize());
-    if (it >= 0) {
-      seconds.push_back(
-          std::chrono::duration<double>(Clock::now() - start).count());
-    }
-  }
-  return 2.0 * n * n * static_cast<double>(n) / Median(seconds) / 1e9;
+absl::Status CheckSlowdown(double slowdown) {
+  if (std::isfinite(slowdown) && slowdown >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "must be a number >= 1 (F: every computation takes F times as long; "
+      "1: full speed), got ",
+      slowdown));
+}
+
+absl::StatusOr<double> MeasureGemmGflops(Device* device, int n, int iterations,
+                                         double slowdown) {
+  ASSIGN_OR_RETURN(std::vector<double> seconds,
+                   TimeGemms(device, n, iterations, slowdown));
+  return GemmGflops(n, Median(std::move(seconds)));
+}
+
+absl::StatusOr<double> MeasureSpeedProbe(Device* device, int n, int iterations,
+                                         double slowdown) {
+  ASSIGN_OR_RETURN(std::vector<double> seconds,
+                   TimeGemms(device, n, iterations, slowdown));
+  return GemmGflops(n, *std::min_element(seconds.begin(), seconds.end()));
 }
 
 absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
@@ -297,6 +344,10 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
   if (options.warmup_iterations < 0 || options.measured_iterations < 1) {
     return absl::InvalidArgumentError(
         "the profiler needs warmup >= 0 and at least 1 measured iteration");
+  }
+  if (absl::Status s = CheckSlowdown(options.slowdown); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the profiler's slowdown ", s.message()));
   }
   ASSIGN_OR_RETURN(ValidatedJob job, ValidateJobSpec(spec, options.files));
   RETURN_IF_ERROR(CheckProfileFits(spec, job, options));
@@ -313,7 +364,7 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
       RandomTensor(device, model.output_shape().WithLeading(batch), 4));
   ASSIGN_OR_RETURN(std::vector<LayerUpdate> updates,
                    CreateLayerUpdates(spec, model, params, device));
-  LayerTimer timer(model, device, params, grads, &updates);
+  LayerTimer timer(model, device, params, grads, &updates, options.slowdown);
   const int total = options.warmup_iterations + options.measured_iterations;
   for (int it = 0; it < total; ++it) {
     PassContext ctx;
@@ -326,7 +377,8 @@ absl::StatusOr<ModelProfile> ProfileModel(const JobSpec& spec, Device* device,
   profile.set_batch_size(batch);
   profile.set_device(device->name());
   if (options.measure_gemm) {
-    ASSIGN_OR_RETURN(double gflops, MeasureGemmGflops(device, 1024, 3));
+    ASSIGN_OR_RETURN(double gflops,
+                     MeasureGemmGflops(device, 1024, 3, options.slowdown));
     profile.set_gemm_gflops(gflops);
   }
   for (int l = 0; l < layers; ++l) {

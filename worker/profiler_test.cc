@@ -1,5 +1,8 @@
 #include "worker/profiler.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_format.h"
 #include "common/device/cpu_device.h"
 #include "gtest/gtest.h"
@@ -149,6 +152,63 @@ TEST(ProfilerTest, AModelLargerThanTheWorkerNamesTheLayer) {
             "this worker's memory (2.0 GB) (profile on a larger worker and "
             "submit the job with the profile: aq profile, then aq submit "
             "--profile)");
+}
+
+// --slowdown F (issue 28): the profiler's passes take F times as long, so
+// the profile measures the slowed worker.
+TEST(ProfilerTest, ASlowedWorkerProfilesSlowed) {
+  auto spec = ParseJobSpec(kSpec, "test");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  CpuDevice device(CpuDeviceOptions{1});
+  ProfilerOptions options;
+  options.warmup_iterations = 0;
+  options.measured_iterations = 1;
+  options.measure_gemm = false;
+  options.slowdown = 2;
+  auto profile = ProfileModel(*spec, &device, options);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  // The Delay layer sleeps 3 ms forward and 5 ms backward; slowed 2x, at
+  // least twice that.
+  EXPECT_GE(profile->nodes(2).forward_ms(), 6.0);
+  EXPECT_GE(profile->nodes(2).backward_ms(), 10.0);
+
+  options.slowdown = 0.5;
+  EXPECT_EQ(ProfileModel(*spec, &device, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ProfilerTest, SlowdownBelowOneIsRefused) {
+  EXPECT_TRUE(CheckSlowdown(1).ok());
+  EXPECT_TRUE(CheckSlowdown(2.5).ok());
+  for (double bad : {0.5, 0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    const absl::Status s = CheckSlowdown(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("must be a number >= 1"), std::string::npos)
+        << s;
+  }
+  CpuDevice device(CpuDeviceOptions{1});
+  EXPECT_EQ(MeasureSpeedProbe(&device, 64, 1, 0.9).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The speed probe a worker registers with: slowed 4x, it measures about a
+// quarter of the throughput (each run sleeps 3x its own GEMM's time). The
+// best of alternating rounds, so that other load on the host does not
+// decide the ratio.
+TEST(ProfilerTest, ASlowedWorkersSpeedProbeIsAboutOneOverF) {
+  CpuDevice device(CpuDeviceOptions{1});
+  double full = 0, slowed = 0;
+  for (int round = 0; round < 3; ++round) {
+    auto f = MeasureSpeedProbe(&device, 256, 5, 1);
+    auto s = MeasureSpeedProbe(&device, 256, 5, 4);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(s.ok()) << s.status();
+    full = std::max(full, *f);
+    slowed = std::max(slowed, *s);
+  }
+  const double ratio = slowed / full;
+  EXPECT_GT(ratio, 0.15) << slowed << " vs " << full;
+  EXPECT_LT(ratio, 0.4) << slowed << " vs " << full;
 }
 
 }  // namespace

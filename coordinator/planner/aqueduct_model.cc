@@ -55,20 +55,30 @@ StageCost Cost(const Cumulative& c, const AqueductModelOptions& o, int total,
   const double w = Range(c.parameters, a, b);
   const double act = Range(c.activation, a, b);
   const double compute = cost.compute_s / speed;
-  double allreduce = 0;
-  if (r > 1) {
-    allreduce = 2.0 * (r - 1) / r * w / EnclosingBandwidth(o, lo, hi);
+  if (o.pipedream_costs) {
+    // PipeDream's (T + 4 m W / (B (m+1))) / (m+1), m = r - 1.
+    const double allreduce =
+        4.0 * (r - 1) * w / (EnclosingBandwidth(o, lo, hi) * r);
+    cost.allreduce_s = allreduce / r;
+    cost.time_s = (compute + allreduce) / r;
+  } else {
+    double allreduce = 0;
+    if (r > 1) {
+      allreduce = 2.0 * (r - 1) / r * w / EnclosingBandwidth(o, lo, hi);
+    }
+    const double hidden = o.allreduce_overlap * Range(c.backward, a, b) / speed;
+    const double exposed = std::max(0.0, allreduce - hidden);
+    double transfer = 0;
+    if (a > 0) {
+      transfer += 2.0 * c.out[a - 1] / EnclosingBandwidth(o, lo - 1, lo);
+    }
+    if (b < n - 1) {
+      transfer += 2.0 * c.out[b] / EnclosingBandwidth(o, hi, hi + 1);
+    }
+    cost.allreduce_s = exposed / r;
+    cost.transfer_s = transfer / r;
+    cost.time_s = std::max((compute + exposed) / r, cost.transfer_s);
   }
-  const double hidden = o.allreduce_overlap * Range(c.backward, a, b) / speed;
-  const double exposed = std::max(0.0, allreduce - hidden);
-  double transfer = 0;
-  if (a > 0) transfer += 2.0 * c.out[a - 1] / EnclosingBandwidth(o, lo - 1, lo);
-  if (b < n - 1) {
-    transfer += 2.0 * c.out[b] / EnclosingBandwidth(o, hi, hi + 1);
-  }
-  cost.allreduce_s = exposed / r;
-  cost.transfer_s = transfer / r;
-  cost.time_s = std::max((compute + exposed) / r, cost.transfer_s);
   cost.warmup_depth =
       static_cast<int>(std::ceil(static_cast<double>(total - (hi + 1)) / r));
   cost.memory_bytes =

@@ -55,6 +55,14 @@ struct AqueductModelOptions {
   double allreduce_overlap = 0;
   // Microbatches in flight for gpipe (0: the warm-up depth + 1).
   int microbatches = 0;
+  // PipeDream's stage time instead of the table above, for planning
+  // PipeDream's cost model over workers of unequal speed (plan.h):
+  //   time = (T(a..b) / speed + 4 (r-1) W(a..b) / (B_ar r)) / r
+  // (PipeDream's A[i][j][m] with m = r - 1, its compute slowed to the
+  // stage's slowest worker), no transfer term and no overlap. With equal
+  // speeds on one level this is PipeDream's objective (tested against
+  // SolvePipeDream).
+  bool pipedream_costs = false;
 };
 
 struct StageCost {

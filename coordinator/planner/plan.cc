@@ -185,14 +185,18 @@ absl::StatusOr<std::vector<Placed>> PlacePipeDream(const StateSequence& seq,
   return placed;
 }
 
-// Solves under the Aqueduct cost model; sets the plan's times (with the
-// same baselines under this model: one worker; all `total` workers as
-// replicas of one stage) and workers used, and returns the stages.
+// Solves under the Aqueduct cost model (or, with `pipedream_costs`, its
+// exact DP over contiguous ranks of unequal speed with PipeDream's stage
+// time); sets the plan's times (with the same baselines under this model:
+// one worker; all `total` workers as replicas of one stage) and workers
+// used, and returns the stages.
 absl::StatusOr<std::vector<Placed>> PlaceAqueduct(const StateSequence& seq,
                                                   const PlanRequest& request,
                                                   int total,
-                                                  PartitionPlan* plan) {
+                                                  PartitionPlan* plan,
+                                                  bool pipedream_costs) {
   AqueductModelOptions o;
+  o.pipedream_costs = pipedream_costs;
   o.levels = request.levels;
   o.worker_speed = request.worker_speed;
   o.straight_pipeline = request.straight_pipeline;
@@ -245,6 +249,26 @@ void AddStages(const ProfileGraph& graph, const StateSequence& seq,
   }
 }
 
+// Whether `speeds` (one per rank; empty: all equal) are not all equal.
+bool Unequal(const std::vector<double>& speeds) {
+  return std::any_of(speeds.begin(), speeds.end(),
+                     [&](double v) { return v != speeds.front(); });
+}
+
+// Workers of unequal speed: each rank's speed in the plan, and each stage's
+// (the slowest of its ranks').
+void RecordSpeeds(const std::vector<double>& speeds, PartitionPlan* plan) {
+  plan->mutable_worker_speeds()->Add(speeds.begin(), speeds.end());
+  for (PlanStage& stage : *plan->mutable_stages()) {
+    double slowest = 0;
+    for (int rank : stage.worker_ranks()) {
+      const double v = speeds[rank];
+      slowest = slowest == 0 ? v : std::min(slowest, v);
+    }
+    stage.set_worker_speed(slowest);
+  }
+}
+
 // Sets the plan's NOAM and its speed-ups over the baselines.
 void SetSummary(PartitionPlan* plan) {
   const int input_replicas = plan->stages(0).replicas();
@@ -290,12 +314,18 @@ absl::StatusOr<PartitionPlan> MakePlan(const ProfileGraph& raw,
         absl::StrCat("cost model ", static_cast<int>(request.cost_model),
                      " is not one of: pipedream, aqueduct"));
   }
-  if (aqueduct) {
-    ASSIGN_OR_RETURN(placed, PlaceAqueduct(seq, request, total, &plan));
+  // PipeDream's DP counts workers, not which: over workers of unequal
+  // speed (chains only) the contiguous-rank DP places its stage times.
+  const bool speeds =
+      Unequal(request.worker_speed) && (aqueduct || seq.is_chain);
+  if (aqueduct || speeds) {
+    ASSIGN_OR_RETURN(placed, PlaceAqueduct(seq, request, total, &plan,
+                                           /*pipedream_costs=*/!aqueduct));
   } else {
     ASSIGN_OR_RETURN(placed, PlacePipeDream(seq, request, &plan));
   }
   AddStages(graph, seq, placed, &plan);
+  if (speeds) RecordSpeeds(request.worker_speed, &plan);
   SetSummary(&plan);
   return plan;
 }
@@ -355,8 +385,10 @@ BusiestWorker BusiestWorkerOf(const PartitionPlan& plan) {
     // figure); replicas share the microbatches.
     const int t = std::max(1, stage.tensor_parallel());
     const int replicas = std::max(1, stage.worker_ranks_size() / t);
+    // Workers of unequal speed: the stage runs at its slowest worker's.
+    const double speed = stage.worker_speed() > 0 ? stage.worker_speed() : 1;
     for (int rank : stage.worker_ranks()) {
-      per_worker[rank] += stage.compute_time_s() / replicas;
+      per_worker[rank] += stage.compute_time_s() / replicas / speed;
     }
   }
   for (const auto& [rank, s] : per_worker) {
@@ -407,10 +439,20 @@ std::string FormatPlan(const PartitionPlan& plan) {
       "cost model %s, %d of %d workers, NOAM %d\n", plan.cost_model(),
       plan.workers_used(), plan.workers_total(), plan.noam());
   absl::StrAppend(&out, FormatTopology(plan));
+  // Workers of unequal speed: each rank's, and a column of each stage's.
+  const bool speeds = plan.worker_speeds_size() > 0;
+  if (speeds) {
+    absl::StrAppend(&out, "worker speeds by rank (fastest 1):");
+    for (double v : plan.worker_speeds()) {
+      absl::StrAppend(&out, absl::StrFormat(" %.2f", v));
+    }
+    absl::StrAppend(&out, "\n");
+  }
   absl::StrAppend(
-      &out, absl::StrFormat("%-6s %-13s %-13s %8s %6s %6s %10s %10s %12s\n",
+      &out, absl::StrFormat("%-6s %-13s %-13s %8s %6s %6s %10s %10s %12s%s\n",
                             "stage", "states", "layers", "replicas", "tensor",
-                            "depth", "pred ms", "compute ms", "memory MiB"));
+                            "depth", "pred ms", "compute ms", "memory MiB",
+                            speeds ? "  speed" : ""));
   for (int s = 0; s < plan.stages_size(); ++s) {
     const PlanStage& st = plan.stages(s);
     const std::string layers =
@@ -419,12 +461,13 @@ std::string FormatPlan(const PartitionPlan& plan) {
             : "-";
     absl::StrAppend(
         &out,
-        absl::StrFormat("%-6d %-13s %-13s %8d %6d %6d %10.3f %10.3f %12.1f\n",
-                        s, absl::StrCat("[", st.start(), ", ", st.end(), ")"),
-                        layers, st.replicas(),
-                        std::max(1, st.tensor_parallel()), st.warmup_depth(),
-                        st.predicted_time_s() * 1e3, st.compute_time_s() * 1e3,
-                        st.predicted_memory_bytes() / (1 << 20)));
+        absl::StrFormat(
+            "%-6d %-13s %-13s %8d %6d %6d %10.3f %10.3f %12.1f%s\n", s,
+            absl::StrCat("[", st.start(), ", ", st.end(), ")"), layers,
+            st.replicas(), std::max(1, st.tensor_parallel()), st.warmup_depth(),
+            st.predicted_time_s() * 1e3, st.compute_time_s() * 1e3,
+            st.predicted_memory_bytes() / (1 << 20),
+            speeds ? absl::StrFormat(" %6.2f", st.worker_speed()) : ""));
   }
   absl::StrAppend(
       &out,

@@ -29,7 +29,11 @@ struct PlanRequest {
   // Applied when set (PipeDream's default size is 16e9 bytes).
   std::optional<double> memory_limit_bytes;
   std::optional<double> activation_compression_ratio;
-  // Aqueduct model only.
+  // Each rank's relative speed (empty: all equal). The Aqueduct model
+  // always applies it; PipeDream's, when the speeds are unequal and the
+  // profile a chain, cuts by the contiguous-rank DP with PipeDream's stage
+  // time (AqueductModelOptions::pipedream_costs). Unequal speeds are
+  // recorded in the plan (PartitionPlan.worker_speeds).
   std::vector<double> worker_speed;
   Schedule schedule = v1::SCHEDULE_1F1B_STASHED;
   double allreduce_overlap = 0;

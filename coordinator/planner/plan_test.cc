@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/aqueduct_model.h"
+#include "coordinator/planner/pipedream.h"
 #include "gtest/gtest.h"
 
 namespace aqueduct {
@@ -224,6 +225,178 @@ TEST(PlanTest, PipeDreamPlanFields) {
   ASSERT_TRUE(aq.ok()) << aq.status();
   EXPECT_EQ(aq->cost_model(), "aqueduct");
   EXPECT_GT(aq->speedup_vs_single(), 1.0);
+}
+
+// PipeDream's stage time in the contiguous-rank DP (pipedream_costs): with
+// equal speeds on one level it reaches SolvePipeDream's objective, and with
+// unequal ones the exhaustive search's.
+TEST(AqueductModelTest, PipeDreamCostsMatchPipeDreamAndExhaustiveSearch) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> ms(0.1, 10), bytes(1e4, 2e7);
+  for (int trial = 0; trial < 120; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 6);
+    std::vector<ProfileNode> nodes;
+    for (int i = 0; i < n; ++i) {
+      nodes.push_back({absl::StrCat("n", i), "L", ms(rng), ms(rng), bytes(rng),
+                       bytes(rng)});
+    }
+    auto seq = BuildAntichainStates(Chain(nodes));
+    ASSERT_TRUE(seq.ok());
+    const int workers = 1 + static_cast<int>(rng() % 5);
+    AqueductModelOptions o;
+    o.pipedream_costs = true;
+    o.levels = {{workers, trial % 2 ? 1e9 : 5e8}};
+    o.straight_pipeline = trial % 5 == 0 && workers <= n;
+    const std::string what = absl::StrCat("trial ", trial);
+    // Against PipeDream with every worker used (PipeDream's
+    // use_fewer_machines leaves workers idle level by level, not as this
+    // DP does; the coordinator never asks for it).
+    if (trial % 2 == 0) {
+      PipeDreamOptions p;
+      p.levels = o.levels;
+      p.straight_pipeline = o.straight_pipeline;
+      auto pipedream = SolvePipeDream(*seq, p);
+      auto dp = SolveAqueductModel(*seq, o);
+      ASSERT_TRUE(pipedream.ok()) << what << ": " << pipedream.status();
+      ASSERT_TRUE(dp.ok()) << what << ": " << dp.status();
+      EXPECT_NEAR(dp->time_per_minibatch_s, pipedream->time_per_stage_s,
+                  1e-9 * pipedream->time_per_stage_s)
+          << what;
+      continue;
+    }
+    o.use_fewer_machines = trial % 6 == 3;
+    for (int w = 0; w < workers; ++w) {
+      o.worker_speed.push_back(0.25 + (rng() % 4) / 4.0);
+    }
+    const double brute = BruteForce(*seq, o);
+    auto dp = SolveAqueductModel(*seq, o);
+    ASSERT_TRUE(dp.ok()) << what << ": " << dp.status();
+    EXPECT_NEAR(dp->time_per_minibatch_s, brute, 1e-12 * brute) << what;
+  }
+}
+
+// Nine equal layers of 6 ms, no parameters.
+ProfileGraph NineLayers() {
+  std::vector<ProfileNode> nodes;
+  for (int i = 0; i < 9; ++i) {
+    ProfileNode n{absl::StrCat("layer", i), "L", 2, 4, 1e3, 0};
+    n.layer_index = i;
+    nodes.push_back(n);
+  }
+  return Chain(nodes);
+}
+
+TEST(PlanTest, ASlowWorkerGetsFewerLayersUnderEitherCostModel) {
+  for (CostModel model : {v1::COST_MODEL_PIPEDREAM, v1::COST_MODEL_AQUEDUCT}) {
+    const std::string what = CostModelName(model);
+    PlanRequest request;
+    request.cost_model = model;
+    request.levels = {{2, 1e12}};
+    request.straight_pipeline = true;
+    // Rank 1 at half speed: 6 layers (36 ms) and 3 (18 ms at half speed).
+    request.worker_speed = {1, 0.5};
+    auto plan = MakePlan(NineLayers(), request);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status();
+    ASSERT_EQ(plan->stages_size(), 2) << what;
+    EXPECT_EQ(plan->stages(0).end_layer() - plan->stages(0).first_layer(), 6)
+        << what;
+    EXPECT_EQ(plan->stages(1).end_layer() - plan->stages(1).first_layer(), 3)
+        << what;
+    EXPECT_EQ(plan->stages(1).worker_ranks(0), 1) << what;
+    EXPECT_DOUBLE_EQ(plan->stages(0).worker_speed(), 1) << what;
+    EXPECT_DOUBLE_EQ(plan->stages(1).worker_speed(), 0.5) << what;
+    ASSERT_EQ(plan->worker_speeds_size(), 2) << what;
+    EXPECT_NEAR(plan->time_per_minibatch_s(), 0.036, 1e-9) << what;
+    // The slow stage's compute is its time at full speed; the simulator's
+    // busiest worker runs it at its speed.
+    EXPECT_NEAR(plan->stages(1).compute_time_s(), 0.018, 1e-12) << what;
+    EXPECT_NE(FormatPlan(*plan).find("worker speeds by rank (fastest 1): "
+                                     "1.00 0.50"),
+              std::string::npos)
+        << FormatPlan(*plan);
+
+    // The slow worker first: it still gets the 3 layers.
+    request.worker_speed = {0.5, 1};
+    plan = MakePlan(NineLayers(), request);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status();
+    EXPECT_EQ(plan->stages(0).end_layer() - plan->stages(0).first_layer(), 3)
+        << what;
+
+    // Equal workers: the homogeneous plan's 5 + 4 split (either way).
+    request.worker_speed = {};
+    plan = MakePlan(NineLayers(), request);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status();
+    const int first =
+        plan->stages(0).end_layer() - plan->stages(0).first_layer();
+    EXPECT_TRUE(first == 4 || first == 5) << what << "\n" << FormatPlan(*plan);
+    EXPECT_EQ(plan->worker_speeds_size(), 0) << what;
+  }
+}
+
+TEST(PlanTest, ASlowWorkerIsNotMadeAReplicaOfFastOnes) {
+  // Four workers, the last four times slower: no parameters, so the equal
+  // workers' plan replicates; the slow one must not hold a share of a
+  // replicated stage it would slow down, and holds the fewest layers.
+  PlanRequest request;
+  request.levels = {{4, 1e12}};
+  auto equal = MakePlan(NineLayers(), request);
+  ASSERT_TRUE(equal.ok()) << equal.status();
+  request.worker_speed = {1, 1, 1, 0.25};
+  auto plan = MakePlan(NineLayers(), request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int slow_layers = -1, most_layers = 0;
+  for (const PlanStage& stage : plan->stages()) {
+    const int layers = stage.end_layer() - stage.first_layer();
+    most_layers = std::max(most_layers, layers);
+    for (int rank : stage.worker_ranks()) {
+      if (rank != 3) continue;
+      EXPECT_EQ(stage.replicas(), 1) << FormatPlan(*plan);
+      slow_layers = layers;
+    }
+  }
+  EXPECT_EQ(slow_layers, 1) << FormatPlan(*plan);
+  // 8 layers on 3 fast replicas (16 ms) beat the slow worker's 24 ms per
+  // layer only if it holds one layer: 24 ms.
+  EXPECT_NEAR(plan->time_per_minibatch_s(), 0.024, 1e-9) << FormatPlan(*plan);
+  EXPECT_GT(plan->time_per_minibatch_s(), equal->time_per_minibatch_s());
+}
+
+TEST(PlanTest, EqualSpeedsGiveTheHomogeneousPlanBitForBit) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> ms(0.1, 10), bytes(1e4, 2e7);
+  std::vector<ProfileNode> nodes;
+  for (int i = 0; i < 12; ++i) {
+    ProfileNode n{absl::StrCat("layer", i),
+                  "L",
+                  ms(rng),
+                  ms(rng),
+                  bytes(rng),
+                  bytes(rng)};
+    n.layer_index = i;
+    nodes.push_back(n);
+  }
+  for (CostModel model : {v1::COST_MODEL_PIPEDREAM, v1::COST_MODEL_AQUEDUCT}) {
+    for (bool straight : {false, true}) {
+      PlanRequest request;
+      request.cost_model = model;
+      request.levels = {{4, 1e9}};
+      request.straight_pipeline = straight;
+      auto none = MakePlan(Chain(nodes), request);
+      request.worker_speed = {1, 1, 1, 1};
+      auto ones = MakePlan(Chain(nodes), request);
+      request.worker_speed = {0.5, 0.5, 0.5, 0.5};
+      auto halves = MakePlan(Chain(nodes), request);
+      ASSERT_TRUE(none.ok() && ones.ok() && halves.ok());
+      EXPECT_EQ(none->SerializeAsString(), ones->SerializeAsString());
+      EXPECT_EQ(ones->worker_speeds_size(), 0);
+      // The same cut and placement (equal speeds place nothing).
+      ASSERT_EQ(halves->stages_size(), none->stages_size());
+      for (int s = 0; s < none->stages_size(); ++s) {
+        EXPECT_EQ(halves->stages(s).end(), none->stages(s).end());
+        EXPECT_EQ(halves->stages(s).replicas(), none->stages(s).replicas());
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -439,6 +439,7 @@ PipelineStage::Options PipelineJob::StageOptions(Held& held) {
   options.stop = env_.stop;
   options.channels = plane_.channels.get();
   options.bf16_frames = a_.spec().precision().compute() == "bf16";
+  options.slowdown = env_.slowdown;
   ProgressAccumulator* progress = ProgressOf(env_, held.stage);
   options.on_loss = [progress](int64_t m, double sum, int64_t samples) {
     progress->OnLoss(m, sum, samples);

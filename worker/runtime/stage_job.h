@@ -45,6 +45,10 @@ struct JobEnv {
   // The evaluator runs periodic evaluations on a thread of its own (false:
   // on the output stage's, stalling the pipeline; benchmarks compare).
   bool evaluate_in_background = true;
+  // PipelineStage::Options::slowdown: the worker's --slowdown, for tests
+  // and benchmarks of unequal workers (1: full speed). A job that runs on
+  // one worker alone (RunLocalJob) is not slowed.
+  double slowdown = 1.0;
   // When it becomes true the job ends with CANCELLED after its current step
   // (a wait on a peer ends when the data plane is aborted; connecting to the
   // peers ends within about 50 ms).

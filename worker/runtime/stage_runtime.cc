@@ -178,6 +178,7 @@ void StageRuntime::Run(const StageAssignment& a) {
   env.store = store_;
   env.peer_timeout = options_.peer_timeout;
   env.evaluate_in_background = options_.evaluate_in_background;
+  env.slowdown = options_.slowdown;
   env.stop = &stop_;
   env.progress = &progress_;
   {

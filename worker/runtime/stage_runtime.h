@@ -46,6 +46,9 @@ struct StageRuntimeOptions {
   // Deadline of every wait on a peer.
   absl::Duration peer_timeout = absl::Seconds(60);
   bool evaluate_in_background = true;  // JobEnv's.
+  // Tests and benchmarks of unequal workers (--slowdown): every pipeline
+  // stage runs this many times slower (JobEnv's; >= 1).
+  double slowdown = 1.0;
   // How long an assignment waits for a previous job that is ending (its
   // stop in flight) before it is refused as busy.
   absl::Duration busy_wait = absl::Seconds(5);
@@ -102,6 +105,8 @@ class StageRuntime {
   WorkerRuntimeStatus Status() const;
   // What jobs may open (options.files): the profiler reads data alike.
   const FileAccess& files() const { return options_.files; }
+  // options.slowdown: the profiler runs as slowed as the stages.
+  double slowdown() const { return options_.slowdown; }
 
  private:
   void Run(const StageAssignment& assignment);
