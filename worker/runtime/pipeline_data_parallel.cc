@@ -65,6 +65,11 @@ absl::Status PipelineStage::PrepareParameterServer() {
   const int64_t steps = consistency == Consistency::kAsync
                             ? layout_.num_minibatches * replicas
                             : layout_.num_minibatches;
+  if (shards < replicas) {
+    // Only the replicas that host shards gather them for checkpoints: a
+    // replica that hosts none may be lost (async) without stopping them.
+    RETURN_IF_ERROR(PrepareHostGroup(shards));
+  }
   shards_.resize(shards);
   shard_starts_.resize(shards);
   shard_base_.assign(shards, 0);
@@ -94,6 +99,23 @@ absl::Status PipelineStage::PrepareParameterServer() {
         config, device_, std::move(weights), std::move(views), std::move(grads),
         std::move(grad_views), std::move(optimizer));
   }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStage::PrepareHostGroup(int hosts) {
+  if (replica_ >= hosts) return absl::OkStatus();
+  const int channel = kHostGroupChannel + ChunkOfStage(stage_);
+  if (channel >= kMaxGroupChannels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Who(), ": chunk ", ChunkOfStage(stage_),
+                     " of a rank exceeds the parameter servers' channels"));
+  }
+  std::vector<int> ranks;
+  for (int r = 0; r < hosts; ++r) ranks.push_back(ReplicaRank(r));
+  ASSIGN_OR_RETURN(
+      host_group_,
+      ProcessGroup::Make(comm_, std::move(ranks), channel,
+                         absl::StrCat("the shard hosts of stage ", stage_)));
   return absl::OkStatus();
 }
 
@@ -342,7 +364,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> PipelineStage::GatherWholeState(
   const absl::Time deadline = absl::Now() + options_.timeout;
   for (const Tensor& t : tensors) {
     RETURN_IF_ERROR(OnHost(device_, t, [&](float* data, size_t n) {
-      return data_group_->AllReduce(data, n, deadline);
+      return StateGroup()->AllReduce(data, n, deadline);
     }));
   }
   // The steps of the shards this replica hosts (replica 0 hosts shard 0,

@@ -169,10 +169,10 @@ absl::Status PipelineStage::PrepareTensorGroup() {
 absl::Status PipelineStage::PrepareDataGroup() {
   if (layout_.Replicas(stage_) == 1) return absl::OkStatus();
   const int channel = 1 + ChunkOfStage(stage_);
-  if (channel >= kMaxGroupChannels) {
+  if (channel >= kHostGroupChannel) {
     return absl::InvalidArgumentError(
         absl::StrCat(Who(), ": chunk ", channel - 1, " of a rank exceeds the ",
-                     kMaxGroupChannels - 1, " data-parallel channels"));
+                     kHostGroupChannel - 1, " data-parallel channels"));
   }
   ASSIGN_OR_RETURN(
       data_group_,
@@ -870,12 +870,14 @@ absl::StatusOr<bool> PipelineStage::CheckpointNow() {
   if (Degree() > 1) {
     RETURN_IF_ERROR(options_.tensor_group->AllReduce(&votes, 1, deadline));
   }
-  if (Sharded()) RETURN_IF_ERROR(data_group_->AllReduce(&votes, 1, deadline));
+  if (Sharded()) RETURN_IF_ERROR(StateGroup()->AllReduce(&votes, 1, deadline));
   return votes > 0;
 }
 
 absl::Status PipelineStage::Checkpoint() {
-  if (replica_ != 0 && !Sharded()) return absl::OkStatus();
+  if (replica_ != 0 && (!Sharded() || StateGroup() == nullptr)) {
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const bool now, CheckpointNow());
   if (!now) return absl::OkStatus();
   // Sharded state: every replica takes part in gathering it whole.

@@ -237,6 +237,19 @@ class PipelineStage {
   enum class DataParallel { kNone, kAllReduce, kZero, kParameterServer };
   absl::Status PrepareDataParallel();
   absl::Status PrepareParameterServer();
+  // The group of the replicas that host the `hosts` shards (fewer shards
+  // than replicas; channels from kHostGroupChannel on).
+  absl::Status PrepareHostGroup(int hosts);
+  static constexpr int kHostGroupChannel = 32;
+  // The group that gathers sharded state for checkpoints: the shard hosts
+  // (null on a replica that hosts none), else every replica.
+  ProcessGroup* StateGroup() const {
+    if (dp_ == DataParallel::kParameterServer && !shards_.empty() &&
+        static_cast<int>(shards_.size()) < Replicas()) {
+      return host_group_.get();
+    }
+    return data_group_.get();
+  }
   absl::Status StartShardService();
   absl::Status CreateWholeOptimizer();
   // Restores a checkpoint's training state (whole tensors) into this
@@ -387,6 +400,7 @@ class PipelineStage {
   std::vector<std::vector<int64_t>> shard_starts_;
   std::vector<int64_t> shard_base_;
   std::unique_ptr<ShardService> service_;
+  std::unique_ptr<ProcessGroup> host_group_;  // Shards < replicas only.
   StageStats stats_;
 };
 

@@ -283,6 +283,8 @@ TEST(ResumeTest, ShardedStateCheckpointsWholeAndLoadsAtAnyDegree) {
       {"ZeRO-1", WithDataParallel(base, "allreduce", true, 0)},
       {"parameter server",
        WithDataParallel(base, "parameter_server", false, 3)},
+      {"parameter server, one shard",
+       WithDataParallel(base, "parameter_server", false, 1)},
   };
   for (const Case& c : cases) {
     const PipelineLayout layout = Layout(flush, kSplits[0], n, layers, 2);
