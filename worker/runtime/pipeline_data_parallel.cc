@@ -342,7 +342,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> PipelineStage::GatherWholeState(
     ASSIGN_OR_RETURN(*params, ZerosLike(latest_, device_));
     for (size_t k = 0; k < shards_.size(); ++k) {
       if (shards_[k] == nullptr) continue;
-      const auto [lo, hi] = shard_range_[k];
+      const int64_t lo = shard_range_[k].first, hi = shard_range_[k].second;
       RETURN_IF_ERROR(shards_[k]->WithState([&](const Tensor& weights,
                                                 const Optimizer& optimizer) {
         CopyRange(device_, flat_layout_, *params, lo, hi, weights, false);
