@@ -142,6 +142,11 @@ std::string JobDetails(const JobStatus& job) {
         r.rolled_back_to() == 0 ? " (the start)" : "", ", ", r.workers(),
         r.workers() == 1 ? " worker" : " workers", "\n");
   }
+  for (const v1::ToleratedLoss& l : job.tolerated_losses()) {
+    absl::StrAppend(&out, "lost at step ", l.step(),
+                    ", tolerated: ", Printable(l.reason()),
+                    "; the job goes on without its share\n");
+  }
   return out;
 }
 

@@ -81,6 +81,23 @@ void CoordinatorCore::RestartOrFail(Job& job, const std::string& reason) {
   recovery_.RestartOrFailLocked(job, reason);
 }
 
+void CoordinatorCore::WorkerLost(Job& job, const std::string& worker_id,
+                                 const std::string& reason) {
+  mu_.AssertHeld();
+  if (!recovery_.TolerateLossLocked(job, worker_id, reason)) {
+    recovery_.RestartOrFailLocked(job, reason);
+    return;
+  }
+  const v1::ToleratedLoss& lost = job.tolerated_losses.back();
+  logs_.AppendEvent(
+      job.id, ToUnixMillisOr0(clock_->WallNow()), "warn",
+      absl::StrCat("worker ", worker_id, " (stage ", lost.stage(), ", replica ",
+                   lost.replica(), ") lost at step ", lost.step(),
+                   ", tolerated: it hosts no parameter shard; the job goes "
+                   "on without its share of each minibatch: ",
+                   reason));
+}
+
 void CoordinatorCore::Probe(Job& job, const std::string& error) {
   mu_.AssertHeld();
   recovery_.ProbeLocked(job, error);

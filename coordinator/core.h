@@ -225,6 +225,8 @@ class CoordinatorCore : private JobEvents {
   // and calls the ...Locked method it names.
   bool Transition(Job& job, JobEvent event, const std::string& reason) override;
   void RestartOrFail(Job& job, const std::string& reason) override;
+  void WorkerLost(Job& job, const std::string& worker_id,
+                  const std::string& reason) override;
   void Probe(Job& job, const std::string& error) override;
   JobStatus StatusOf(const Job& job) const override;
   absl::Status StartDriver(const std::string& job_id) override;

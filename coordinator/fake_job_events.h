@@ -16,8 +16,8 @@ namespace aqueduct {
 class FakeJobEvents : public JobEvents {
  public:
   // One call, as "transition <job> <state> <reason>", "restart <job>
-  // <reason>", "probe <job> <error>", "drive <job>", "schedule" or
-  // "trim".
+  // <reason>", "lost <job> <worker> <reason>", "probe <job> <error>", "drive
+  // <job>", "schedule" or "trim".
   std::vector<std::string> calls;
   // What StartDriver returns.
   absl::Status drive_status;
@@ -35,6 +35,10 @@ class FakeJobEvents : public JobEvents {
   }
   void RestartOrFail(Job& job, const std::string& reason) override {
     calls.push_back("restart " + job.id + " " + reason);
+  }
+  void WorkerLost(Job& job, const std::string& worker_id,
+                  const std::string& reason) override {
+    calls.push_back("lost " + job.id + " " + worker_id + " " + reason);
   }
   void Probe(Job& job, const std::string& error) override {
     calls.push_back("probe " + job.id + " " + error);

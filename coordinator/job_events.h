@@ -38,6 +38,11 @@ class JobEvents {
   // A worker was lost or a stage failed: restarts the job from its latest
   // committed checkpoint when it has restarts left, else fails it.
   virtual void RestartOrFail(Job& job, const std::string& reason) = 0;
+  // `worker_id` was lost (DEAD, LEFT, FENCED) or its stage failed: the job
+  // goes on without it where recovery.h's ToleratesLoss says so (recorded
+  // in the job's status and log); otherwise as RestartOrFail.
+  virtual void WorkerLost(Job& job, const std::string& worker_id,
+                          const std::string& reason) = 0;
   // A stage reported `error`: asks the job's workers whether they are
   // alive, then restarts it (or fails it).
   virtual void Probe(Job& job, const std::string& error) = 0;

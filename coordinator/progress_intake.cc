@@ -12,6 +12,7 @@
 #include "coordinator/input_checks.h"
 #include "coordinator/jobs/failure_policy.h"
 #include "coordinator/progress_checks.h"
+#include "coordinator/recovery.h"
 
 namespace aqueduct {
 
@@ -207,8 +208,10 @@ void ProgressIntake::Apply(Job& job, const std::string& worker_id,
     return;
   }
   if (!p.finished()) return;
+  // Every replica but those the job went on without (recovery.h).
   size_t total = 0;
   for (const auto& workers : job.stage_workers) total += workers.size();
+  total -= std::min(total, job.tolerated_losses.size());
   if (job.ledger.MarkFinished(p, IsOutputStage(job, p.stage())) == total) {
     events_.Transition(job, JobEvent::kAllReplicasFinished, "");
   }
@@ -235,6 +238,12 @@ void ProgressIntake::ReactToFailure(Job& job, const std::string& worker_id,
       events_.RestartOrFail(job, reason);
       return;
     case FailureAction::kProbe:
+      // A replica the job can go on without (recovery.h ToleratesLoss):
+      // lost with its stage, whoever failed it; no probe needed.
+      if (ToleratesLoss(job, worker_id).tolerated) {
+        events_.WorkerLost(job, worker_id, reason);
+        return;
+      }
       events_.Probe(job, reason);
       return;
   }
@@ -329,6 +338,9 @@ void ProgressIntake::VouchForWorkers(Job& job, const StageProgress& p,
   job.vouched_version = p.committed_version();
   for (const auto& replicas : job.stage_workers) {
     for (const std::string& w : replicas) {
+      // The job commits steps without a replica it could lose: no word
+      // for that one (its lease alone says whether it lives).
+      if (ToleratesLoss(job, w).tolerated) continue;
       registry_.Vouch(w, now + options_.registry.dead_after);
     }
   }

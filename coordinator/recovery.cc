@@ -1,10 +1,52 @@
 #include "coordinator/recovery.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace aqueduct {
+
+LossTolerance ToleratesLoss(const Job& job, const std::string& worker_id) {
+  LossTolerance t;
+  const v1::DataParallelSpec& d = job.spec.data_parallel();
+  if (job.state != v1::JOB_RUNNING) {
+    t.why_not = "the job is not RUNNING";
+  } else if (d.mode() != "parameter_server" || d.consistency() != "async") {
+    t.why_not = "the job is not under the \"async\" parameter server";
+  } else if (job.stage_workers.size() != 1 || !job.has_plan ||
+             job.plan.stages_size() != 1) {
+    t.why_not = "the job is not one stage (other stages wait on a replica)";
+  } else if (job.plan.stages(0).tensor_parallel() > 1) {
+    t.why_not = "the stage is tensor-parallel";
+  }
+  if (!t.why_not.empty()) return t;
+  const std::vector<std::string>& replicas = job.stage_workers[0];
+  const auto it = std::find(replicas.begin(), replicas.end(), worker_id);
+  if (it == replicas.end()) {
+    t.why_not = "the worker runs no replica of the job";
+    return t;
+  }
+  for (const v1::ToleratedLoss& lost : job.tolerated_losses) {
+    if (lost.worker_id() == worker_id) {
+      t.why_not = "the worker is lost already";
+      return t;
+    }
+  }
+  const int replica = static_cast<int>(it - replicas.begin());
+  const int shards =
+      d.shards() > 0 ? d.shards() : static_cast<int>(replicas.size());
+  if (replica < shards) {
+    t.why_not = absl::StrCat("replica ", replica, " hosts parameter shard ",
+                             replica, " of ", shards);
+    return t;
+  }
+  t.tolerated = true;
+  t.stage = 0;
+  t.replica = replica;
+  return t;
+}
 
 Recovery::Recovery(const CoordinatorOptions& options, const Clock* clock,
                    absl::Mutex& mu, Registry& registry, JobTable& jobs,
@@ -142,6 +184,51 @@ void Recovery::ProbeWorkers(const std::string& job_id, int attempt,
   if (job != nullptr && job->attempt == attempt) {
     RestartOrFailLocked(*job, error);  // Nobody died: the stage did.
   }
+}
+
+bool Recovery::TolerateLossLocked(Job& job, const std::string& worker_id,
+                                  const std::string& reason) {
+  mu_.AssertHeld();
+  const LossTolerance t = ToleratesLoss(job, worker_id);
+  if (!t.tolerated) return false;
+  v1::ToleratedLoss& lost = job.tolerated_losses.emplace_back();
+  lost.set_worker_id(worker_id);
+  lost.set_stage(t.stage);
+  lost.set_replica(t.replica);
+  lost.set_at_ms(ToUnixMillisOr0(clock_->WallNow()));
+  lost.set_step(events_.StatusOf(job).step());
+  lost.set_reason(reason);
+  const int replicas = static_cast<int>(job.stage_workers[t.stage].size());
+  job.ledger.LoseReplica(t.stage, t.replica,
+                         job.spec.batch_size() / std::max(replicas, 1));
+  job.awaiting.erase(worker_id);
+  job.reserved.erase(
+      std::remove(job.reserved.begin(), job.reserved.end(), worker_id),
+      job.reserved.end());
+  ++job.version;
+  AQ_LOG_WARN(
+      "job {}: worker {} (stage {}, replica {}) lost at step {}, tolerated: "
+      "it hosts no parameter shard of the async job, which goes on with "
+      "{} replica(s): {}",
+      job.id, worker_id, t.stage, t.replica, lost.step(),
+      replicas - static_cast<int>(job.tolerated_losses.size()), reason);
+  auto status = registry_.Get(worker_id);
+  if (status.ok() && status->job_id() == job.id) {
+    const bool alive = status->state() != v1::WORKER_DEAD;
+    const std::string address = status->info().address();
+    registry_.Release(worker_id, job.id);
+    if (alive) {  // Its stage failed: the rest of it stops.
+      StopWorkers({{worker_id, address}}, job.id,
+                  absl::StrCat("the job goes on without it: ", reason),
+                  job.attempt);
+    }
+  }
+  size_t total = 0;
+  for (const auto& workers : job.stage_workers) total += workers.size();
+  if (job.ledger.finished() + job.tolerated_losses.size() >= total) {
+    events_.Transition(job, JobEvent::kAllReplicasFinished, "");
+  }
+  return true;
 }
 
 void Recovery::ReleaseWorkersLocked(Job& job, bool stop,

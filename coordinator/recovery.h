@@ -11,6 +11,11 @@
 // process is gone) is declared DEAD, so the restart names the worker that
 // died rather than the peer that noticed its connection close.
 //
+// A lost worker need not stop its job (issue 28): a replica of a
+// single-stage job under the "async" parameter server that hosts no shard
+// (ToleratesLoss) is let go, its loss recorded, and the others train on
+// (docs/operations.md, "Faults under data parallelism").
+//
 // Also here: a job's workers released and asked to stop when it ends.
 //
 // Thread-safety: thread-safe. The ...Locked methods require the core's
@@ -37,6 +42,21 @@
 
 namespace aqueduct {
 
+// Whether `job` goes on without `worker_id`: it is RUNNING under
+// data_parallel.mode "parameter_server" with consistency "async", its plan
+// is one stage (pure data parallelism: no other stage waits on a replica)
+// of tensor degree 1, and the worker is a replica of it whose index is at
+// least the shards' count (data_parallel.shards, else one per replica), so
+// that it hosts no shard and takes no part in gathering checkpoints. Not
+// for a worker lost already. Pure.
+struct LossTolerance {
+  bool tolerated = false;
+  int stage = -1, replica = -1;
+  // Why not, when not ("the job is not ...").
+  std::string why_not;
+};
+LossTolerance ToleratesLoss(const Job& job, const std::string& worker_id);
+
 class Recovery {
  public:
   // `mu` guards `registry`, `jobs` and `workers` (the core's mutex);
@@ -56,6 +76,13 @@ class Recovery {
   // alive (on the executor), declares those that refuse DEAD, then
   // restarts the job (or fails it); once per attempt.
   void ProbeLocked(Job& job, const std::string& error);
+  // `worker_id` is lost to `job` (DEAD, LEFT or FENCED, or its stage
+  // failed): when ToleratesLoss, records the loss (Job::tolerated_losses,
+  // the ledger), frees the worker, asks it to stop the attempt, ends the
+  // job when every other replica has finished, and returns true; otherwise
+  // false, and the caller restarts (or fails) the job as before.
+  bool TolerateLossLocked(Job& job, const std::string& worker_id,
+                          const std::string& reason);
   // The job ended: its workers are freed, and asked to stop when `stop`.
   void ReleaseWorkersLocked(Job& job, bool stop, const std::string& reason);
 

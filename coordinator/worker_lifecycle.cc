@@ -86,10 +86,10 @@ void WorkerLifecycle::HandleTransitions(
     Job* job = jobs_.Get(c.job_id);
     if (job == nullptr || IsFinal(job->state)) continue;
     job->awaiting.erase(c.worker_id);
-    events_.RestartOrFail(*job,
-                          absl::StrCat("worker ", c.worker_id, " (",
-                                       WhereInJob(*job, c.worker_id), ") is ",
-                                       WorkerStateName(c.to), ": ", c.detail));
+    events_.WorkerLost(*job, c.worker_id,
+                       absl::StrCat("worker ", c.worker_id, " (",
+                                    WhereInJob(*job, c.worker_id), ") is ",
+                                    WorkerStateName(c.to), ": ", c.detail));
   }
 }
 

@@ -55,14 +55,16 @@ TEST_F(WorkerLifecycleTest, ARegisteredWorkerIsScheduled) {
   EXPECT_EQ(registry_.IdleHealthyWorkers().size(), 1u);
 }
 
-TEST_F(WorkerLifecycleTest, AWorkerThatLeavesRestartsItsJob) {
+// The job learns it lost the worker (recovery.h decides whether it goes
+// on without it or restarts).
+TEST_F(WorkerLifecycleTest, AWorkerThatLeavesIsLostToItsJob) {
   ASSERT_TRUE(workers_.Register(Info("w1"), nullptr).ok());
   AddRunning("j1", "w1");
   registry_.Assign("w1", "j1", 0, 0);
   events_.calls.clear();
   ASSERT_TRUE(workers_.Deregister("w1", "i-w1").ok());
   ASSERT_EQ(events_.calls.size(), 1u);
-  EXPECT_EQ(events_.calls[0].rfind("restart j1 worker w1 (stage 0, replica "
+  EXPECT_EQ(events_.calls[0].rfind("lost j1 w1 worker w1 (stage 0, replica "
                                    "0) is LEFT",
                                    0),
             0u)

@@ -78,6 +78,8 @@ JobStatus StatusOf(
   }
   s.set_attempt(job.attempt);
   *s.mutable_restarts() = {job.restarts.begin(), job.restarts.end()};
+  *s.mutable_tolerated_losses() = {job.tolerated_losses.begin(),
+                                   job.tolerated_losses.end()};
   if (!job.checkpoints.empty()) {
     const v1::CheckpointManifest& latest = job.checkpoints.rbegin()->second;
     s.set_checkpoint_version(latest.version());

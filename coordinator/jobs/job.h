@@ -60,6 +60,9 @@ struct Job {
   int max_restarts = 3;
   std::vector<v1::RestartRecord> restarts;
   bool probing = false;
+  // Replicas this attempt lost and went on without (recovery.h
+  // ToleratesLoss); cleared by a restart.
+  std::vector<v1::ToleratedLoss> tolerated_losses;
   // The output stage committed a step since the latest restart.
   bool stepped_since_restart = false;
   // The training signal in the job's log: the last step whose loss, and

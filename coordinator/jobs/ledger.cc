@@ -50,6 +50,7 @@ void JobLedger::Rollback(int64_t version) {
   }
   finished_.clear();
   loss_shares_.clear();
+  lost_.clear();
   loss_curve_.erase(std::remove_if(loss_curve_.begin(), loss_curve_.end(),
                                    [version](const v1::LossPoint& p) {
                                      return p.minibatch() >= version;
@@ -101,15 +102,48 @@ void JobLedger::ApplyLosses(const v1::StageProgress& p) {
   }
   for (v1::LossPoint point : p.losses()) {
     if (point.samples() > 0 && point.samples() < batch_size_) {
-      auto& share = loss_shares_[point.minibatch()];
-      share.first += point.loss() * point.samples();
-      share.second += point.samples();
-      if (share.second < batch_size_) continue;
-      point.set_loss(share.first / share.second);
-      point.set_samples(share.second);
+      share_samples_[{p.stage(), p.replica()}] = point.samples();
+      LossShare& share = loss_shares_[point.minibatch()];
+      share.stage = p.stage();
+      share.sum += point.loss() * point.samples();
+      share.samples += point.samples();
+      share.replicas.insert(p.replica());
+      if (!Complete(share)) continue;
+      point.set_loss(share.sum / share.samples);
+      point.set_samples(share.samples);
       loss_shares_.erase(point.minibatch());
     }
     AddLossPoint(point);
+  }
+}
+
+bool JobLedger::Complete(const LossShare& share) const {
+  int64_t missing = 0;  // The lost replicas' shares it will never get.
+  for (const auto& [key, samples] : lost_) {
+    if (key.first == share.stage && share.replicas.count(key.second) == 0) {
+      missing += samples;
+    }
+  }
+  return share.samples + missing >= batch_size_;
+}
+
+void JobLedger::LoseReplica(int stage, int replica, int64_t samples) {
+  auto known = share_samples_.find({stage, replica});
+  lost_[{stage, replica}] =
+      known != share_samples_.end() ? known->second : samples;
+  // The minibatches that waited for its share only are whole now, in
+  // order.
+  for (auto it = loss_shares_.begin(); it != loss_shares_.end();) {
+    if (!Complete(it->second)) {
+      ++it;
+      continue;
+    }
+    v1::LossPoint point;
+    point.set_minibatch(it->first);
+    point.set_loss(it->second.sum / it->second.samples);
+    point.set_samples(it->second.samples);
+    AddLossPoint(point);
+    it = loss_shares_.erase(it);
   }
 }
 

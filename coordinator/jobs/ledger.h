@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,15 @@ class JobLedger {
       const std::vector<std::vector<std::string>>& stage_workers,
       const std::function<v1::WorkerState(const std::string&)>& state_of,
       v1::JobStatus* status) const;
+
+  // Replica `replica` of `stage` is lost and the job goes on without it
+  // (coordinator/recovery.h ToleratesLoss): a minibatch's loss is whole
+  // without its share, which is the samples its reports gave, else
+  // `samples`. Minibatches that waited only for it are added to the curve.
+  // Until the next Rollback.
+  void LoseReplica(int stage, int replica, int64_t samples);
+  // How many stage replicas have finished.
+  size_t finished() const { return finished_.size(); }
 
   // A restart from the checkpoint of `version`: every replica's committed
   // version and minibatches done go back to it, nothing is in flight or
@@ -118,9 +128,20 @@ class JobLedger {
   std::map<Key, Replica> replicas_;
   std::map<Key, bool> finished_;
   std::vector<v1::LossPoint> loss_curve_;
-  // Shares of minibatch losses from replicated output stages: (sum,
-  // samples) until the whole minibatch is in.
-  std::map<int64_t, std::pair<double, int64_t>> loss_shares_;
+  // Shares of minibatch losses from replicated output stages, until the
+  // whole minibatch is in (or all but the lost replicas' shares).
+  struct LossShare {
+    int stage = 0;
+    double sum = 0;
+    int64_t samples = 0;
+    std::set<int> replicas;  // Those whose share is in.
+  };
+  bool Complete(const LossShare& share) const;
+  std::map<int64_t, LossShare> loss_shares_;
+  // Each replica's share of a minibatch (samples), as last reported, and
+  // the lost replicas' (LoseReplica).
+  std::map<Key, int64_t> share_samples_;
+  std::map<Key, int64_t> lost_;
   int64_t loss_stride_ = 1;
   // (time_ms, step) points, at least throughput_gap_ms_ apart.
   std::vector<v1::ThroughputPoint> throughput_;

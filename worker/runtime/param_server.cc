@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace aqueduct {
@@ -153,6 +154,11 @@ void ParameterShard::Drop(int replica) {
   if (replica >= 0 && replica < config_.replicas) live_[replica] = false;
 }
 
+void ParameterShard::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (error_.ok() && !status.ok()) error_ = status;
+}
+
 absl::Status ParameterShard::WithState(
     const std::function<absl::Status(const Tensor&, const Optimizer&)>& fn) {
   absl::MutexLock lock(&mu_);
@@ -278,14 +284,21 @@ void ShardService::Serve(ParameterShard* shard, int k, Remote remote,
       if (drop_on_loss) {
         // Async: the others go on without this replica.
         shard->Drop(remote.replica);
+        AQ_LOG_WARN(
+            "parameter shard {}: replica {} (rank {}) dropped at step {}, "
+            "the others go on: {}",
+            k, remote.replica, remote.rank, clock, status.ToString());
         return;
       }
+      const absl::Status failed(
+          status.code(), absl::StrCat("parameter shard ", k, " serving rank ",
+                                      remote.rank, ": ", status.message()));
+      // The shard's own replica may be waiting in a Pull for this one's
+      // push: it fails now (a peer that died is seen at once, its
+      // connection closed) instead of at its deadline.
+      shard->Fail(failed);
       absl::MutexLock lock(&mu_);
-      if (error_.ok()) {
-        error_ = absl::Status(
-            status.code(), absl::StrCat("parameter shard ", k, " serving rank ",
-                                        remote.rank, ": ", status.message()));
-      }
+      if (error_.ok()) error_ = failed;
       return;
     }
   });

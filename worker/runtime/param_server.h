@@ -81,6 +81,11 @@ class ParameterShard {
                                absl::Time deadline);
   // Async: replica `replica` is lost; no wait counts on it any more.
   void Drop(int replica);
+  // Sync and bounded: a replica is lost (its service thread failed with
+  // `status`); every Push and Pull, waiting or to come, returns it, so that
+  // this replica's stage fails now rather than at its deadline. The first
+  // error stays.
+  void Fail(const absl::Status& status);
 
   // Under the shard's lock: its weights and optimizer (checkpoints).
   absl::Status WithState(

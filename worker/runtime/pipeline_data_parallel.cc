@@ -315,8 +315,7 @@ absl::Status PipelineStage::PushAndPull(int64_t m, float* flat) {
   for (size_t k = 0; k < shards; ++k) {
     const auto [lo, hi] = shard_range_[k];
     if (recvs[k] == nullptr) {
-      ASSIGN_OR_RETURN(shard_base_[k],
-                       shards_[k]->Pull(replica_, m, flat + lo, deadline));
+      ASSIGN_OR_RETURN(shard_base_[k], PullLocal(k, m, flat + lo, deadline));
       continue;
     }
     ASSIGN_OR_RETURN(const std::string message, recvs[k]->Wait(deadline));
@@ -326,6 +325,28 @@ absl::Status PipelineStage::PushAndPull(int64_t m, float* flat) {
   }
   for (auto& send : sends) RETURN_IF_ERROR(send->Wait(deadline));
   return absl::OkStatus();
+}
+
+// A pull from this replica's own shard, in slices: a stop ends it (a wait
+// on a peer over the communicator ends when the communicator is aborted).
+absl::StatusOr<int64_t> PipelineStage::PullLocal(size_t k, int64_t m,
+                                                 float* out,
+                                                 absl::Time deadline) {
+  for (;;) {
+    const absl::Time slice =
+        std::min(deadline, absl::Now() + absl::Milliseconds(100));
+    absl::StatusOr<int64_t> got = shards_[k]->Pull(replica_, m, out, slice);
+    if (got.ok() ||
+        got.status().code() != absl::StatusCode::kDeadlineExceeded ||
+        slice >= deadline) {
+      return got;
+    }
+    if (options_.stop != nullptr && options_.stop->load()) {
+      return absl::CancelledError(
+          absl::StrCat(Who(), " stopped waiting for parameter shard ", k,
+                       " after step ", m));
+    }
+  }
 }
 
 // Every element has one owner (a ZeRO part, a hosted shard), which writes

@@ -269,6 +269,8 @@ class PipelineStage {
   absl::Status StepSharded(const ParameterSet& from, const ParameterSet& to);
   absl::Status ExchangeWithShards(int64_t m);
   absl::Status PushAndPull(int64_t m, float* flat);
+  absl::StatusOr<int64_t> PullLocal(size_t k, int64_t m, float* out,
+                                    absl::Time deadline);
   // A whole optimizer (and, for the parameter server, whole weights in
   // `*params`) gathered over the replicas for a checkpoint.
   absl::StatusOr<std::unique_ptr<Optimizer>> GatherWholeState(

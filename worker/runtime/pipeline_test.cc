@@ -1459,5 +1459,38 @@ TEST(PipelineTest, ParameterServerStalenessWithASlowReplica) {
   }
 }
 
+// A stop ends a replica waiting for its own parameter shard (a sync pull
+// that waits for a replica that never pushes) long before the deadline,
+// and the shard's service thread with it.
+TEST(PipelineTest, StopEndsAWaitForTheParameterShard) {
+  JobSpec spec = *ParseJobSpec(kMlp, "test");
+  spec.mutable_data_parallel()->set_mode("parameter_server");
+  auto job = ValidateJobSpec(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto data = LoadData(spec.data(), FileAccess::Anywhere());
+  auto hub = std::make_shared<InMemoryHub>(2);
+  CpuDevice device(CpuDeviceOptions{1});
+  InMemoryCommunicator comm(hub, 0);
+  std::atomic<bool> stop{false};
+  PipelineStage::Options options;
+  options.timeout = absl::Seconds(60);
+  options.stop = &stop;
+  PipelineStage stage(job->model.get(), spec,
+                      Layout(v1::SCHEDULE_1F1B_FLUSH, {0}, {2}, 12, 2, 10), 0,
+                      0, &device, &comm, &data->train,
+                      *InitParameters(*job->model, 0, 10, &device), options);
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    stop = true;
+    comm.Abort();
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status s = stage.Run();
+  stopper.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_NE(s.message().find("parameter shard"), std::string::npos) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 }  // namespace
 }  // namespace aqueduct

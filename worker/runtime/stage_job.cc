@@ -40,6 +40,22 @@ ProgressAccumulator* ProgressOf(const JobEnv& env, int stage) {
   return it != env.chunk_progress.end() ? it->second : env.progress;
 }
 
+// Whether replica `replica` of `stage` takes part in gathering the stage's
+// sharded optimizer state at a checkpoint (ZeRO-1: every replica; the
+// parameter server: the replicas that host shards), so that it must learn
+// when one is due as replica 0 does (PipelineStage::StateGroup).
+bool GathersShardedState(const JobSpec& spec, const PipelineLayout& pipeline,
+                         int stage, int replica) {
+  const int replicas = pipeline.Replicas(stage);
+  if (replicas <= 1 || spec.checkpoint().dir().empty()) return false;
+  const v1::DataParallelSpec& d = spec.data_parallel();
+  if (d.mode() == "parameter_server") {
+    const int shards = d.shards() > 0 ? d.shards() : replicas;
+    return replica < shards;
+  }
+  return d.shard_optimizer();
+}
+
 // What the job may open: env.files, its reads stopped with the job.
 FileAccess JobFiles(const JobEnv& env) {
   FileAccess files = env.files;
@@ -456,8 +472,12 @@ PipelineStage::Options PipelineJob::StageOptions(Held& held) {
   options.tensor_group = tensor_group_.get();
   // A tensor group's members all gather at a checkpoint (replica 0's);
   // member 0 writes.
-  const bool gathers = Degree() > 1 && layout_.replica == 0 &&
-                       !a_.spec().checkpoint().dir().empty();
+  // So do the replicas that hold part of a sharded optimizer state (and
+  // their members).
+  const bool gathers = (Degree() > 1 && layout_.replica == 0 &&
+                        !a_.spec().checkpoint().dir().empty()) ||
+                       GathersShardedState(a_.spec(), layout_.pipeline,
+                                           held.stage, layout_.replica);
   if (held.writer != nullptr || gathers) {
     options.checkpoint_every = a_.spec().checkpoint().every_steps();
     options.checkpoint_at = env_.checkpoint_at;
