@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/terminal_text.h"
 
 namespace aqueduct {
@@ -62,6 +63,11 @@ std::string Figures(const JobStatus& job, bool with_stages) {
                     absl::StrFormat(" | stage %d v%d util %.0f%% p50 %.1f ms",
                                     s.stage(), s.committed_version(),
                                     100 * s.utilization(), s.step_ms_p50()));
+    if (s.staleness_histogram_size() > 0) {
+      // Data parallelism's parameter server: how stale its updates were.
+      absl::StrAppend(&out, " staleness [",
+                      absl::StrJoin(s.staleness_histogram(), " "), "]");
+    }
   }
   return out;
 }

@@ -60,6 +60,15 @@ TEST(JobSummaryTest, FiguresOnceReported) {
             "job-7 mlp RUNNING step 10/32 loss 0.6931 123 samples/s");
 }
 
+TEST(JobSummaryTest, StalenessOfAParameterServer) {
+  JobStatus job = Reported();
+  for (int64_t c : {120, 30, 2})
+    job.mutable_stages(0)->add_staleness_histogram(c);
+  EXPECT_EQ(JobSummary(job),
+            "job-7 mlp RUNNING step 10/32 loss 0.6931 123 samples/s | stage 0 "
+            "v10 util 50% p50 3.2 ms staleness [120 30 2]");
+}
+
 TEST(JobSummaryTest, NoThroughputBeforeItIsMeasured) {
   JobStatus job = Reported();
   job.set_samples_per_second(0);

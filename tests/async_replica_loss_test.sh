@@ -97,6 +97,14 @@ grep -Eq "^lost at step [0-9]+, tolerated: worker $victim \(stage 0, replica 3\)
 [ "$(json '[(l["worker_id"], l.get("replica", 0)) for l in d.get("tolerated_losses", [])]' <"$tmp/status.json")" = "[('$victim', 3)]" ] ||
   fail "$id: tolerated_losses in JSON: $(cat "$tmp/status.json")"
 lost_step=$(json 'int(d["tolerated_losses"][0].get("step", 0))' <"$tmp/status.json")
+# The shards' staleness histogram reaches the status: the 2 shards applied
+# 2 pushes a step from each live replica (some stale), the stage's
+# optimizer state is there.
+applied=$(json 'sum(int(c) for c in d["stages"][0].get("staleness_histogram", []))' <"$tmp/status.json")
+[ "$applied" -gt 1000 ] || fail "$id: the staleness histogram counts $applied updates: $(cat "$tmp/status.json")"
+[ "$(json 'int(d["stages"][0].get("optimizer_state_bytes", 0)) > 0' <"$tmp/status.json")" = True ] ||
+  fail "$id: no optimizer state in the status: $(cat "$tmp/status.json")"
+echo "staleness applied by the shards: $(json 'd["stages"][0]["staleness_histogram"]' <"$tmp/status.json")"
 aq logs "$id" >"$tmp/job.log" 2>&1 || fail "aq logs $id: $(cat "$tmp/job.log")"
 grep -q "worker $victim (stage 0, replica 3) lost at step [0-9]*, tolerated" "$tmp/job.log" ||
   fail "$id: the job's log has no line of the loss: $(tail -20 "$tmp/job.log")"

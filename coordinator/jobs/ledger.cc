@@ -25,6 +25,13 @@ void MaxMemory(const v1::StageProgress& m, v1::StageStatus* stage) {
       std::max(stage->peak_stashed_versions(), m.peak_stashed_versions()));
   stage->set_peak_in_flight(
       std::max(stage->peak_in_flight(), m.peak_in_flight()));
+  stage->set_optimizer_state_bytes(
+      std::max(stage->optimizer_state_bytes(), m.optimizer_state_bytes()));
+  auto* total = stage->mutable_staleness_histogram();
+  for (int s = 0; s < m.staleness_histogram_size(); ++s) {
+    if (s == total->size()) total->Add(0);
+    total->Set(s, total->Get(s) + m.staleness_histogram(s));
+  }
 }
 
 }  // namespace
@@ -91,6 +98,8 @@ void JobLedger::ApplyCounters(Replica& l, const v1::StageProgress& p,
     l.memory.set_stashed_activation_bytes(p.stashed_activation_bytes());
     l.memory.set_peak_stashed_versions(p.peak_stashed_versions());
     l.memory.set_peak_in_flight(p.peak_in_flight());
+    l.memory.set_optimizer_state_bytes(p.optimizer_state_bytes());
+    *l.memory.mutable_staleness_histogram() = p.staleness_histogram();
   }
 }
 

@@ -47,6 +47,30 @@ TEST(JobLedgerTest, StatusAggregatesReplicasAndRates) {
   EXPECT_DOUBLE_EQ(s.samples_per_second(), 64.0);
 }
 
+// Data parallelism: the stage shows the most optimizer state a replica
+// keeps and its replicas' staleness histograms summed (each report carries
+// its shards' counts so far: the latest counts, not the sum of reports).
+TEST(JobLedgerTest, OptimizerStateAndStalenessOfTheReplicas) {
+  JobLedger ledger(64);
+  auto report = [](int replica, int64_t bytes, std::vector<int64_t> counts) {
+    v1::StageProgress p = Report(0, replica, 5);
+    p.set_peak_rss_bytes(1);
+    p.set_optimizer_state_bytes(bytes);
+    for (int64_t c : counts) p.add_staleness_histogram(c);
+    return p;
+  };
+  ledger.Apply("w0", report(0, 400, {1, 1}), kT0);
+  ledger.Apply("w0", report(0, 400, {3, 2}), kT0);
+  ledger.Apply("w1", report(1, 500, {4, 0, 1}), kT0);
+  v1::JobStatus s;
+  ledger.FillStatus({{"w0", "w1"}}, Healthy, &s);
+  ASSERT_EQ(s.stages_size(), 1);
+  EXPECT_EQ(s.stages(0).optimizer_state_bytes(), 500);
+  EXPECT_EQ(std::vector<int64_t>(s.stages(0).staleness_histogram().begin(),
+                                 s.stages(0).staleness_histogram().end()),
+            (std::vector<int64_t>{7, 2, 1}));
+}
+
 // A report carries its run's bytes so far, and later reports repeat them
 // (the output stage's last, after its evaluation, did): the stage's bytes
 // are the count, not the sum of the reports; a restart's run adds its own.

@@ -177,6 +177,19 @@ absl::Status PipelineStage::Restore(const SafetensorsFile& part) {
   return absl::OkStatus();
 }
 
+void PipelineStage::CountShardStats() {
+  stats_.staleness_histogram.clear();
+  stats_.shard_updates = 0;
+  for (const auto& shard : shards_) {
+    if (shard == nullptr) continue;
+    const std::vector<int64_t> h = shard->StalenessHistogram();
+    auto& total = stats_.staleness_histogram;
+    if (total.size() < h.size()) total.resize(h.size(), 0);
+    for (size_t s = 0; s < h.size(); ++s) total[s] += h[s];
+    stats_.shard_updates += shard->updates();
+  }
+}
+
 int64_t PipelineStage::StateBytes() const {
   int64_t bytes = 0;
   auto add = [&](const Optimizer& optimizer) {
@@ -253,6 +266,7 @@ absl::Status PipelineStage::Update(int64_t m, const ParameterSet& from,
       RETURN_IF_ERROR(ExchangeWithShards(m));
       CopyRange(device_, flat_layout_, to, 0, flat_layout_.total, flat_grads_,
                 false);
+      CountShardStats();
       return absl::OkStatus();
     default:
       return optimizer_->StepFrom(from, to, grads_);

@@ -315,14 +315,7 @@ absl::Status PipelineStage::Finish() {
     service_->Join();
     RETURN_IF_ERROR(service_->status());
   }
-  for (const auto& shard : shards_) {
-    if (shard == nullptr) continue;
-    const std::vector<int64_t> h = shard->StalenessHistogram();
-    auto& total = stats_.staleness_histogram;
-    if (total.size() < h.size()) total.resize(h.size(), 0);
-    for (size_t s = 0; s < h.size(); ++s) total[s] += h[s];
-    stats_.shard_updates += shard->updates();
-  }
+  CountShardStats();
   while (!pending_sends_.empty()) {
     RETURN_IF_ERROR(
         pending_sends_.front()->Wait(absl::Now() + options_.timeout));

@@ -276,6 +276,8 @@ class PipelineStage {
   absl::StatusOr<std::unique_ptr<Optimizer>> GatherWholeState(
       ParameterSet* params);
   int64_t StateBytes() const;
+  // The hosted shards' staleness histogram and updates, into stats_.
+  void CountShardStats();
   int Replicas() const { return layout_.Replicas(stage_); }
   bool Sharded() const {
     return dp_ == DataParallel::kZero || dp_ == DataParallel::kParameterServer;

@@ -124,6 +124,9 @@ void ProgressAccumulator::OnStepLocked(const StageEvent& e,
   pending_.set_stashed_activation_bytes(stats.stashed_activation_bytes_peak);
   pending_.set_peak_stashed_versions(stats.peak_stashed_versions);
   pending_.set_peak_in_flight(stats.peak_in_flight);
+  pending_.set_optimizer_state_bytes(stats.optimizer_state_bytes);
+  pending_.mutable_staleness_histogram()->Assign(
+      stats.staleness_histogram.begin(), stats.staleness_histogram.end());
 }
 
 TraceEvent* ProgressAccumulator::AddTraceLocked(std::string name,
