@@ -415,19 +415,21 @@ absl::Status ValidateParameterServer(const v1::DataParallelSpec& d,
         "data_parallel.consistency=\"", c,
         "\" must be \"sync\", \"bounded\" or \"async\" (\"\": sync)"));
   }
-  if (d.staleness() < 0 || d.staleness() > 1000) {
+  // A shard keeps up to (S + 1) x replicas gradients of its range.
+  if (d.staleness() < 0 || d.staleness() > 32) {
     return absl::InvalidArgumentError(
         absl::StrCat("data_parallel.staleness=", d.staleness(),
-                     " must be between 0 and 1000"));
+                     " must be between 0 and 32"));
   }
   if (d.staleness() > 0 && c != "bounded") {
     return absl::InvalidArgumentError(
         absl::StrCat("data_parallel.staleness=", d.staleness(),
                      " applies to consistency \"bounded\" only"));
   }
-  if (d.shards() < 0 || d.shards() > 1024) {
+  // A host runs a service thread per hosted shard and remote replica.
+  if (d.shards() < 0 || d.shards() > 256) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data_parallel.shards=", d.shards(), " must be between 0 and 1024"));
+        "data_parallel.shards=", d.shards(), " must be between 0 and 256"));
   }
   if (spec.optimizer().clip_grad_norm() > 0) {
     return absl::InvalidArgumentError(

@@ -486,9 +486,9 @@ TEST(SpecTest, DataParallelFieldsAreChecked) {
             "data_parallel.staleness=2 applies to consistency \"bounded\" "
             "only");
   EXPECT_EQ(error(ps + "consistency: \"bounded\" staleness: -1"),
-            "data_parallel.staleness=-1 must be between 0 and 1000");
+            "data_parallel.staleness=-1 must be between 0 and 32");
   EXPECT_EQ(error(ps + "shards: 5000"),
-            "data_parallel.shards=5000 must be between 0 and 1024");
+            "data_parallel.shards=5000 must be between 0 and 256");
   EXPECT_NE(error(ps, "clip_grad_norm: 1").find("no replica holds"),
             std::string::npos);
   EXPECT_NE(error(ps + "shard_optimizer: true").find("for mode \"allreduce\""),

@@ -123,6 +123,20 @@ ParameterSet FlatRangeViews(const ParameterSet& like, const FlatLayout& layout,
   return views;
 }
 
+absl::Status CopyRangeHost(Device* device, const FlatLayout& layout,
+                           const ParameterSet& set, int64_t lo, int64_t hi,
+                           float* host, bool to_host) {
+  absl::Status status;
+  ForEachOverlap(set, layout, lo, hi, [&](size_t t, int64_t a, int64_t b) {
+    if (!status.ok()) return;
+    const int64_t start = a - layout.offset[t];
+    const Tensor in_set = FlatSlice(set.tensors[t], start, start + (b - a));
+    status = to_host ? device->CopyToHost(in_set, host + (a - lo))
+                     : device->CopyFromHost(host + (a - lo), in_set);
+  });
+  return status;
+}
+
 void CopyRange(Device* device, const FlatLayout& layout,
                const ParameterSet& set, int64_t lo, int64_t hi,
                const Tensor& flat_range, bool to_flat) {
@@ -152,13 +166,18 @@ std::map<std::string, Tensor> StateByName(const Optimizer& optimizer) {
 absl::Status ForEachStatePair(
     const Optimizer& shard, const std::vector<int64_t>& starts,
     const Optimizer& whole,
-    const std::function<void(const Tensor& part, const Tensor& in_whole)>& fn) {
+    const std::function<absl::Status(const Tensor& part,
+                                     const Tensor& in_whole)>& fn) {
   const std::map<std::string, Tensor> all = StateByName(whole);
   const auto state = shard.State();
-  if (starts.empty() && !state.empty()) {
-    return absl::InternalError("a sharded optimizer without its views");
+  if (state.empty()) return absl::OkStatus();
+  // State() lists the same number of state tensors for every view.
+  if (starts.empty() || state.size() % starts.size() != 0) {
+    return absl::InternalError(
+        absl::StrCat("a sharded optimizer of ", state.size(),
+                     " state tensors over ", starts.size(), " views"));
   }
-  const size_t per_view = starts.empty() ? 0 : state.size() / starts.size();
+  const size_t per_view = state.size() / starts.size();
   for (size_t i = 0; i < state.size(); ++i) {
     auto it = all.find(state[i].first);
     if (it == all.end()) {
@@ -167,7 +186,8 @@ absl::Status ForEachStatePair(
     }
     const Tensor& part = state[i].second;
     const int64_t start = starts[i / per_view];
-    fn(part, FlatSlice(it->second, start, start + part.numel()));
+    RETURN_IF_ERROR(
+        fn(part, FlatSlice(it->second, start, start + part.numel())));
   }
   return absl::OkStatus();
 }
@@ -176,19 +196,27 @@ absl::Status ForEachStatePair(
 
 absl::Status CopyStateToWhole(const Optimizer& shard,
                               const std::vector<int64_t>& starts,
-                              const Optimizer& whole, Device* device) {
+                              const Optimizer& whole, Device* device,
+                              bool shard_on_host) {
   return ForEachStatePair(shard, starts, whole,
                           [&](const Tensor& part, const Tensor& in_whole) {
+                            if (shard_on_host)
+                              return device->CopyFromHost(part.f32(), in_whole);
                             device->Copy(part, in_whole);
+                            return absl::OkStatus();
                           });
 }
 
 absl::Status CopyStateFromWhole(const Optimizer& whole,
                                 const std::vector<int64_t>& starts,
-                                const Optimizer& shard, Device* device) {
+                                const Optimizer& shard, Device* device,
+                                bool shard_on_host) {
   return ForEachStatePair(shard, starts, whole,
                           [&](const Tensor& part, const Tensor& in_whole) {
+                            if (shard_on_host)
+                              return device->CopyToHost(in_whole, part.f32());
                             device->Copy(in_whole, part);
+                            return absl::OkStatus();
                           });
 }
 
@@ -212,6 +240,7 @@ BucketReducer::~BucketReducer() {
   {
     absl::MutexLock lock(&mu_);
     quit_ = true;
+    queue_.clear();  // What was not started is dropped.
   }
   if (thread_.joinable()) thread_.join();
 }

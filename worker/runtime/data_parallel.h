@@ -88,19 +88,28 @@ void CopyRange(Device* device, const FlatLayout& layout,
                const ParameterSet& set, int64_t lo, int64_t hi,
                const Tensor& flat_range, bool to_flat);
 
+// The same between `set`'s tensors (on `device`) and host memory `host`
+// (hi - lo floats): into the host memory when `to_host`.
+absl::Status CopyRangeHost(Device* device, const FlatLayout& layout,
+                           const ParameterSet& set, int64_t lo, int64_t hi,
+                           float* host, bool to_host);
+
 // A view of elements [begin, end) of a flat tensor.
 Tensor FlatSlice(const Tensor& flat, int64_t begin, int64_t end);
 
 // Copies between a sharded optimizer's state (of the views RangeViews made,
 // starting at `starts` within their tensors) and a whole optimizer's state
-// (same names; "<param>.<state>"). To a whole optimizer: only the views'
-// elements are written.
+// (same names; "<param>.<state>") on `device`. To a whole optimizer: only
+// the views' elements are written. `shard_on_host`: the sharded state is
+// in host memory (a parameter shard's own CPU device), not on `device`.
 absl::Status CopyStateToWhole(const Optimizer& shard,
                               const std::vector<int64_t>& starts,
-                              const Optimizer& whole, Device* device);
+                              const Optimizer& whole, Device* device,
+                              bool shard_on_host = false);
 absl::Status CopyStateFromWhole(const Optimizer& whole,
                                 const std::vector<int64_t>& starts,
-                                const Optimizer& shard, Device* device);
+                                const Optimizer& shard, Device* device,
+                                bool shard_on_host = false);
 
 // Runs `fn` on the floats of `t` in host memory: in place on a device whose
 // memory the host addresses (the CPU), else through a host copy written

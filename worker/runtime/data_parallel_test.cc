@@ -129,8 +129,11 @@ TEST(BucketReducerTest, ThreadedBucketsSumAcrossTheRing) {
 }
 
 // A shard of 2 floats under plain SGD (lr 1): weights -= summed gradient.
-std::unique_ptr<ParameterShard> Shard(Device* device, Consistency c, int S,
-                                      int replicas, int64_t steps) {
+// (On a CPU device of its own, as the stages make them.)
+std::unique_ptr<ParameterShard> Shard(Consistency c, int S, int replicas,
+                                      int64_t steps) {
+  auto own = std::make_unique<CpuDevice>(CpuDeviceOptions{1});
+  Device* device = own.get();
   JobSpec spec = *ParseJobSpec(
       "model { layers { linear { in_features: 1 out_features: 2 } } } "
       "optimizer { sgd { lr: 1 } }",
@@ -144,15 +147,14 @@ std::unique_ptr<ParameterShard> Shard(Device* device, Consistency c, int S,
   auto optimizer =
       *CreateOptimizer(spec.optimizer(), views, device, steps, nullptr);
   ParameterShard::Config config{0, replicas, c, S, 0, steps};
-  return std::make_unique<ParameterShard>(config, device, w, views, g,
+  return std::make_unique<ParameterShard>(config, std::move(own), w, views, g,
                                           grad_views, std::move(optimizer));
 }
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
 
 TEST(ParameterShardTest, SyncSumsEveryReplicaThenSteps) {
-  CpuDevice device(CpuDeviceOptions{1});
-  auto shard = Shard(&device, Consistency::kSync, 0, 2, 4);
+  auto shard = Shard(Consistency::kSync, 0, 2, 4);
   const float g0[] = {1, 2}, g1[] = {10, 20};
   ASSERT_TRUE(shard->Push(1, 0, 0, g1).ok());
   float out[2];
@@ -168,6 +170,9 @@ TEST(ParameterShardTest, SyncSumsEveryReplicaThenSteps) {
   EXPECT_EQ(out[0], -11.0f);
   EXPECT_EQ(out[1], -22.0f);
   EXPECT_EQ(shard->StalenessHistogram(), std::vector<int64_t>{2});
+  // A gradient of an update the shard has not made is refused.
+  EXPECT_EQ(shard->Push(0, 1, 7, g0).code(),
+            absl::StatusCode::kInvalidArgument);
   // A push out of turn is refused, naming the step due.
   const absl::Status twice = shard->Push(0, 0, 1, g0);
   EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
@@ -176,8 +181,7 @@ TEST(ParameterShardTest, SyncSumsEveryReplicaThenSteps) {
 }
 
 TEST(ParameterShardTest, BoundedLetsAReplicaRunSStepsAheadAndNoFurther) {
-  CpuDevice device(CpuDeviceOptions{1});
-  auto shard = Shard(&device, Consistency::kBounded, 2, 2, 10);
+  auto shard = Shard(Consistency::kBounded, 2, 2, 10);
   const float g[] = {1, 1};
   float out[2];
   auto quick = [] { return absl::Now() + absl::Milliseconds(20); };
@@ -198,8 +202,7 @@ TEST(ParameterShardTest, BoundedLetsAReplicaRunSStepsAheadAndNoFurther) {
 }
 
 TEST(ParameterShardTest, AsyncAppliesEveryPushAndDropsALostReplica) {
-  CpuDevice device(CpuDeviceOptions{1});
-  auto shard = Shard(&device, Consistency::kAsync, 0, 3, 2);
+  auto shard = Shard(Consistency::kAsync, 0, 3, 2);
   const float g[] = {1, 0};
   float out[2];
   ASSERT_TRUE(shard->Push(0, 0, 0, g).ok());

@@ -15,12 +15,12 @@ Consistency ConsistencyOf(const std::string& name) {
   return Consistency::kSync;
 }
 
-ParameterShard::ParameterShard(Config config, Device* device, Tensor weights,
-                               ParameterSet views, Tensor grads,
+ParameterShard::ParameterShard(Config config, std::unique_ptr<Device> device,
+                               Tensor weights, ParameterSet views, Tensor grads,
                                ParameterSet grad_views,
                                std::unique_ptr<Optimizer> optimizer)
     : config_(config),
-      device_(device),
+      device_(std::move(device)),
       weights_(std::move(weights)),
       grads_(std::move(grads)),
       views_(std::move(views)),
@@ -76,6 +76,11 @@ absl::Status ParameterShard::Push(int replica, int64_t clock, int64_t base,
         " pushed step ", clock, " where step ",
         replica >= 0 && replica < config_.replicas ? pushed_[replica] : -1,
         " was due"));
+  }
+  if (base < 0 || base > updates_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter shard ", config_.index, ": replica ", replica,
+        " pushed a gradient of update ", base, " at update ", updates_));
   }
   ++pushed_[replica];
   const auto n = static_cast<size_t>(size());
@@ -183,6 +188,26 @@ int64_t ParameterShard::updates() const {
   return updates_;
 }
 
+absl::StatusOr<int64_t> PullUntil(ParameterShard& shard, int replica,
+                                  int64_t clock, float* out,
+                                  absl::Time deadline,
+                                  const std::atomic<bool>* stop) {
+  for (;;) {
+    const absl::Time slice =
+        std::min(deadline, absl::Now() + absl::Milliseconds(100));
+    absl::StatusOr<int64_t> got = shard.Pull(replica, clock, out, slice);
+    if (got.ok() ||
+        got.status().code() != absl::StatusCode::kDeadlineExceeded ||
+        slice >= deadline) {
+      return got;
+    }
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat(
+          "stopped waiting for parameter shard after step ", clock));
+    }
+  }
+}
+
 namespace {
 
 // Bit 61 set, 60 and 62 clear: apart from frames (minibatch << 25, far
@@ -239,8 +264,9 @@ absl::StatusOr<int64_t> DecodeShardMessage(const std::string& message,
 }
 
 ShardService::ShardService(Communicator* comm, int chunk,
-                           absl::Duration timeout)
-    : comm_(comm), chunk_(chunk), timeout_(timeout) {}
+                           absl::Duration timeout,
+                           const std::atomic<bool>* stop)
+    : comm_(comm), chunk_(chunk), timeout_(timeout), stop_(stop) {}
 
 ShardService::~ShardService() { Join(); }
 
@@ -267,8 +293,8 @@ absl::Status ShardService::Answer(ParameterShard* shard, int k, Remote remote,
                    DecodeShardMessage(push, clock, buffer.data(), n));
   RETURN_IF_ERROR(shard->Push(remote.replica, clock, base, buffer.data()));
   ASSIGN_OR_RETURN(const int64_t update,
-                   shard->Pull(remote.replica, clock, buffer.data(),
-                               absl::Now() + timeout_));
+                   PullUntil(*shard, remote.replica, clock, buffer.data(),
+                             absl::Now() + timeout_, stop_));
   return comm_
       ->Send(remote.rank, PullTag(chunk_, k, clock),
              EncodeShardMessage(clock, update, buffer.data(), n))

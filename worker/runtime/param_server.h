@@ -27,6 +27,7 @@
 #ifndef AQUEDUCT_WORKER_RUNTIME_PARAM_SERVER_H_
 #define AQUEDUCT_WORKER_RUNTIME_PARAM_SERVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,18 +61,22 @@ class ParameterShard {
     // The steps (clocks) the job runs: [first_clock, last_clock).
     int64_t first_clock = 0, last_clock = 0;
   };
+  // `device`: the shard's own (a CPU device: service threads use it while
+  // the stage's thread uses the stage's, and a Device has one user at a
+  // time), on which the tensors and the optimizer's state live.
   // `weights`: the shard's elements as one flat tensor, and `views` the
   // named views of it the optimizer steps (worker/runtime/data_parallel.h
-  // RangeViews); `grads` holds the summed gradient, with `grad_views` its
-  // views. `updates`: the optimizer's steps so far.
-  ParameterShard(Config config, Device* device, Tensor weights,
+  // FlatRangeViews); `grads` holds the summed gradient, with `grad_views`
+  // its views.
+  ParameterShard(Config config, std::unique_ptr<Device> device, Tensor weights,
                  ParameterSet views, Tensor grads, ParameterSet grad_views,
                  std::unique_ptr<Optimizer> optimizer);
 
   int64_t size() const { return weights_.numel(); }
 
   // Replica `replica`'s gradient of step `clock` (size() floats, host
-  // memory), computed on weights of update `base`.
+  // memory), computed on weights of update `base` (0 <= base <= the
+  // updates so far: INVALID_ARGUMENT otherwise).
   absl::Status Push(int replica, int64_t clock, int64_t base,
                     const float* grad);
   // After replica `replica`'s push of step `clock`: waits until the
@@ -115,7 +120,7 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Config config_;
-  Device* const device_;
+  const std::unique_ptr<Device> device_;  // Outlives the tensors below.
   const Tensor weights_, grads_;
   const ParameterSet views_, grad_views_;
   mutable absl::Mutex mu_;
@@ -128,6 +133,13 @@ class ParameterShard {
   std::vector<int64_t> histogram_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
+
+// shard->Pull in slices of at most 100 ms, ending with CANCELLED once
+// `stop` (may be null) is set.
+absl::StatusOr<int64_t> PullUntil(ParameterShard& shard, int replica,
+                                  int64_t clock, float* out,
+                                  absl::Time deadline,
+                                  const std::atomic<bool>* stop);
 
 // Message tags of the parameter server (apart from frames' and groups').
 uint64_t PushTag(int chunk, int shard, int64_t clock);
@@ -152,7 +164,9 @@ class ShardService {
     int replica;
     int rank;
   };
-  ShardService(Communicator* comm, int chunk, absl::Duration timeout);
+  // `stop` (may be null): when set, a wait for a pull ends.
+  ShardService(Communicator* comm, int chunk, absl::Duration timeout,
+               const std::atomic<bool>* stop = nullptr);
   ~ShardService();
   ShardService(const ShardService&) = delete;
   ShardService& operator=(const ShardService&) = delete;
@@ -173,6 +187,7 @@ class ShardService {
   Communicator* const comm_;
   const int chunk_;
   const absl::Duration timeout_;
+  const std::atomic<bool>* const stop_;
   mutable absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;

@@ -6,11 +6,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/device/cpu_device.h"
 #include "common/status.h"
 #include "worker/nn/training_state.h"
 #include "worker/runtime/pipeline_stage.h"
 
 namespace aqueduct {
+
+PipelineStage::~PipelineStage() {
+  for (const auto& shard : shards_) {
+    if (shard != nullptr) shard->Fail(absl::CancelledError("the stage ended"));
+  }
+  service_.reset();
+}
 
 absl::Status PipelineStage::CreateWholeOptimizer() {
   ASSIGN_OR_RETURN(optimizer_,
@@ -60,11 +68,7 @@ absl::Status PipelineStage::PrepareParameterServer() {
   const v1::DataParallelSpec& d = spec_.data_parallel();
   const int replicas = Replicas();
   const int shards = d.shards() > 0 ? d.shards() : replicas;
-  const Consistency consistency = ConsistencyOf(d.consistency());
-  // Async: every push is a step of its own.
-  const int64_t steps = consistency == Consistency::kAsync
-                            ? layout_.num_minibatches * replicas
-                            : layout_.num_minibatches;
+  RETURN_IF_ERROR(CheckTiesForShards());
   if (shards < replicas) {
     // Only the replicas that host shards gather them for checkpoints: a
     // replica that hosts none may be lost (async) without stopping them.
@@ -76,28 +80,76 @@ absl::Status PipelineStage::PrepareParameterServer() {
   for (int k = 0; k < shards; ++k) {
     const ProcessGroup::Part part =
         ProcessGroup::PartOf(flat_layout_.total, shards, k);
-    const auto lo = static_cast<int64_t>(part.begin);
-    const auto hi = static_cast<int64_t>(part.end);
-    shard_range_.emplace_back(lo, hi);
-    if (k % replicas != replica_) continue;
-    ASSIGN_OR_RETURN(Tensor weights,
-                     device_->Allocate(Shape({hi - lo}), DType::kF32));
-    ASSIGN_OR_RETURN(Tensor grads,
-                     device_->Allocate(Shape({hi - lo}), DType::kF32));
-    CopyRange(device_, flat_layout_, latest_, lo, hi, weights, true);
-    ParameterSet views = FlatRangeViews(latest_, flat_layout_, lo, hi, weights,
-                                        &shard_starts_[k]);
-    ParameterSet grad_views =
-        FlatRangeViews(latest_, flat_layout_, lo, hi, grads);
-    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                     CreateOptimizer(spec_.optimizer(), views, device_, steps,
-                                     &spec_.model()));
-    ParameterShard::Config config{k,           replicas,
-                                  consistency, d.staleness(),
-                                  first_,      layout_.num_minibatches};
-    shards_[k] = std::make_unique<ParameterShard>(
-        config, device_, std::move(weights), std::move(views), std::move(grads),
-        std::move(grad_views), std::move(optimizer));
+    shard_range_.emplace_back(static_cast<int64_t>(part.begin),
+                              static_cast<int64_t>(part.end));
+    if (k % replicas == replica_) RETURN_IF_ERROR(MakeShard(k));
+  }
+  return absl::OkStatus();
+}
+
+// Shard k on a CPU device of its own (its service threads step it while
+// this stage's thread uses device_), from this replica's weights.
+absl::Status PipelineStage::MakeShard(int k) {
+  const v1::DataParallelSpec& d = spec_.data_parallel();
+  const auto [lo, hi] = shard_range_[k];
+  auto device = std::make_unique<CpuDevice>(CpuDeviceOptions{1});
+  ASSIGN_OR_RETURN(Tensor weights,
+                   device->Allocate(Shape({hi - lo}), DType::kF32));
+  ASSIGN_OR_RETURN(Tensor grads,
+                   device->Allocate(Shape({hi - lo}), DType::kF32));
+  RETURN_IF_ERROR(CopyRangeHost(device_, flat_layout_, latest_, lo, hi,
+                                weights.f32(), /*to_host=*/true));
+  ParameterSet views =
+      FlatRangeViews(latest_, flat_layout_, lo, hi, weights, &shard_starts_[k]);
+  ParameterSet grad_views =
+      FlatRangeViews(latest_, flat_layout_, lo, hi, grads);
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   CreateOptimizer(spec_.optimizer(), views, device.get(),
+                                   layout_.num_minibatches * UpdatesPerStep(),
+                                   &spec_.model()));
+  ParameterShard::Config config{k,
+                                Replicas(),
+                                ConsistencyOf(d.consistency()),
+                                d.staleness(),
+                                first_,
+                                layout_.num_minibatches};
+  shards_[k] = std::make_unique<ParameterShard>(
+      config, std::move(device), std::move(weights), std::move(views),
+      std::move(grads), std::move(grad_views), std::move(optimizer));
+  return absl::OkStatus();
+}
+
+int PipelineStage::UpdatesPerStep() const {
+  const bool async =
+      ConsistencyOf(spec_.data_parallel().consistency()) == Consistency::kAsync;
+  return async ? Replicas() : 1;
+}
+
+// A weight tied across stages (the gradients of both copies summed by the
+// stages, replica r with replica r) under the parameter server: the
+// replicas push their own shares, so each stage's replica r must pair with
+// exactly one of the other's (equal degrees), and both stages' shards must
+// apply the same updates in the same order (not async).
+absl::Status PipelineStage::CheckTiesForShards() const {
+  for (const auto& [owner, tied] : model_->ties()) {
+    if (!Holds(owner) && !Holds(tied)) continue;
+    const int other = StageOf(Holds(owner) ? tied : owner);
+    if (other == stage_) continue;
+    if (layout_.Replicas(other) != Replicas()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", tied, "].tie_weight_to=", owner,
+          ": under data_parallel.mode \"parameter_server\" the tied layers' "
+          "stages ",
+          stage_, " and ", other, " need as many replicas (", Replicas(),
+          " and ", layout_.Replicas(other), ")"));
+    }
+    if (UpdatesPerStep() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", tied, "].tie_weight_to=", owner,
+          ": a weight tied across stages ", stage_, " and ", other,
+          " cannot train under consistency \"async\" (each stage's shards "
+          "would apply the pushes in their own order)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -124,7 +176,7 @@ absl::Status PipelineStage::StartShardService() {
   const bool async =
       ConsistencyOf(spec_.data_parallel().consistency()) == Consistency::kAsync;
   service_ = std::make_unique<ShardService>(comm_, ChunkOfStage(stage_),
-                                            options_.timeout);
+                                            options_.timeout, options_.stop);
   for (size_t k = 0; k < shards_.size(); ++k) {
     if (shards_[k] == nullptr) continue;
     for (int r = 0; r < Replicas(); ++r) {
@@ -138,43 +190,50 @@ absl::Status PipelineStage::StartShardService() {
 }
 
 absl::Status PipelineStage::Restore(const SafetensorsFile& part) {
-  if (!Sharded()) {
-    RETURN_IF_ERROR(
-        ImportTrainingState(part, *device_, latest_, optimizer_.get()));
-    if (optimizer_->steps() != first_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the checkpoint's optimizer made ", optimizer_->steps(),
-                       " steps, but training resumes at minibatch ", first_));
-    }
-    return absl::OkStatus();
+  std::unique_ptr<Optimizer> whole;
+  Optimizer* into = optimizer_.get();
+  if (Sharded()) {
+    // The whole state, then this replica's part of it (any degree).
+    ASSIGN_OR_RETURN(whole,
+                     CreateOptimizer(spec_.optimizer(), latest_, device_,
+                                     layout_.num_minibatches, &spec_.model()));
+    into = whole.get();
   }
-  // The whole state, then this replica's part of it (any degree).
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> whole,
-                   CreateOptimizer(spec_.optimizer(), latest_, device_,
-                                   layout_.num_minibatches, &spec_.model()));
-  RETURN_IF_ERROR(ImportTrainingState(part, *device_, latest_, whole.get()));
+  RETURN_IF_ERROR(ImportTrainingState(part, *device_, latest_, into));
+  // Checkpoints count steps in minibatches, whatever the mode.
+  if (into->steps() != first_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint's optimizer made ", into->steps(),
+                     " steps, but training resumes at minibatch ", first_));
+  }
   if (dp_ == DataParallel::kZero) {
     RETURN_IF_ERROR(
         CopyStateFromWhole(*whole, view_starts_, *optimizer_, device_));
     optimizer_->SetSteps(whole->steps());
-    return absl::OkStatus();
   }
-  for (size_t k = 0; k < shards_.size(); ++k) {
-    shard_base_[k] = whole->steps();
-    if (shards_[k] == nullptr) continue;
-    const auto [lo, hi] = shard_range_[k];
-    ASSIGN_OR_RETURN(Tensor flat,
-                     device_->Allocate(Shape({hi - lo}), DType::kF32));
-    CopyRange(device_, flat_layout_, latest_, lo, hi, flat, true);
-    std::vector<float> host(static_cast<size_t>(hi - lo));
-    RETURN_IF_ERROR(device_->CopyToHost(flat, host.data()));
-    RETURN_IF_ERROR(shards_[k]->Load(host.data(), whole->steps()));
-    RETURN_IF_ERROR(shards_[k]->WithState([&](const Tensor&,
-                                              const Optimizer& optimizer) {
-      return CopyStateFromWhole(*whole, shard_starts_[k], optimizer, device_);
-    }));
+  if (dp_ == DataParallel::kParameterServer) {
+    for (size_t k = 0; k < shards_.size(); ++k) {
+      RETURN_IF_ERROR(RestoreShard(k, *whole));
+    }
   }
   return absl::OkStatus();
+}
+
+// Shard k (if hosted here) from the restored weights and `whole` state;
+// every shard's base: the update the restored weights are at.
+absl::Status PipelineStage::RestoreShard(size_t k, const Optimizer& whole) {
+  const int64_t updates = whole.steps() * UpdatesPerStep();
+  shard_base_[k] = updates;
+  if (shards_[k] == nullptr) return absl::OkStatus();
+  const auto [lo, hi] = shard_range_[k];
+  std::vector<float> host(static_cast<size_t>(hi - lo));
+  RETURN_IF_ERROR(CopyRangeHost(device_, flat_layout_, latest_, lo, hi,
+                                host.data(), /*to_host=*/true));
+  RETURN_IF_ERROR(shards_[k]->Load(host.data(), updates));
+  return shards_[k]->WithState([&](const Tensor&, const Optimizer& optimizer) {
+    return CopyStateFromWhole(whole, shard_starts_[k], optimizer, device_,
+                              /*shard_on_host=*/true);
+  });
 }
 
 void PipelineStage::CountShardStats() {
@@ -341,26 +400,15 @@ absl::Status PipelineStage::PushAndPull(int64_t m, float* flat) {
   return absl::OkStatus();
 }
 
-// A pull from this replica's own shard, in slices: a stop ends it (a wait
-// on a peer over the communicator ends when the communicator is aborted).
+// A pull from this replica's own shard: a stop ends it (a wait on a peer
+// over the communicator ends when the communicator is aborted).
 absl::StatusOr<int64_t> PipelineStage::PullLocal(size_t k, int64_t m,
                                                  float* out,
                                                  absl::Time deadline) {
-  for (;;) {
-    const absl::Time slice =
-        std::min(deadline, absl::Now() + absl::Milliseconds(100));
-    absl::StatusOr<int64_t> got = shards_[k]->Pull(replica_, m, out, slice);
-    if (got.ok() ||
-        got.status().code() != absl::StatusCode::kDeadlineExceeded ||
-        slice >= deadline) {
-      return got;
-    }
-    if (options_.stop != nullptr && options_.stop->load()) {
-      return absl::CancelledError(
-          absl::StrCat(Who(), " stopped waiting for parameter shard ", k,
-                       " after step ", m));
-    }
-  }
+  absl::StatusOr<int64_t> got =
+      PullUntil(*shards_[k], replica_, m, out, deadline, options_.stop);
+  if (got.ok()) return got;
+  return Annotate(got.status(), Who());
 }
 
 // Every element has one owner (a ZeRO part, a hosted shard), which writes
@@ -371,7 +419,6 @@ absl::StatusOr<std::unique_ptr<Optimizer>> PipelineStage::GatherWholeState(
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> whole,
                    CreateOptimizer(spec_.optimizer(), latest_, device_,
                                    layout_.num_minibatches, &spec_.model()));
-  int64_t steps = 0;
   const bool server = dp_ == DataParallel::kParameterServer;
   if (server) {
     ASSIGN_OR_RETURN(*params, ZerosLike(latest_, device_));
@@ -380,13 +427,13 @@ absl::StatusOr<std::unique_ptr<Optimizer>> PipelineStage::GatherWholeState(
       const int64_t lo = shard_range_[k].first, hi = shard_range_[k].second;
       RETURN_IF_ERROR(shards_[k]->WithState([&](const Tensor& weights,
                                                 const Optimizer& optimizer) {
-        CopyRange(device_, flat_layout_, *params, lo, hi, weights, false);
-        steps = std::max(steps, optimizer.steps());
-        return CopyStateToWhole(optimizer, shard_starts_[k], *whole, device_);
+        RETURN_IF_ERROR(CopyRangeHost(device_, flat_layout_, *params, lo, hi,
+                                      weights.f32(), /*to_host=*/false));
+        return CopyStateToWhole(optimizer, shard_starts_[k], *whole, device_,
+                                /*shard_on_host=*/true);
       }));
     }
   } else {
-    steps = optimizer_->steps();
     RETURN_IF_ERROR(
         CopyStateToWhole(*optimizer_, view_starts_, *whole, device_));
   }
@@ -402,9 +449,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> PipelineStage::GatherWholeState(
       return StateGroup()->AllReduce(data, n, deadline);
     }));
   }
-  // The steps of the shards this replica hosts (replica 0 hosts shard 0,
-  // and only replica 0 writes the checkpoint).
-  whole->SetSteps(steps);
+  // In minibatches, whatever the mode (an async shard's optimizer counts
+  // a step a push): a checkpoint resumes in any mode.
+  whole->SetSteps(version_);
   return whole;
 }
 

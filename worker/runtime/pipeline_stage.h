@@ -147,6 +147,11 @@ class PipelineStage {
                 Device* device, Communicator* comm, const Dataset* train,
                 ParameterSet params, Options options);
 
+  // Ends the parameter shards' service threads (a failed or stopped
+  // stage's: their waits end now, or at their deadline on the
+  // communicator).
+  ~PipelineStage();
+
   // Runs this stage's own schedule (one stage on this rank).
   absl::Status Run();
 
@@ -237,6 +242,11 @@ class PipelineStage {
   enum class DataParallel { kNone, kAllReduce, kZero, kParameterServer };
   absl::Status PrepareDataParallel();
   absl::Status PrepareParameterServer();
+  absl::Status MakeShard(int k);
+  // Optimizer updates a shard applies a step: the replicas' pushes one by
+  // one under async, else their sum once.
+  int UpdatesPerStep() const;
+  absl::Status CheckTiesForShards() const;
   // The group of the replicas that host the `hosts` shards (fewer shards
   // than replicas; channels from kHostGroupChannel on).
   absl::Status PrepareHostGroup(int hosts);
@@ -255,6 +265,7 @@ class PipelineStage {
   // Restores a checkpoint's training state (whole tensors) into this
   // rank's weights and optimizer (sharded ones take their part).
   absl::Status Restore(const SafetensorsFile& part);
+  absl::Status RestoreShard(size_t k, const Optimizer& whole);
   // Whether a gradient must be whole on every replica before the step
   // (clipping, tied weights, tensor-parallel sums): ZeRO-1 all-reduces
   // rather than reduce-scatters then.

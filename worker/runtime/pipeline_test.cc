@@ -1492,5 +1492,25 @@ TEST(PipelineTest, StopEndsAWaitForTheParameterShard) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// A weight tied across stages under the parameter server: the stages'
+// replicas pair one to one (equal degrees), and not under async (each
+// stage's shards would apply the pushes in their own order).
+TEST(PipelineTest, ParameterServerRefusesTiesItCannotKeepEqual) {
+  JobSpec spec = GptSpec(/*tied=*/true);
+  spec.mutable_data_parallel()->set_mode("parameter_server");
+  const Result uneven = RunPipeline(
+      spec, Layout(v1::SCHEDULE_1F1B_FLUSH, {0, 3}, {2, 1}, 4, 4, 6));
+  EXPECT_EQ(uneven.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(uneven.status.message().find("need as many replicas (2 and 1)"),
+            std::string::npos)
+      << uneven.status;
+  spec.mutable_data_parallel()->set_consistency("async");
+  const Result async = RunPipeline(
+      spec, Layout(v1::SCHEDULE_1F1B_FLUSH, {0, 3}, {2, 2}, 4, 4, 6));
+  EXPECT_EQ(async.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(async.status.message().find("consistency \"async\""),
+            std::string::npos)
+      << async.status;
+}
 }  // namespace
 }  // namespace aqueduct

@@ -316,6 +316,31 @@ TEST(ResumeTest, ShardedStateCheckpointsWholeAndLoadsAtAnyDegree) {
   }
 }
 
+// An async parameter server's checkpoint counts its steps in minibatches
+// (its shards' optimizers count one a push): it resumes under async, and
+// in sync and all-reduce modes.
+TEST(ResumeTest, AnAsyncCheckpointResumesInEveryMode) {
+  const JobSpec base = *ParseJobSpec(kMlp, "test");
+  const int layers = base.model().layers_size();
+  const int64_t n = base.max_steps();
+  JobSpec async = WithDataParallel(base, "parameter_server", false, 0);
+  async.mutable_data_parallel()->set_consistency("async");
+  const PipelineLayout layout =
+      Layout(v1::SCHEDULE_1F1B_FLUSH, kSplits[0], n, layers, 2);
+  const Outcome whole = RunPipeline(async, layout);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  ASSERT_FALSE(whole.checkpoint.tensors.empty());
+  EXPECT_EQ(whole.checkpoint.metadata.at("optimizer_steps"),
+            std::to_string(kCheckpointAt));
+  for (const JobSpec& spec :
+       {async, WithDataParallel(base, "parameter_server", false, 0), base}) {
+    const Outcome resumed =
+        RunPipeline(spec, layout, &whole.checkpoint, kCheckpointAt);
+    EXPECT_TRUE(resumed.status.ok())
+        << spec.data_parallel().ShortDebugString() << ": " << resumed.status;
+  }
+}
+
 TEST(ResumeTest, TrainLocalResumesBitIdentical) {
   const JobSpec spec = *ParseJobSpec(kMlp, "test");
   CpuDevice device(CpuDeviceOptions{1});
