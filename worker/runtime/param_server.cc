@@ -303,7 +303,7 @@ absl::Status ShardService::Answer(ParameterShard* shard, int k, Remote remote,
 
 void ShardService::Serve(ParameterShard* shard, int k, Remote remote,
                          int64_t first, int64_t last, bool drop_on_loss) {
-  threads_.emplace_back([=, this] {
+  threads_.emplace_back([this, shard, k, remote, first, last, drop_on_loss] {
     for (int64_t clock = first; clock < last; ++clock) {
       const absl::Status status = Answer(shard, k, remote, clock);
       if (status.ok()) continue;
